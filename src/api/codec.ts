@@ -1,0 +1,175 @@
+import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import protobuf from 'protobufjs';
+import { TYPE_URL_PREFIX } from './type-urls.js';
+
+const require = createRequire(import.meta.url);
+
+/** protobufjs' own folder: it ships `google/protobuf/descriptor.proto`, which the Envoy protos import. */
+const PROTOBUFJS_DIR = path.dirname(require.resolve('protobufjs/package.json'));
+
+/** Root folder of the proto trees shipped in `@grpc/grpc-js-xds` (`deps/`). */
+export const PROTO_DEPS_DIR = path.join(
+  path.dirname(require.resolve('@grpc/grpc-js-xds/package.json')),
+  'deps',
+);
+
+/** Include paths for the Envoy, xds, googleapis and protoc-gen-validate proto trees. */
+export const PROTO_INCLUDE_DIRS: readonly string[] = ['envoy-api', 'xds', 'googleapis', 'protoc-gen-validate'].map((d) =>
+  path.join(PROTO_DEPS_DIR, d),
+);
+
+/** The proto files Trellis encodes and decodes (relative to {@link PROTO_INCLUDE_DIRS}). */
+export const PROTO_FILES: readonly string[] = [
+  'envoy/service/discovery/v3/ads.proto',
+  'envoy/config/listener/v3/listener.proto',
+  'envoy/config/cluster/v3/cluster.proto',
+  'envoy/config/route/v3/route.proto',
+  'envoy/config/endpoint/v3/endpoint.proto',
+  'envoy/extensions/transport_sockets/tls/v3/secret.proto',
+  'envoy/extensions/transport_sockets/tls/v3/tls.proto',
+  'envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto',
+  'envoy/extensions/filters/network/tcp_proxy/v3/tcp_proxy.proto',
+  'envoy/extensions/filters/network/rbac/v3/rbac.proto',
+  'envoy/extensions/filters/http/rbac/v3/rbac.proto',
+  'envoy/extensions/filters/http/router/v3/router.proto',
+  'envoy/extensions/filters/listener/original_dst/v3/original_dst.proto',
+  'envoy/extensions/filters/listener/tls_inspector/v3/tls_inspector.proto',
+  'envoy/extensions/filters/listener/http_inspector/v3/http_inspector.proto',
+  'envoy/extensions/upstreams/http/v3/http_protocol_options.proto',
+  'envoy/extensions/access_loggers/stream/v3/stream.proto',
+  'envoy/config/bootstrap/v3/bootstrap.proto',
+  'envoy/admin/v3/config_dump.proto',
+];
+
+/** Options for {@link loadEnvoyRoot}/`@grpc/proto-loader` so field names stay as in the protos (snake_case). */
+export const PROTO_LOADER_OPTIONS = {
+  keepCase: true,
+  longs: String,
+  enums: String,
+  defaults: false,
+  oneofs: false,
+  includeDirs: [...PROTO_INCLUDE_DIRS],
+} as const;
+
+let root: protobuf.Root | undefined;
+
+/**
+ * Loads (once) and returns the protobufjs root holding every message in {@link PROTO_FILES}
+ * with their dependencies, field names kept in snake_case.
+ * @throws Error when a proto file cannot be found or parsed.
+ */
+export function loadEnvoyRoot(): protobuf.Root {
+  if (root) return root;
+  const r = new protobuf.Root();
+  r.resolvePath = (_origin, target) => {
+    if (path.isAbsolute(target)) return target;
+    for (const dir of [...PROTO_INCLUDE_DIRS, PROTOBUFJS_DIR]) {
+      const candidate = path.join(dir, target);
+      if (existsSync(candidate)) return candidate;
+    }
+    return target;
+  };
+  r.loadSync([...PROTO_FILES], { keepCase: true });
+  r.resolveAll();
+  root = r;
+  return r;
+}
+
+/**
+ * Looks up a message type by its fully-qualified name or type URL.
+ * @throws Error when the message is not in the loaded protos.
+ */
+export function messageType(nameOrTypeUrl: string): protobuf.Type {
+  const name = nameOrTypeUrl.startsWith(TYPE_URL_PREFIX) ? nameOrTypeUrl.slice(TYPE_URL_PREFIX.length) : nameOrTypeUrl;
+  const t = loadEnvoyRoot().lookupType(name);
+  return t;
+}
+
+/** A `google.protobuf.Any` with its value already encoded. */
+export interface EncodedAny {
+  type_url: string;
+  value: Buffer;
+}
+
+/**
+ * Throws when `object` has a key that is not a field of `type` (protobufjs' `fromObject`
+ * drops such keys silently, which would make a misspelt Envoy field vanish). Walks nested
+ * messages, repeated fields, maps and `Any` values carrying `@type`.
+ * @param where field path used in the error message, e.g. `Listener.filter_chains[0]`.
+ * @throws Error naming the path of the unknown field.
+ */
+export function assertKnownFields(type: protobuf.Type, object: unknown, where: string): void {
+  if (object === null || object === undefined || typeof object !== 'object') return;
+  if (Buffer.isBuffer(object) || object instanceof Uint8Array) return;
+  const obj = object as Record<string, unknown>;
+  if (type.fullName === '.google.protobuf.Any') {
+    const at = obj['@type'];
+    if (typeof at === 'string') {
+      const inner = messageType(at);
+      const rest: Record<string, unknown> = { ...obj };
+      delete rest['@type'];
+      assertKnownFields(inner, rest, `${where}<${inner.name}>`);
+      return;
+    }
+  }
+  if (type.fullName === '.google.protobuf.Struct' || type.fullName === '.google.protobuf.Value') return;
+  for (const [key, value] of Object.entries(obj)) {
+    const field = type.fields[key];
+    if (!field) {
+      throw new Error(`${where}: unknown field "${key}" for ${type.fullName.slice(1)}`);
+    }
+    if (value === undefined || value === null) continue;
+    const rt = field.resolvedType;
+    if (!(rt instanceof protobuf.Type)) continue;
+    if (field.map) {
+      for (const [k, v] of Object.entries(value as Record<string, unknown>)) assertKnownFields(rt, v, `${where}.${key}[${k}]`);
+    } else if (field.repeated) {
+      (value as unknown[]).forEach((v, i) => assertKnownFields(rt, v, `${where}.${key}[${i}]`));
+    } else {
+      assertKnownFields(rt, value, `${where}.${key}`);
+    }
+  }
+}
+
+/**
+ * Encodes a plain object (snake_case field names, nested `Any` values as `{'@type': url, ...fields}`)
+ * as the message named by `typeUrl`.
+ * @returns the protobuf wire bytes.
+ * @throws Error when a field is unknown, a nested `@type` is not loaded, or a value does not fit its field.
+ */
+export function encodeMessage(typeUrl: string, object: object): Buffer {
+  const type = messageType(typeUrl);
+  assertKnownFields(type, object, type.name);
+  const err = type.verify(type.fromObject(object));
+  if (err) throw new Error(`${type.name}: ${err}`);
+  return Buffer.from(type.encode(type.fromObject(object)).finish());
+}
+
+/**
+ * Encodes a resource into an `Any` ready to go in a `DiscoveryResponse.resources`.
+ * @throws Error as {@link encodeMessage}.
+ */
+export function encodeAny(typeUrl: string, object: object): EncodedAny {
+  return { type_url: typeUrl, value: encodeMessage(typeUrl, object) };
+}
+
+/**
+ * Decodes wire bytes of `typeUrl` into a plain object with Envoy's field names, enums as
+ * names, 64-bit integers as strings, and every nested `Any` decoded with an `@type` key
+ * (the shape of Envoy's JSON config dump).
+ * @throws Error when the bytes are not a valid message of that type.
+ */
+export function decodeMessage(typeUrl: string, bytes: Uint8Array): Record<string, unknown> {
+  const type = messageType(typeUrl);
+  return type.toObject(type.decode(bytes), { enums: String, longs: String, bytes: String, json: true }) as Record<
+    string,
+    unknown
+  >;
+}
+
+/** Decodes an encoded `Any` (see {@link decodeMessage}) and adds its `@type`. */
+export function decodeAny(any: { type_url: string; value: Uint8Array }): Record<string, unknown> {
+  return { '@type': any.type_url, ...decodeMessage(any.type_url, any.value) };
+}

@@ -1,0 +1,61 @@
+/**
+ * A service identity: the Kubernetes service account a workload runs as, written
+ * `<namespace>/<serviceaccount>` (the form OSM's secret names use, `service-cert:<ns>/<sa>`).
+ */
+export type ServiceIdentity = string & { readonly __brand: 'ServiceIdentity' };
+
+/**
+ * The CommonName of a proxy's xDS client certificate:
+ * `<uuid>.<kind>.<serviceaccount>.<namespace>.<trust domain>` (OSM `pkg/envoy/proxy.go`).
+ */
+export type CommonName = string & { readonly __brand: 'CommonName' };
+
+/** Kinds of xDS client, as the second label of the CommonName. */
+export type ProxyKind = 'sidecar' | 'gateway';
+
+/** The trust domain of mesh certificates (OSM's default). */
+export const TRUST_DOMAIN = 'cluster.local';
+
+/** Builds a {@link ServiceIdentity} from a namespace and service account name. */
+export function serviceIdentity(namespace: string, serviceAccount: string): ServiceIdentity {
+  return `${namespace}/${serviceAccount}` as ServiceIdentity;
+}
+
+/** Splits a {@link ServiceIdentity} into its namespace and service account. */
+export function identityParts(identity: ServiceIdentity): { namespace: string; serviceAccount: string } {
+  const i = identity.indexOf('/');
+  return { namespace: identity.slice(0, i), serviceAccount: identity.slice(i + 1) };
+}
+
+/** A connected (or connecting) xDS client, as identified by its verified certificate. */
+export interface Proxy {
+  /** The UUID of the proxy, first label of its CommonName. */
+  readonly uuid: string;
+  readonly kind: ProxyKind;
+  readonly identity: ServiceIdentity;
+  readonly commonName: CommonName;
+}
+
+const UUID_RE = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+const DNS_LABEL_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+
+/**
+ * Parses a proxy CommonName `<uuid>.<kind>.<sa>.<ns>.<trust domain>`.
+ * @throws Error naming the part that is wrong (UUID, kind, service account, namespace, trust domain).
+ */
+export function parseCommonName(cn: string): Proxy {
+  const parts = cn.split('.');
+  if (parts.length < 5) throw new Error(`CommonName "${cn}": want <uuid>.<kind>.<serviceaccount>.<namespace>.${TRUST_DOMAIN}`);
+  const [uuid, kind, serviceAccount, namespace, ...domain] = parts;
+  if (!UUID_RE.test(uuid)) throw new Error(`CommonName "${cn}": "${uuid}" is not a UUID`);
+  if (kind !== 'sidecar' && kind !== 'gateway') throw new Error(`CommonName "${cn}": kind "${kind}" is not sidecar or gateway`);
+  if (!DNS_LABEL_RE.test(serviceAccount)) throw new Error(`CommonName "${cn}": service account "${serviceAccount}" is not a DNS label`);
+  if (!DNS_LABEL_RE.test(namespace)) throw new Error(`CommonName "${cn}": namespace "${namespace}" is not a DNS label`);
+  if (domain.join('.') !== TRUST_DOMAIN) throw new Error(`CommonName "${cn}": trust domain "${domain.join('.')}" is not ${TRUST_DOMAIN}`);
+  return { uuid: uuid.toLowerCase(), kind, identity: serviceIdentity(namespace, serviceAccount), commonName: cn as CommonName };
+}
+
+/** Builds the CommonName of a proxy certificate (inverse of {@link parseCommonName}). */
+export function proxyCommonName(uuid: string, kind: ProxyKind, namespace: string, serviceAccount: string): CommonName {
+  return `${uuid}.${kind}.${serviceAccount}.${namespace}.${TRUST_DOMAIN}` as CommonName;
+}
