@@ -1,0 +1,414 @@
+import { isIP } from 'node:net';
+import type {
+  Deployment,
+  EndpointSlice,
+  Endpoints,
+  HTTPRouteGroup,
+  MeshConfig,
+  Namespace,
+  Pod,
+  PodSpec,
+  Service,
+  ServicePort,
+  TCPRoute,
+  TrafficSplit,
+  TrafficTarget,
+} from '../store/objects.js';
+import type { StoreReader } from '../store/store.js';
+import { serviceIdentity, type ServiceIdentity } from '../proxy/types.js';
+import { MONITORED_BY_LABEL, SERVICE_NAME_LABEL, selectorMatches } from './labels.js';
+import type { PolicyProblem } from './problems.js';
+import type {
+  AppProtocol,
+  HttpRouteMatch,
+  MeshEndpoint,
+  MeshService,
+  MeshSettings,
+  MeshSnapshot,
+  TrafficSplitPolicy,
+  TrafficTargetPolicy,
+} from './types.js';
+import { clusterName, serviceKey } from './names.js';
+
+/** Default validity of service certificates (OSM `serviceCertValidityDuration` default, 24 h), in seconds. */
+export const DEFAULT_SERVICE_CERT_VALIDITY_SECONDS = 24 * 3600;
+
+/** Options of {@link buildMeshSnapshot}. */
+export interface BuildOptions {
+  /** Mesh name matched against the namespaces' `openservicemesh.io/monitored-by` label. */
+  readonly meshName: string;
+  /** Generation number to stamp on the snapshot. */
+  readonly generation: number;
+}
+
+/** The result of {@link buildMeshSnapshot}: the snapshot, and the policies it had to skip. */
+export interface BuildResult {
+  readonly snapshot: MeshSnapshot;
+  readonly problems: readonly PolicyProblem[];
+}
+
+const PROTOCOL_PREFIXES: readonly [string, AppProtocol][] = [
+  ['tcp-server-first', 'tcp-server-first'],
+  ['http', 'http'],
+  ['grpc', 'grpc'],
+  ['tcp', 'tcp'],
+];
+
+/**
+ * The application protocol of a Service port: its `appProtocol` if it is one OSM knows,
+ * else the port name's prefix (`http-`, `tcp-`, `grpc-`, `tcp-server-first-`), else `http`
+ * (OSM `pkg/k8s` protocol detection).
+ */
+export function portProtocol(port: Pick<ServicePort, 'name' | 'appProtocol'>): AppProtocol {
+  const app = port.appProtocol?.toLowerCase();
+  for (const [prefix, protocol] of PROTOCOL_PREFIXES) if (app === prefix) return protocol;
+  const name = port.name?.toLowerCase() ?? '';
+  for (const [prefix, protocol] of PROTOCOL_PREFIXES) if (name === prefix || name.startsWith(`${prefix}-`)) return protocol;
+  return 'http';
+}
+
+/**
+ * Parses a Go duration such as `24h`, `1h30m`, `90s` into seconds.
+ * @returns undefined when the text is not a duration.
+ */
+export function parseGoDuration(text: string): number | undefined {
+  const re = /(\d+(?:\.\d+)?)(h|ms|m|s)/gy;
+  let total = 0;
+  let matched = 0;
+  for (let m = re.exec(text); m; m = re.exec(text)) {
+    const n = Number(m[1]);
+    total += m[2] === 'h' ? n * 3600 : m[2] === 'm' ? n * 60 : m[2] === 's' ? n : n / 1000;
+    matched = re.lastIndex;
+  }
+  return matched === text.length && text.length > 0 ? total : undefined;
+}
+
+function meshSettings(store: StoreReader, problems: PolicyProblem[]): MeshSettings {
+  const configs = store.list<MeshConfig>('MeshConfig');
+  const config = configs.find((c) => c.metadata.name === 'osm-mesh-config') ?? configs[0];
+  if (!config) {
+    return { permissiveTrafficPolicyMode: true, enableEgress: false, serviceCertValiditySeconds: DEFAULT_SERVICE_CERT_VALIDITY_SECONDS };
+  }
+  let validity = DEFAULT_SERVICE_CERT_VALIDITY_SECONDS;
+  const text = config.spec?.certificate?.serviceCertValidityDuration;
+  if (text !== undefined) {
+    const parsed = parseGoDuration(text);
+    if (parsed === undefined || parsed < 60) {
+      problems.push({
+        kind: 'MeshConfig',
+        namespace: config.metadata.namespace,
+        name: config.metadata.name,
+        field: 'spec.certificate.serviceCertValidityDuration',
+        message: `"${text}" is not a duration of at least 1m; using 24h`,
+      });
+    } else validity = parsed;
+  }
+  return {
+    permissiveTrafficPolicyMode: config.spec?.traffic?.enablePermissiveTrafficPolicyMode ?? false,
+    enableEgress: config.spec?.traffic?.enableEgress ?? false,
+    serviceCertValiditySeconds: validity,
+  };
+}
+
+/** Pods (running or pending, with an IP literal) and pod templates that back a Service. */
+interface Workloads {
+  readonly pods: readonly Pod[];
+  readonly templates: readonly PodSpec[];
+}
+
+function podIp(pod: Pod): string | undefined {
+  const ip = pod.status?.podIP ?? pod.status?.podIPs?.[0]?.ip;
+  return ip && isIP(ip) ? ip : undefined;
+}
+
+function isLive(pod: Pod): boolean {
+  const phase = pod.status?.phase;
+  return phase !== 'Failed' && phase !== 'Succeeded';
+}
+
+/** Resolves a Service port's `targetPort` (a number, or a container port name looked up in the pod specs). */
+function resolveTargetPort(port: ServicePort, specs: readonly PodSpec[]): number {
+  const target = port.targetPort;
+  if (typeof target === 'number') return target;
+  if (typeof target === 'string' && /^\d+$/.test(target)) return Number(target);
+  if (typeof target === 'string') {
+    for (const spec of specs) {
+      for (const c of spec.containers ?? []) {
+        const found = c.ports?.find((p) => p.name === target);
+        if (found) return found.containerPort;
+      }
+    }
+  }
+  return port.port;
+}
+
+function endpointsFromObjects(
+  store: StoreReader,
+  svc: Service,
+  port: ServicePort,
+  targetPort: number,
+  portCount: number,
+): MeshEndpoint[] | undefined {
+  const ns = svc.metadata.namespace ?? 'default';
+  const ep = store.get<Endpoints>('Endpoints', ns, svc.metadata.name);
+  const slices = store.list<EndpointSlice>('EndpointSlice', ns).filter((s) => s.metadata.labels?.[SERVICE_NAME_LABEL] === svc.metadata.name);
+  if (!ep && slices.length === 0) return undefined;
+  const out: MeshEndpoint[] = [];
+  const pickPort = (ports: readonly { name?: string; port: number }[] | undefined): number | undefined => {
+    if (!ports || ports.length === 0) return targetPort;
+    const named = ports.find((p) => (p.name ?? '') === (port.name ?? ''));
+    if (named) return named.port;
+    return portCount === 1 && ports.length === 1 ? ports[0].port : undefined;
+  };
+  for (const subset of ep?.subsets ?? []) {
+    const p = pickPort(subset.ports);
+    if (p === undefined) continue;
+    for (const a of subset.addresses ?? []) if (isIP(a.ip)) out.push({ ip: a.ip, port: p });
+  }
+  for (const slice of slices) {
+    if (slice.addressType === 'FQDN') continue;
+    const p = pickPort(slice.ports);
+    if (p === undefined) continue;
+    for (const e of slice.endpoints ?? []) {
+      if (e.conditions?.ready === false) continue;
+      for (const ip of e.addresses) if (isIP(ip)) out.push({ ip, port: p });
+    }
+  }
+  return out;
+}
+
+function uniqueSortedEndpoints(list: readonly MeshEndpoint[]): MeshEndpoint[] {
+  const seen = new Map<string, MeshEndpoint>();
+  for (const e of list) seen.set(`${e.ip}:${e.port}`, e);
+  return [...seen.values()].sort((a, b) => (a.ip === b.ip ? a.port - b.port : a.ip < b.ip ? -1 : 1));
+}
+
+function resolveTrafficTargets(store: StoreReader, namespaces: ReadonlySet<string>, problems: PolicyProblem[]): TrafficTargetPolicy[] {
+  const out: TrafficTargetPolicy[] = [];
+  for (const tt of store.list<TrafficTarget>('TrafficTarget')) {
+    const ns = tt.metadata.namespace ?? 'default';
+    if (!namespaces.has(ns)) continue;
+    const report = (field: string, message: string): void => {
+      problems.push({ kind: 'TrafficTarget', namespace: ns, name: tt.metadata.name, field, message });
+    };
+    const dest = tt.spec.destination;
+    if (dest.kind !== 'ServiceAccount') {
+      report('spec.destination.kind', `"${dest.kind}" is not ServiceAccount`);
+      continue;
+    }
+    const destNs = dest.namespace ?? ns;
+    if (destNs !== ns) {
+      // SMI access v1alpha3: the destination must be in the TrafficTarget's namespace.
+      report('spec.destination.namespace', `"${destNs}" differs from the TrafficTarget's namespace "${ns}"`);
+      continue;
+    }
+    const sources: ServiceIdentity[] = [];
+    (tt.spec.sources ?? []).forEach((s, i) => {
+      if (s.kind !== 'ServiceAccount') report(`spec.sources[${i}].kind`, `"${s.kind}" is not ServiceAccount`);
+      else sources.push(serviceIdentity(s.namespace ?? ns, s.name));
+    });
+    const httpMatches: HttpRouteMatch[] = [];
+    let tcpPorts: number[] | 'any' | undefined;
+    let valid = true;
+    (tt.spec.rules ?? []).forEach((rule, i) => {
+      if (rule.kind === 'HTTPRouteGroup') {
+        const group = store.get<HTTPRouteGroup>('HTTPRouteGroup', ns, rule.name);
+        if (!group) {
+          report(`spec.rules[${i}].name`, `HTTPRouteGroup ${ns}/${rule.name} does not exist`);
+          valid = false;
+          return;
+        }
+        const wanted = rule.matches && rule.matches.length > 0 ? new Set(rule.matches) : undefined;
+        const groupMatches = group.spec.matches ?? [];
+        for (const name of wanted ?? []) {
+          if (!groupMatches.some((m) => m.name === name)) report(`spec.rules[${i}].matches`, `HTTPRouteGroup ${ns}/${rule.name} has no match "${name}"`);
+        }
+        for (const m of groupMatches) {
+          if (wanted && !wanted.has(m.name)) continue;
+          const headers: Record<string, string> = {};
+          const list = Array.isArray(m.headers) ? m.headers : m.headers ? [m.headers] : [];
+          for (const h of list) Object.assign(headers, h);
+          const methods = (m.methods ?? []).includes('*') ? [] : [...(m.methods ?? [])];
+          httpMatches.push({ name: `${ns}/${rule.name}/${m.name}`, pathRegex: m.pathRegex || undefined, methods, headers });
+        }
+      } else if (rule.kind === 'TCPRoute') {
+        const route = store.get<TCPRoute>('TCPRoute', ns, rule.name);
+        if (!route) {
+          report(`spec.rules[${i}].name`, `TCPRoute ${ns}/${rule.name} does not exist`);
+          valid = false;
+          return;
+        }
+        const ports = route.spec.matches?.ports ?? [];
+        if (ports.length === 0 || tcpPorts === 'any') tcpPorts = 'any';
+        else tcpPorts = [...(tcpPorts ?? []), ...ports];
+      } else {
+        report(`spec.rules[${i}].kind`, `"${rule.kind}" is not HTTPRouteGroup or TCPRoute`);
+      }
+    });
+    if (!valid) continue;
+    out.push({
+      name: `${ns}/${tt.metadata.name}`,
+      destination: serviceIdentity(ns, dest.name),
+      sources,
+      httpMatches,
+      tcpPorts,
+    });
+  }
+  return out;
+}
+
+/** Splits an SMI `spec.service` (`svc`, `svc.ns`, or an FQDN) into the service name. */
+function apexServiceName(text: string): string {
+  return text.split('.')[0];
+}
+
+function resolveTrafficSplits(
+  store: StoreReader,
+  namespaces: ReadonlySet<string>,
+  serviceNames: ReadonlySet<string>,
+  problems: PolicyProblem[],
+): TrafficSplitPolicy[] {
+  const out: TrafficSplitPolicy[] = [];
+  const apexTaken = new Map<string, string>();
+  for (const split of store.list<TrafficSplit>('TrafficSplit')) {
+    const ns = split.metadata.namespace ?? 'default';
+    if (!namespaces.has(ns)) continue;
+    const report = (field: string, message: string): void => {
+      problems.push({ kind: 'TrafficSplit', namespace: ns, name: split.metadata.name, field, message });
+    };
+    const apex = apexServiceName(split.spec.service);
+    const parts = split.spec.service.split('.');
+    if (parts.length > 1 && parts[1] !== ns) {
+      report('spec.service', `"${split.spec.service}" names namespace "${parts[1]}", not the TrafficSplit's namespace "${ns}"`);
+      continue;
+    }
+    if (!serviceNames.has(`${ns}/${apex}`)) {
+      report('spec.service', `Service ${ns}/${apex} does not exist`);
+      continue;
+    }
+    const other = apexTaken.get(`${ns}/${apex}`);
+    if (other) {
+      report('spec.service', `Service ${ns}/${apex} is already split by TrafficSplit ${other}`);
+      continue;
+    }
+    const backends: { service: string; weight: number }[] = [];
+    (split.spec.backends ?? []).forEach((b, i) => {
+      if (!Number.isInteger(b.weight) || b.weight < 0) {
+        report(`spec.backends[${i}].weight`, `${String(b.weight)} is not a non-negative integer`);
+        return;
+      }
+      if (!serviceNames.has(`${ns}/${b.service}`)) {
+        report(`spec.backends[${i}].service`, `Service ${ns}/${b.service} does not exist`);
+        return;
+      }
+      if (b.weight > 0) backends.push({ service: b.service, weight: b.weight });
+    });
+    apexTaken.set(`${ns}/${apex}`, `${ns}/${split.metadata.name}`);
+    out.push({ name: `${ns}/${split.metadata.name}`, namespace: ns, service: apex, backends });
+  }
+  return out;
+}
+
+/**
+ * Builds the immutable {@link MeshSnapshot} from the store: monitored namespaces, one
+ * MeshService per Service port (UDP ports skipped), endpoints (from Endpoints or
+ * EndpointSlices, else from the Pods the selector matches), service identities (the service
+ * accounts of those Pods, and of Deployments' pod templates), resolved TrafficTargets and
+ * TrafficSplits, and MeshConfig settings (permissive mode when there is no MeshConfig).
+ *
+ * Pure: reads only `store`. Policies that reference something missing or impossible are
+ * left out and listed in `problems`; nothing throws.
+ */
+export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): BuildResult {
+  const problems: PolicyProblem[] = [];
+  const namespaces = new Set(
+    store
+      .list<Namespace>('Namespace')
+      .filter((n) => n.metadata.labels?.[MONITORED_BY_LABEL] === options.meshName)
+      .map((n) => n.metadata.name),
+  );
+  const settings = meshSettings(store, problems);
+
+  const services: MeshService[] = [];
+  const endpoints = new Map<string, MeshEndpoint[]>();
+  const identitiesByService = new Map<string, ServiceIdentity[]>();
+  const servicesByIdentity = new Map<ServiceIdentity, string[]>();
+
+  for (const svc of store.list<Service>('Service')) {
+    const ns = svc.metadata.namespace ?? 'default';
+    if (!namespaces.has(ns)) continue;
+    const selector = svc.spec.selector;
+    const pods = store.list<Pod>('Pod', ns).filter((p) => isLive(p) && selectorMatches(selector, p.metadata.labels));
+    const templates = store
+      .list<Deployment>('Deployment', ns)
+      .filter((d) => selectorMatches(selector, d.spec.template.metadata?.labels))
+      .map((d) => d.spec.template.spec ?? {});
+    const workloads: Workloads = { pods, templates };
+    const specs = [...workloads.pods.map((p) => p.spec ?? {}), ...workloads.templates];
+
+    const identities = new Set<ServiceIdentity>();
+    for (const spec of specs) identities.add(serviceIdentity(ns, spec.serviceAccountName || 'default'));
+    const key = serviceKey({ namespace: ns, name: svc.metadata.name });
+    const sortedIdentities = [...identities].sort();
+    identitiesByService.set(key, sortedIdentities);
+    for (const id of sortedIdentities) {
+      const list = servicesByIdentity.get(id) ?? [];
+      list.push(key);
+      servicesByIdentity.set(id, list);
+    }
+
+    const headless = svc.spec.clusterIP === 'None';
+    const clusterIPs = headless
+      ? []
+      : (svc.spec.clusterIPs ?? (svc.spec.clusterIP ? [svc.spec.clusterIP] : [])).filter((ip) => isIP(ip) !== 0);
+    const tcpPorts = (svc.spec.ports ?? []).filter((p) => (p.protocol ?? 'TCP') === 'TCP');
+    const seenPorts = new Set<number>();
+    for (const port of tcpPorts) {
+      if (seenPorts.has(port.port)) {
+        problems.push({ kind: 'Service', namespace: ns, name: svc.metadata.name, field: 'spec.ports', message: `port ${port.port} is listed twice` });
+        continue;
+      }
+      seenPorts.add(port.port);
+      const targetPort = resolveTargetPort(port, specs);
+      const meshService: MeshService = {
+        name: svc.metadata.name,
+        namespace: ns,
+        port: port.port,
+        targetPort,
+        portName: port.name,
+        protocol: portProtocol(port),
+        clusterIPs,
+        headless,
+      };
+      services.push(meshService);
+      const cluster = clusterName(meshService);
+      const fromObjects = endpointsFromObjects(store, svc, port, targetPort, tcpPorts.length);
+      const list = fromObjects ?? workloads.pods.flatMap((p) => {
+        const ip = podIp(p);
+        return ip ? [{ ip, port: targetPort }] : [];
+      });
+      endpoints.set(cluster, uniqueSortedEndpoints([...(endpoints.get(cluster) ?? []), ...list]));
+    }
+  }
+  services.sort((a, b) => (a.namespace !== b.namespace ? (a.namespace < b.namespace ? -1 : 1) : a.name !== b.name ? (a.name < b.name ? -1 : 1) : a.port - b.port));
+
+  const trafficTargets = resolveTrafficTargets(store, namespaces, problems);
+  const serviceNames = new Set(services.map(serviceKey));
+  const trafficSplits = resolveTrafficSplits(store, namespaces, serviceNames, problems);
+
+  return {
+    snapshot: {
+      generation: options.generation,
+      meshName: options.meshName,
+      settings,
+      namespaces,
+      services,
+      endpoints,
+      identitiesByService,
+      servicesByIdentity,
+      trafficTargets,
+      trafficSplits,
+    },
+    problems,
+  };
+}

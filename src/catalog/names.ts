@@ -1,0 +1,44 @@
+import type { ServiceIdentity } from '../proxy/types.js';
+import { identityParts } from '../proxy/types.js';
+import type { MeshService } from './types.js';
+
+/** `<namespace>/<name>` of a Service. */
+export function serviceKey(svc: { readonly namespace: string; readonly name: string }): string {
+  return `${svc.namespace}/${svc.name}`;
+}
+
+/** Name of the upstream cluster of a MeshService: `<ns>/<svc>|<targetPort>` (OSM v1.2). */
+export function clusterName(svc: Pick<MeshService, 'namespace' | 'name' | 'targetPort'>): string {
+  return `${svc.namespace}/${svc.name}|${svc.targetPort}`;
+}
+
+/** Name of the local (inbound) cluster of a MeshService: `<ns>/<svc>|<targetPort>|local` (OSM v1.2). */
+export function localClusterName(svc: Pick<MeshService, 'namespace' | 'name' | 'targetPort'>): string {
+  return `${clusterName(svc)}|local`;
+}
+
+/** The FQDN of a Service, `<svc>.<ns>.svc.cluster.local`: the SNI of its upstream TLS. */
+export function serviceFqdn(svc: { readonly namespace: string; readonly name: string }): string {
+  return `${svc.name}.${svc.namespace}.svc.cluster.local`;
+}
+
+/** SDS name of an identity's service certificate: `service-cert:<ns>/<sa>`. */
+export function serviceCertSecretName(identity: ServiceIdentity): string {
+  return `service-cert:${identity}`;
+}
+
+/** SDS name of the validation context for upstream TLS to a service: `root-cert-for-mtls-outbound:<ns>/<svc>`. */
+export function outboundRootCertSecretName(svc: { readonly namespace: string; readonly name: string }): string {
+  return `root-cert-for-mtls-outbound:${serviceKey(svc)}`;
+}
+
+/** SDS name of the validation context for downstream mTLS: `root-cert-for-mtls-inbound:<ns>/<sa>`. */
+export function inboundRootCertSecretName(identity: ServiceIdentity): string {
+  return `root-cert-for-mtls-inbound:${identity}`;
+}
+
+/** The SPIFFE ID of an identity, `spiffe://cluster.local/ns/<ns>/sa/<sa>` (its service certificate's URI SAN). */
+export function identitySpiffeId(identity: ServiceIdentity): string {
+  const { namespace, serviceAccount } = identityParts(identity);
+  return `spiffe://cluster.local/ns/${namespace}/sa/${serviceAccount}`;
+}

@@ -1,0 +1,18 @@
+/**
+ * A policy or object the catalog could not use, reported with the object and field
+ * (for logs, `/debug/policies` and the `trellis_policy_problems` metric).
+ */
+export interface PolicyProblem {
+  /** Kind of the object, e.g. `TrafficSplit`. */
+  readonly kind: string;
+  readonly namespace: string | undefined;
+  readonly name: string;
+  /** Field path in the object, e.g. `spec.backends[1].service`. */
+  readonly field: string;
+  readonly message: string;
+}
+
+/** Formats a problem as `Kind ns/name: field: message`. */
+export function formatProblem(p: PolicyProblem): string {
+  return `${p.kind} ${p.namespace ? `${p.namespace}/` : ''}${p.name}: ${p.field}: ${p.message}`;
+}

@@ -1,0 +1,107 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { decodeMessage, encodeMessage } from '../api/codec.js';
+import { proxyCommonName } from '../proxy/types.js';
+import { envoyBootstrap, isIpLiteral } from './bootstrap.js';
+
+const BOOTSTRAP = 'envoy.config.bootstrap.v3.Bootstrap';
+const nodeId = proxyCommonName('0b7d6a52-1f0c-4c4e-9f5e-2a8c2b7a9d11', 'sidecar', 'bookstore', 'bookstore-v1');
+
+type Obj = Record<string, unknown>;
+/** Walks a decoded object along a path of keys and indexes. */
+function at(obj: unknown, ...pathParts: (string | number)[]): unknown {
+  return pathParts.reduce<unknown>((o, k) => (o as Obj | unknown[] | undefined)?.[k as never], obj);
+}
+
+function roundTrip(obj: object): Obj {
+  return decodeMessage(BOOTSTRAP, encodeMessage(BOOTSTRAP, obj));
+}
+
+describe('envoyBootstrap', () => {
+  const opts = {
+    nodeId,
+    xdsHost: 'osm-controller.osm-system.svc.cluster.local',
+    xdsPort: 15128,
+    certFile: '/etc/trellis/xds-cert.pem',
+    keyFile: '/etc/trellis/xds-key.pem',
+    caFile: '/etc/trellis/ca.pem',
+  };
+
+  it('encodes with the real Envoy Bootstrap proto and decodes back to the same node, admin and ADS config', () => {
+    const decoded = roundTrip(envoyBootstrap(opts));
+    assert.equal(at(decoded, 'node', 'id'), nodeId);
+    assert.equal(at(decoded, 'node', 'cluster'), 'bookstore-v1.bookstore');
+    assert.deepEqual(at(decoded, 'admin', 'address', 'socket_address'), { address: '127.0.0.1', port_value: 15000 });
+    assert.equal(
+      at(decoded, 'admin', 'access_log', 0, 'typed_config', '@type'),
+      'type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog',
+    );
+    const ads = at(decoded, 'dynamic_resources', 'ads_config') as Obj;
+    assert.equal(ads.api_type, 'GRPC');
+    assert.equal(ads.transport_api_version, 'V3');
+    assert.equal(ads.set_node_on_first_message_only, true);
+    assert.equal(at(ads, 'grpc_services', 0, 'envoy_grpc', 'cluster_name'), 'osm-controller');
+    for (const key of ['cds_config', 'lds_config']) {
+      assert.deepEqual(at(decoded, 'dynamic_resources', key), { ads: {}, resource_api_version: 'V3' }, key);
+    }
+  });
+
+  it('points the osm-controller cluster at a DNS host with LOGICAL_DNS, HTTP/2 and mTLS from files', () => {
+    const decoded = roundTrip(envoyBootstrap(opts));
+    const clusters = at(decoded, 'static_resources', 'clusters') as Obj[];
+    assert.equal(clusters.length, 1);
+    const [cluster] = clusters;
+    assert.equal(cluster.name, 'osm-controller');
+    assert.equal(cluster.type, 'LOGICAL_DNS');
+    assert.deepEqual(at(cluster, 'load_assignment', 'endpoints', 0, 'lb_endpoints', 0, 'endpoint', 'address', 'socket_address'), {
+      address: 'osm-controller.osm-system.svc.cluster.local',
+      port_value: 15128,
+    });
+    assert.deepEqual(at(cluster, 'typed_extension_protocol_options'), {
+      'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
+        '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+        explicit_http_config: { http2_protocol_options: {} },
+      },
+    });
+
+    const transport = at(cluster, 'transport_socket') as Obj;
+    assert.equal(transport.name, 'envoy.transport_sockets.tls');
+    const tls = transport.typed_config as Obj;
+    assert.equal(tls['@type'], 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext');
+    assert.equal(tls.sni, 'osm-controller.osm-system.svc.cluster.local');
+    const common = tls.common_tls_context as Obj;
+    assert.deepEqual(common.alpn_protocols, ['h2']);
+    assert.deepEqual(common.tls_params, { tls_minimum_protocol_version: 'TLSv1_2', tls_maximum_protocol_version: 'TLSv1_3' });
+    assert.deepEqual(common.tls_certificates, [
+      { certificate_chain: { filename: '/etc/trellis/xds-cert.pem' }, private_key: { filename: '/etc/trellis/xds-key.pem' } },
+    ]);
+    assert.deepEqual(at(common, 'validation_context', 'trusted_ca'), { filename: '/etc/trellis/ca.pem' });
+  });
+
+  it('uses a STATIC cluster without SNI for IPv4 and IPv6 literals, and honours the ports given', () => {
+    for (const [host, want] of [['10.0.0.7', '10.0.0.7'], ['::1', '::1'], ['[fd00::1]', 'fd00::1']] as const) {
+      const decoded = roundTrip(envoyBootstrap({ ...opts, xdsHost: host, xdsPort: 9000, adminPort: 15999 }));
+      const cluster = at(decoded, 'static_resources', 'clusters', 0) as Obj;
+      assert.equal(cluster.type, 'STATIC', host);
+      assert.deepEqual(at(cluster, 'load_assignment', 'endpoints', 0, 'lb_endpoints', 0, 'endpoint', 'address', 'socket_address'), {
+        address: want,
+        port_value: 9000,
+      });
+      assert.equal(at(cluster, 'transport_socket', 'typed_config', 'sni'), undefined, host);
+      assert.equal(at(decoded, 'admin', 'address', 'socket_address', 'port_value'), 15999);
+    }
+  });
+
+  it('takes node.cluster when given, and rejects a node id that is not a proxy CommonName otherwise', () => {
+    assert.equal(at(roundTrip(envoyBootstrap({ ...opts, nodeCluster: 'custom' })), 'node', 'cluster'), 'custom');
+    assert.throws(() => envoyBootstrap({ ...opts, nodeId: 'not-a-cn' as typeof nodeId }), /CommonName "not-a-cn"/);
+    assert.throws(() => envoyBootstrap({ ...opts, xdsPort: 70000 }), /xdsPort 70000/);
+  });
+});
+
+describe('isIpLiteral', () => {
+  it('tells IP literals from DNS names', () => {
+    for (const ip of ['127.0.0.1', '0.0.0.0', '255.255.255.255', '::', '::1', 'fe80::1%eth0', '2001:db8::ffff:10.0.0.1']) assert.ok(isIpLiteral(ip), ip);
+    for (const name of ['localhost', 'osm-controller.osm-system.svc', '256.1.1.1', '1.2.3', 'a:b']) assert.ok(!isIpLiteral(name), name);
+  });
+});

@@ -1,0 +1,100 @@
+import type { Cluster } from '../../api/generated/envoy/config/cluster/v3/Cluster.js';
+import { clusterName, localClusterName } from '../../catalog/names.js';
+import { inboundServices } from '../../catalog/traffic-policy.js';
+import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
+import type { Proxy } from '../../proxy/types.js';
+import { outboundView } from '../outbound.js';
+import type { NamedResource } from '../resource.js';
+import { tlsTransportSocket, upstreamTlsContext } from '../tls.js';
+import { ADS_CONFIG_SOURCE, durationMs, ExtensionType, typedConfig } from '../typed-config.js';
+
+/** Name of the cluster that points at Envoy's own admin port for Prometheus scraping (OSM). */
+export const ENVOY_METRICS_CLUSTER = 'envoy-metrics-cluster';
+/** Name of the original-destination cluster for egress passthrough (OSM). */
+export const PASSTHROUGH_OUTBOUND_CLUSTER = 'passthrough-outbound';
+/** Envoy's admin port, the target of {@link ENVOY_METRICS_CLUSTER}. */
+export const ENVOY_ADMIN_PORT = 15000;
+/** Connect timeout of upstream clusters, in ms (OSM's default 1 s). */
+export const CONNECT_TIMEOUT_MS = 1000;
+
+function httpProtocolOptions(svc: MeshService): Cluster['typed_extension_protocol_options'] {
+  if (svc.protocol === 'grpc') {
+    return {
+      'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': typedConfig(ExtensionType.HttpProtocolOptions, {
+        explicit_http_config: { http2_protocol_options: {} },
+      }),
+    };
+  }
+  if (svc.protocol === 'http') {
+    return {
+      'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': typedConfig(ExtensionType.HttpProtocolOptions, {
+        use_downstream_protocol_config: { http_protocol_options: {}, http2_protocol_options: {} },
+      }),
+    };
+  }
+  return undefined;
+}
+
+/**
+ * The upstream cluster of a MeshService as seen from a proxy: EDS over ADS, mTLS with the
+ * proxy's service certificate and the service's validation context from SDS, SNI = FQDN
+ * (Envoy `config.cluster.v3.Cluster`; OSM v1.2 `getUpstreamServiceCluster`).
+ */
+export function upstreamCluster(proxy: Proxy, svc: MeshService): Cluster {
+  const options = httpProtocolOptions(svc);
+  return {
+    name: clusterName(svc),
+    alt_stat_name: clusterName(svc),
+    type: 'EDS',
+    eds_cluster_config: { eds_config: ADS_CONFIG_SOURCE, service_name: clusterName(svc) },
+    connect_timeout: durationMs(CONNECT_TIMEOUT_MS),
+    lb_policy: 'ROUND_ROBIN',
+    transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc), true),
+    ...(options ? { typed_extension_protocol_options: options } : {}),
+  };
+}
+
+function staticCluster(name: string, port: number, svc?: MeshService): Cluster {
+  const options = svc ? httpProtocolOptions(svc) : undefined;
+  return {
+    name,
+    alt_stat_name: name,
+    type: 'STATIC',
+    connect_timeout: durationMs(CONNECT_TIMEOUT_MS),
+    load_assignment: {
+      cluster_name: name,
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: '127.0.0.1', port_value: port } } } }] }],
+    },
+    ...(options ? { typed_extension_protocol_options: options } : {}),
+  };
+}
+
+/**
+ * The local cluster of a MeshService the proxy serves: STATIC, 127.0.0.1:targetPort, named
+ * `<ns>/<svc>|<targetPort>|local` (OSM v1.2 `getLocalServiceCluster`).
+ */
+export function localCluster(svc: MeshService): Cluster {
+  return staticCluster(localClusterName(svc), svc.targetPort, svc);
+}
+
+/**
+ * CDS for one proxy: an upstream cluster per service it may reach (and per TrafficSplit
+ * backend), a local cluster per service it serves, `envoy-metrics-cluster`, and
+ * `passthrough-outbound` when egress is on. Names are unique; sorted by name.
+ */
+export function generateClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<Cluster>[] {
+  const clusters = new Map<string, Cluster>();
+  for (const svc of outboundView(snapshot, proxy.identity).upstreams) clusters.set(clusterName(svc), upstreamCluster(proxy, svc));
+  for (const svc of inboundServices(snapshot, proxy.identity)) clusters.set(localClusterName(svc), localCluster(svc));
+  clusters.set(ENVOY_METRICS_CLUSTER, staticCluster(ENVOY_METRICS_CLUSTER, ENVOY_ADMIN_PORT));
+  if (snapshot.settings.enableEgress) {
+    clusters.set(PASSTHROUGH_OUTBOUND_CLUSTER, {
+      name: PASSTHROUGH_OUTBOUND_CLUSTER,
+      alt_stat_name: PASSTHROUGH_OUTBOUND_CLUSTER,
+      type: 'ORIGINAL_DST',
+      lb_policy: 'CLUSTER_PROVIDED',
+      connect_timeout: durationMs(CONNECT_TIMEOUT_MS),
+    });
+  }
+  return [...clusters.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([name, resource]) => ({ name, resource }));
+}

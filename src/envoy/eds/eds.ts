@@ -1,0 +1,38 @@
+import type { ClusterLoadAssignment } from '../../api/generated/envoy/config/endpoint/v3/ClusterLoadAssignment.js';
+import { clusterName } from '../../catalog/names.js';
+import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
+import type { Proxy } from '../../proxy/types.js';
+import { outboundView } from '../outbound.js';
+import type { NamedResource } from '../resource.js';
+
+/**
+ * The ClusterLoadAssignment of a MeshService: one locality group (zone = the namespace) with
+ * an lb_endpoint per endpoint (IP literal, port, weight 1). A service without endpoints gets
+ * a valid, empty assignment (Envoy `config.endpoint.v3.ClusterLoadAssignment`).
+ */
+export function clusterLoadAssignment(snapshot: MeshSnapshot, svc: MeshService): ClusterLoadAssignment {
+  const name = clusterName(svc);
+  const endpoints = snapshot.endpoints.get(name) ?? [];
+  if (endpoints.length === 0) return { cluster_name: name, endpoints: [] };
+  return {
+    cluster_name: name,
+    endpoints: [
+      {
+        locality: { zone: svc.namespace },
+        load_balancing_weight: { value: endpoints.length },
+        lb_endpoints: endpoints.map((e) => ({
+          endpoint: { address: { socket_address: { address: e.ip, port_value: e.port } } },
+          load_balancing_weight: { value: 1 },
+        })),
+      },
+    ],
+  };
+}
+
+/** EDS for one proxy: a ClusterLoadAssignment for each of its upstream (EDS) clusters, sorted by name. */
+export function generateClusterLoadAssignments(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<ClusterLoadAssignment>[] {
+  return outboundView(snapshot, proxy.identity).upstreams.map((svc) => ({
+    name: clusterName(svc),
+    resource: clusterLoadAssignment(snapshot, svc),
+  }));
+}

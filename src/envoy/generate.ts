@@ -1,0 +1,26 @@
+import { TypeUrl } from '../api/type-urls.js';
+import type { MeshSnapshot } from '../catalog/types.js';
+import type { Proxy } from '../proxy/types.js';
+import { generateClusters } from './cds/cds.js';
+import { generateClusterLoadAssignments } from './eds/eds.js';
+import { generateListeners } from './lds/lds.js';
+import { generateRouteConfigurations } from './rds/rds.js';
+import type { NamedResource } from './resource.js';
+import { generateSecrets, type ProxyCertificates } from './sds/sds.js';
+
+/** Every resource of one proxy, by type URL, in the object form the codec encodes. */
+export type ProxyResources = ReadonlyMap<TypeUrl, readonly NamedResource[]>;
+
+/**
+ * Runs the five generators for one proxy: CDS, EDS, LDS, RDS and SDS. Pure and synchronous.
+ * @param certs the proxy identity's service certificate and the mesh root, for SDS.
+ */
+export function generateProxyResources(snapshot: MeshSnapshot, proxy: Proxy, certs: ProxyCertificates): ProxyResources {
+  return new Map<TypeUrl, readonly NamedResource[]>([
+    [TypeUrl.Cluster, generateClusters(snapshot, proxy)],
+    [TypeUrl.ClusterLoadAssignment, generateClusterLoadAssignments(snapshot, proxy)],
+    [TypeUrl.Listener, generateListeners(snapshot, proxy)],
+    [TypeUrl.RouteConfiguration, generateRouteConfigurations(snapshot, proxy)],
+    [TypeUrl.Secret, generateSecrets(snapshot, proxy, certs)],
+  ]);
+}

@@ -1,0 +1,188 @@
+import type { Listener } from '../../api/generated/envoy/config/listener/v3/Listener.js';
+import type { FilterChain } from '../../api/generated/envoy/config/listener/v3/FilterChain.js';
+import type { Filter } from '../../api/generated/envoy/config/listener/v3/Filter.js';
+import type { HttpFilter } from '../../api/generated/envoy/extensions/filters/network/http_connection_manager/v3/HttpFilter.js';
+import { clusterName, localClusterName, serviceFqdn } from '../../catalog/names.js';
+import { inboundServices, inboundTrafficTargets, targetCoversPort } from '../../catalog/traffic-policy.js';
+import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
+import type { Proxy } from '../../proxy/types.js';
+import { PASSTHROUGH_OUTBOUND_CLUSTER } from '../cds/cds.js';
+import { outboundView, type OutboundDestination } from '../outbound.js';
+import { identityPrincipals } from '../rbac.js';
+import { HTTP_RBAC_FILTER, inboundRouteConfigName, isHttpLike, outboundRouteConfigName } from '../rds/rds.js';
+import type { NamedResource } from '../resource.js';
+import { downstreamTlsContext, tlsTransportSocket } from '../tls.js';
+import { ADS_CONFIG_SOURCE, ExtensionType, typedConfig } from '../typed-config.js';
+
+/** Name and port of the listener that captures outbound traffic (OSM v1.2). */
+export const OUTBOUND_LISTENER = { name: 'outbound-listener', port: 15001 } as const;
+/** Name and port of the listener that receives inbound mTLS traffic (OSM v1.2). */
+export const INBOUND_LISTENER = { name: 'inbound-listener', port: 15003 } as const;
+/** Name of the network RBAC filter on inbound chains in SMI mode (OSM `l4_rbac`). */
+export const L4_RBAC_STAT_PREFIX = 'l4_rbac';
+
+function cidr(ip: string): { address_prefix: string; prefix_len: { value: number } } {
+  return { address_prefix: ip, prefix_len: { value: ip.includes(':') ? 128 : 32 } };
+}
+
+function httpConnectionManager(statPrefix: string, routeConfigName: string, rbac: boolean): Filter {
+  const httpFilters: HttpFilter[] = [];
+  // An RBAC filter with no rules allows everything; each route's RBACPerRoute then decides.
+  if (rbac) httpFilters.push({ name: HTTP_RBAC_FILTER, typed_config: typedConfig(ExtensionType.HttpRbac, {}) });
+  httpFilters.push({ name: 'envoy.filters.http.router', typed_config: typedConfig(ExtensionType.Router, {}) });
+  return {
+    name: 'envoy.filters.network.http_connection_manager',
+    typed_config: typedConfig(ExtensionType.HttpConnectionManager, {
+      stat_prefix: statPrefix,
+      rds: { config_source: ADS_CONFIG_SOURCE, route_config_name: routeConfigName },
+      http_filters: httpFilters,
+    }),
+  };
+}
+
+function tcpProxy(statPrefix: string, dest: Pick<OutboundDestination, 'targets'>): Filter {
+  const single = dest.targets.length === 1;
+  return {
+    name: 'envoy.filters.network.tcp_proxy',
+    typed_config: typedConfig(ExtensionType.TcpProxy, {
+      stat_prefix: statPrefix,
+      ...(single
+        ? { cluster: dest.targets[0].cluster }
+        : { weighted_clusters: { clusters: dest.targets.map((t) => ({ name: t.cluster, weight: t.weight })) } }),
+    }),
+  };
+}
+
+/** The IPs a client dials for a service: its ClusterIPs, or for a headless service its endpoints' IPs. */
+function destinationIps(snapshot: MeshSnapshot, svc: MeshService): string[] {
+  if (!svc.headless) return [...svc.clusterIPs];
+  return [...new Set((snapshot.endpoints.get(clusterName(svc)) ?? []).map((e) => e.ip))];
+}
+
+/**
+ * The outbound listener of a proxy, `outbound-listener` on 0.0.0.0:15001 with `original_dst`:
+ * one HTTP filter chain per destination port (matching that port and the ClusterIPs of the
+ * HTTP destinations on it, HCM with RDS `rds-outbound.<port>`) and one `tcp_proxy` chain per
+ * TCP destination (its IPs and port). An (IP, port) pair is claimed by one chain only, so no
+ * two chains have the same match. With egress on, unmatched traffic passes through to
+ * `passthrough-outbound`. Undefined when the proxy may reach nothing (Envoy rejects a
+ * listener without filter chains).
+ */
+export function outboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener | undefined {
+  const claimed = new Set<string>();
+  const claim = (svc: MeshService): string[] =>
+    destinationIps(snapshot, svc).filter((ip) => {
+      const key = `${ip}|${svc.port}`;
+      if (claimed.has(key)) return false;
+      claimed.add(key);
+      return true;
+    });
+  const httpIps = new Map<number, string[]>();
+  const chains: FilterChain[] = [];
+  for (const dest of outboundView(snapshot, proxy.identity).destinations) {
+    const svc = dest.service;
+    const ips = claim(svc);
+    if (ips.length === 0) continue;
+    if (isHttpLike(svc)) {
+      httpIps.set(svc.port, [...(httpIps.get(svc.port) ?? []), ...ips]);
+      continue;
+    }
+    const name = `outbound_${clusterName(svc)}_tcp`;
+    chains.push({
+      name,
+      filter_chain_match: { destination_port: { value: svc.port }, prefix_ranges: ips.sort().map(cidr) },
+      filters: [tcpProxy(name, dest)],
+    });
+  }
+  for (const [port, ips] of [...httpIps.entries()].sort(([a], [b]) => a - b)) {
+    const name = `outbound_http_${port}`;
+    chains.push({
+      name,
+      filter_chain_match: { destination_port: { value: port }, prefix_ranges: ips.sort().map(cidr) },
+      filters: [httpConnectionManager(name, outboundRouteConfigName(port), false)],
+    });
+  }
+  const egress = snapshot.settings.enableEgress;
+  if (chains.length === 0 && !egress) return undefined;
+  return {
+    name: OUTBOUND_LISTENER.name,
+    address: { socket_address: { address: '0.0.0.0', port_value: OUTBOUND_LISTENER.port } },
+    traffic_direction: 'OUTBOUND',
+    listener_filters: [{ name: 'envoy.filters.listener.original_dst', typed_config: typedConfig(ExtensionType.OriginalDst, {}) }],
+    filter_chains: chains.sort((a, b) => ((a.name ?? '') < (b.name ?? '') ? -1 : 1)),
+    ...(egress
+      ? {
+          default_filter_chain: {
+            name: 'outbound-egress-passthrough',
+            filters: [tcpProxy('outbound-egress-passthrough', { targets: [{ cluster: PASSTHROUGH_OUTBOUND_CLUSTER, weight: 1 }] })],
+          },
+        }
+      : {}),
+  };
+}
+
+/**
+ * The inbound listener of a proxy, `inbound-listener` on 0.0.0.0:15003 with `tls_inspector`
+ * and `original_dst`: one chain per service port it serves, matching the target port, TLS,
+ * and `server_names` = the service FQDN, with a DownstreamTlsContext that requires a client
+ * certificate; HTTP through the HCM with RDS `rds-inbound.<port>` (and the HTTP RBAC filter
+ * in SMI mode), TCP through `tcp_proxy` to the local cluster. In SMI mode every chain starts
+ * with network RBAC (`l4_rbac`) allowing only the sources of TrafficTargets covering the
+ * port. Undefined when the proxy serves no service.
+ */
+export function inboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener | undefined {
+  const smi = !snapshot.settings.permissiveTrafficPolicyMode;
+  const targets = smi ? inboundTrafficTargets(snapshot, proxy.identity) : [];
+  const chains: FilterChain[] = [];
+  for (const svc of inboundServices(snapshot, proxy.identity)) {
+    const http = isHttpLike(svc);
+    const name = `inbound_${clusterName(svc)}_${http ? 'http' : 'tcp'}`;
+    const filters: Filter[] = [];
+    if (smi) {
+      const sources = targets.filter((tt) => targetCoversPort(tt, svc)).flatMap((tt) => tt.sources);
+      filters.push({
+        name: 'envoy.filters.network.rbac',
+        typed_config: typedConfig(ExtensionType.NetworkRbac, {
+          stat_prefix: L4_RBAC_STAT_PREFIX,
+          rules: {
+            action: 'ALLOW',
+            policies:
+              sources.length > 0 ? { [`${clusterName(svc)}|inbound`]: { permissions: [{ any: true }], principals: identityPrincipals(sources) } } : {},
+          },
+        }),
+      });
+    }
+    filters.push(
+      http
+        ? httpConnectionManager(name, inboundRouteConfigName(svc.targetPort), smi)
+        : tcpProxy(name, { targets: [{ cluster: localClusterName(svc), weight: 1 }] }),
+    );
+    chains.push({
+      name,
+      filter_chain_match: { destination_port: { value: svc.targetPort }, server_names: [serviceFqdn(svc)], transport_protocol: 'tls' },
+      transport_socket: tlsTransportSocket(downstreamTlsContext(proxy.identity), false),
+      filters,
+    });
+  }
+  if (chains.length === 0) return undefined;
+  return {
+    name: INBOUND_LISTENER.name,
+    address: { socket_address: { address: '0.0.0.0', port_value: INBOUND_LISTENER.port } },
+    traffic_direction: 'INBOUND',
+    listener_filters: [
+      { name: 'envoy.filters.listener.tls_inspector', typed_config: typedConfig(ExtensionType.TlsInspector, {}) },
+      { name: 'envoy.filters.listener.original_dst', typed_config: typedConfig(ExtensionType.OriginalDst, {}) },
+    ],
+    filter_chains: chains,
+  };
+}
+
+/** LDS for one proxy: its outbound and inbound listeners (each only when it has filter chains). */
+export function generateListeners(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<Listener>[] {
+  const out: NamedResource<Listener>[] = [];
+  const inbound = inboundListener(snapshot, proxy);
+  if (inbound) out.push({ name: INBOUND_LISTENER.name, resource: inbound });
+  const outbound = outboundListener(snapshot, proxy);
+  if (outbound) out.push({ name: OUTBOUND_LISTENER.name, resource: outbound });
+  return out;
+}

@@ -1,0 +1,54 @@
+import { clusterName } from '../catalog/names.js';
+import { findMeshService, outboundServices, trafficSplitFor } from '../catalog/traffic-policy.js';
+import type { MeshService, MeshSnapshot } from '../catalog/types.js';
+import type { ServiceIdentity } from '../proxy/types.js';
+
+/** A cluster a route or tcp_proxy sends to, with its weight (1 when there is no split). */
+export interface WeightedCluster {
+  readonly cluster: string;
+  readonly weight: number;
+}
+
+/** One destination a proxy may reach, and where its traffic goes. */
+export interface OutboundDestination {
+  readonly service: MeshService;
+  /**
+   * The clusters traffic to the service goes to: the TrafficSplit's backends (weights as
+   * given) when the service is a split apex with reachable backends, else its own cluster.
+   */
+  readonly targets: readonly WeightedCluster[];
+}
+
+/** What a proxy reaches: its destinations, and every upstream service needing a cluster. */
+export interface OutboundView {
+  readonly destinations: readonly OutboundDestination[];
+  /** Services with an upstream cluster, deduplicated by cluster name, sorted by it. */
+  readonly upstreams: readonly MeshService[];
+}
+
+/**
+ * Computes a proxy's outbound view from the snapshot: the destinations its identity may
+ * reach (permissive, or SMI TrafficTargets), TrafficSplits applied to apex services (SMI
+ * split v1alpha2; backends with weight 0 are left out; backends the source may not reach
+ * are left out too, so traffic never goes where no TrafficTarget allows).
+ */
+export function outboundView(snapshot: MeshSnapshot, identity: ServiceIdentity): OutboundView {
+  const allowed = outboundServices(snapshot, identity);
+  const allowedKeys = new Set(allowed.map(clusterName));
+  const upstreams = new Map<string, MeshService>();
+  const destinations: OutboundDestination[] = [];
+  for (const svc of allowed) {
+    upstreams.set(clusterName(svc), svc);
+    const split = trafficSplitFor(snapshot, svc);
+    const targets: WeightedCluster[] = [];
+    for (const b of split?.backends ?? []) {
+      const backend = findMeshService(snapshot, svc.namespace, b.service, svc.port);
+      if (!backend || !allowedKeys.has(clusterName(backend))) continue;
+      upstreams.set(clusterName(backend), backend);
+      targets.push({ cluster: clusterName(backend), weight: b.weight });
+    }
+    destinations.push({ service: svc, targets: targets.length > 0 ? targets : [{ cluster: clusterName(svc), weight: 1 }] });
+  }
+  const sorted = [...upstreams.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, s]) => s);
+  return { destinations, upstreams: sorted };
+}

@@ -1,0 +1,185 @@
+import type { RouteConfiguration } from '../../api/generated/envoy/config/route/v3/RouteConfiguration.js';
+import type { Route } from '../../api/generated/envoy/config/route/v3/Route.js';
+import type { HeaderMatcher } from '../../api/generated/envoy/config/route/v3/HeaderMatcher.js';
+import type { VirtualHost } from '../../api/generated/envoy/config/route/v3/VirtualHost.js';
+import { localClusterName, serviceFqdn } from '../../catalog/names.js';
+import { inboundServices, inboundTrafficTargets, targetCoversPort } from '../../catalog/traffic-policy.js';
+import type { HttpRouteMatch, MeshService, MeshSnapshot } from '../../catalog/types.js';
+import { identityParts, type Proxy, type ServiceIdentity } from '../../proxy/types.js';
+import { outboundView } from '../outbound.js';
+import { identityPrincipals } from '../rbac.js';
+import type { NamedResource } from '../resource.js';
+import { ExtensionType, typedConfig } from '../typed-config.js';
+import { serviceHostnames } from './hosts.js';
+
+/** Name of the outbound route configuration for a port: `rds-outbound.<port>` (OSM v1.2). */
+export function outboundRouteConfigName(port: number): string {
+  return `rds-outbound.${port}`;
+}
+
+/** Name of the inbound route configuration for a port: `rds-inbound.<port>` (OSM v1.2). */
+export function inboundRouteConfigName(port: number): string {
+  return `rds-inbound.${port}`;
+}
+
+/** Filter name of the HTTP RBAC filter, the key of its per-route configuration. */
+export const HTTP_RBAC_FILTER = 'envoy.filters.http.rbac';
+
+/** True for ports served through the HTTP connection manager (HTTP and gRPC). */
+export function isHttpLike(svc: MeshService): boolean {
+  return svc.protocol === 'http' || svc.protocol === 'grpc';
+}
+
+function sortByName<T extends { name?: string }>(list: T[]): T[] {
+  return list.sort((a, b) => ((a.name ?? '') < (b.name ?? '') ? -1 : (a.name ?? '') > (b.name ?? '') ? 1 : 0));
+}
+
+/** Regex for an HTTP method list, `^(GET|POST)$`. Method names are tokens, so no escaping is needed beyond a check. */
+function methodsRegex(methods: readonly string[]): string {
+  return `^(${methods.map((m) => m.replace(/[^A-Za-z0-9_-]/g, '')).join('|')})$`;
+}
+
+/**
+ * The Envoy route match of an SMI HTTPMatch: `pathRegex` as an RE2 safe_regex (no path →
+ * `prefix: /`), `methods` as one `:method` regex header matcher (none when any method), and
+ * each header as a regex header matcher (SMI specs v1alpha4 `HTTPMatch`).
+ */
+export function routeMatch(match: HttpRouteMatch): Route['match'] {
+  const headers: HeaderMatcher[] = [];
+  if (match.methods.length > 0) headers.push({ name: ':method', string_match: { safe_regex: { regex: methodsRegex(match.methods) } } });
+  for (const [name, regex] of Object.entries(match.headers).sort(([a], [b]) => (a < b ? -1 : 1))) {
+    headers.push({ name: name.toLowerCase(), string_match: { safe_regex: { regex } } });
+  }
+  return {
+    ...(match.pathRegex ? { safe_regex: { regex: match.pathRegex } } : { prefix: '/' }),
+    ...(headers.length > 0 ? { headers } : {}),
+  };
+}
+
+/**
+ * Outbound RDS of a proxy: per destination port, `rds-outbound.<port>` with a virtual host
+ * per HTTP destination on that port (domains: {@link serviceHostnames}), routing every path to
+ * the service's cluster, or to weighted clusters when a TrafficSplit applies
+ * (`total_weight` = the sum of the weights).
+ */
+export function generateOutboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
+  const clientNamespace = identityParts(proxy.identity).namespace;
+  const byPort = new Map<number, VirtualHost[]>();
+  const domainsTaken = new Map<number, Set<string>>();
+  for (const dest of outboundView(snapshot, proxy.identity).destinations) {
+    const svc = dest.service;
+    if (!isHttpLike(svc)) continue;
+    const taken = domainsTaken.get(svc.port) ?? new Set<string>();
+    domainsTaken.set(svc.port, taken);
+    // Two virtual hosts of one route configuration may not share a domain (Envoy rejects it);
+    // the first service (in snapshot order) keeps a contested name, e.g. a reused ClusterIP.
+    const domains = serviceHostnames(svc, clientNamespace).filter((d) => !taken.has(d));
+    domains.forEach((d) => taken.add(d));
+    if (domains.length === 0) continue;
+    const action: Route['route'] =
+      dest.targets.length === 1 && dest.targets[0].weight === 1
+        ? { cluster: dest.targets[0].cluster }
+        : {
+            weighted_clusters: {
+              clusters: dest.targets.map((t) => ({ name: t.cluster, weight: { value: t.weight } })),
+              total_weight: { value: dest.targets.reduce((sum, t) => sum + t.weight, 0) },
+            },
+          };
+    const hosts = byPort.get(svc.port) ?? [];
+    hosts.push({
+      name: `outbound_virtual-host|${serviceFqdn(svc)}`,
+      domains,
+      routes: [{ name: `outbound_route|${serviceFqdn(svc)}`, match: { prefix: '/' }, route: action }],
+    });
+    byPort.set(svc.port, hosts);
+  }
+  return [...byPort.entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([port, hosts]) => {
+      const name = outboundRouteConfigName(port);
+      return { name, resource: { name, virtual_hosts: sortByName(hosts), validate_clusters: { value: false } } };
+    });
+}
+
+interface InboundRule {
+  match: Route['match'];
+  name: string;
+  sources: ServiceIdentity[];
+}
+
+/** The allowed (match, sources) pairs for requests to `svc` on a proxy of `identity` in SMI mode. */
+function inboundRules(snapshot: MeshSnapshot, identity: ServiceIdentity, svc: MeshService): InboundRule[] {
+  const rules = new Map<string, InboundRule>();
+  const add = (name: string, match: Route['match'], sources: readonly ServiceIdentity[]): void => {
+    const key = JSON.stringify(match);
+    const rule = rules.get(key) ?? { match, name, sources: [] };
+    rule.sources.push(...sources);
+    rules.set(key, rule);
+  };
+  for (const tt of inboundTrafficTargets(snapshot, identity)) {
+    if (!targetCoversPort(tt, svc)) continue;
+    for (const m of tt.httpMatches) add(m.name, routeMatch(m), tt.sources);
+    // A TCPRoute that covers an HTTP port allows every request on it.
+    if (tt.tcpPorts === 'any' || (tt.tcpPorts && (tt.tcpPorts.includes(svc.port) || tt.tcpPorts.includes(svc.targetPort)))) {
+      add(`${tt.name}/tcp`, { prefix: '/' }, tt.sources);
+    }
+  }
+  return [...rules.values()];
+}
+
+/**
+ * Inbound RDS of a proxy: per target port it serves over HTTP, `rds-inbound.<port>` with a
+ * virtual host per service (all its host names, plus those of TrafficSplit apex services it
+ * backs; a contested domain stays with the first host). In permissive mode one route sends
+ * every request to the local cluster; in SMI mode there is one route per allowed
+ * HTTPRouteGroup match, each with per-route RBAC naming the sources allowed to use it.
+ */
+export function generateInboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
+  const permissive = snapshot.settings.permissiveTrafficPolicyMode;
+  const byPort = new Map<number, VirtualHost[]>();
+  const domainsTaken = new Map<number, Set<string>>();
+  for (const svc of inboundServices(snapshot, proxy.identity)) {
+    if (!isHttpLike(svc)) continue;
+    const taken = domainsTaken.get(svc.targetPort) ?? new Set<string>();
+    domainsTaken.set(svc.targetPort, taken);
+    const apexes = snapshot.trafficSplits
+      .filter((s) => s.namespace === svc.namespace && s.backends.some((b) => b.service === svc.name))
+      .flatMap((s) => snapshot.services.filter((a) => a.namespace === s.namespace && a.name === s.service && a.port === svc.port));
+    const domains = [...serviceHostnames(svc, svc.namespace), ...apexes.flatMap((a) => serviceHostnames(a, a.namespace))].filter(
+      (d) => !taken.has(d) && (taken.add(d), true),
+    );
+    if (domains.length === 0) continue;
+    const cluster = localClusterName(svc);
+    const routes: Route[] = permissive
+      ? [{ name: `inbound_route|${serviceFqdn(svc)}`, match: { prefix: '/' }, route: { cluster } }]
+      : inboundRules(snapshot, proxy.identity, svc).map((rule) => ({
+          name: rule.name,
+          match: rule.match,
+          route: { cluster },
+          typed_per_filter_config: {
+            [HTTP_RBAC_FILTER]: typedConfig(ExtensionType.HttpRbacPerRoute, {
+              rbac: {
+                rules: {
+                  action: 'ALLOW',
+                  policies: { [rule.name]: { permissions: [{ any: true }], principals: identityPrincipals(rule.sources) } },
+                },
+              },
+            }),
+          },
+        }));
+    const hosts = byPort.get(svc.targetPort) ?? [];
+    hosts.push({ name: `inbound_virtual-host|${serviceFqdn(svc)}`, domains, routes });
+    byPort.set(svc.targetPort, hosts);
+  }
+  return [...byPort.entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([port, hosts]) => {
+      const name = inboundRouteConfigName(port);
+      return { name, resource: { name, virtual_hosts: sortByName(hosts), validate_clusters: { value: false } } };
+    });
+}
+
+/** RDS for one proxy: its outbound and inbound route configurations, sorted by name. */
+export function generateRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
+  return [...generateOutboundRouteConfigurations(snapshot, proxy), ...generateInboundRouteConfigurations(snapshot, proxy)];
+}

@@ -1,0 +1,85 @@
+import type { Secret } from '../../api/generated/envoy/extensions/transport_sockets/tls/v3/Secret.js';
+import {
+  identitySpiffeId,
+  inboundRootCertSecretName,
+  outboundRootCertSecretName,
+  serviceCertSecretName,
+  serviceKey,
+} from '../../catalog/names.js';
+import { inboundTrafficTargets } from '../../catalog/traffic-policy.js';
+import type { MeshSnapshot } from '../../catalog/types.js';
+import type { Proxy, ServiceIdentity } from '../../proxy/types.js';
+import { outboundView } from '../outbound.js';
+import type { NamedResource } from '../resource.js';
+
+/** The certificate material SDS serves to one proxy: its identity's service certificate and the mesh root. */
+export interface ProxyCertificates {
+  /** PEM certificate chain of the proxy identity's service certificate. */
+  readonly certChainPem: string;
+  /** PEM private key of that certificate. */
+  readonly privateKeyPem: string;
+  /** PEM of the mesh root CA, the trust anchor of every validation context. */
+  readonly caPem: string;
+}
+
+function sanMatchers(identities: readonly ServiceIdentity[]): NonNullable<
+  NonNullable<Secret['validation_context']>['match_typed_subject_alt_names']
+> {
+  return [...new Set(identities)].sort().map((id) => ({ san_type: 'URI' as const, matcher: { exact: identitySpiffeId(id) } }));
+}
+
+/**
+ * SDS for one proxy (Envoy `extensions.transport_sockets.tls.v3.Secret`, OSM v1.2 names):
+ * - `service-cert:<ns>/<sa>`: the proxy identity's certificate and key;
+ * - `root-cert-for-mtls-inbound:<ns>/<sa>`: the mesh root, and in SMI mode URI SAN matchers
+ *   for the identities TrafficTargets allow in (none allowed → the root alone, RBAC denies);
+ * - `root-cert-for-mtls-outbound:<ns>/<svc>` per upstream service: the mesh root and URI SAN
+ *   matchers for the identities backing that service.
+ * Sorted by name.
+ */
+export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: ProxyCertificates): NamedResource<Secret>[] {
+  const out: NamedResource<Secret>[] = [];
+  const cert = serviceCertSecretName(proxy.identity);
+  out.push({
+    name: cert,
+    resource: {
+      name: cert,
+      tls_certificate: {
+        certificate_chain: { inline_string: certs.certChainPem },
+        private_key: { inline_string: certs.privateKeyPem },
+      },
+    },
+  });
+  const inbound = inboundRootCertSecretName(proxy.identity);
+  const allowedIn = snapshot.settings.permissiveTrafficPolicyMode
+    ? []
+    : inboundTrafficTargets(snapshot, proxy.identity).flatMap((tt) => tt.sources);
+  out.push({
+    name: inbound,
+    resource: {
+      name: inbound,
+      validation_context: {
+        trusted_ca: { inline_string: certs.caPem },
+        ...(allowedIn.length > 0 ? { match_typed_subject_alt_names: sanMatchers(allowedIn) } : {}),
+      },
+    },
+  });
+  const seen = new Set<string>();
+  for (const svc of outboundView(snapshot, proxy.identity).upstreams) {
+    const name = outboundRootCertSecretName(svc);
+    if (seen.has(name)) continue;
+    seen.add(name);
+    const identities = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
+    out.push({
+      name,
+      resource: {
+        name,
+        validation_context: {
+          trusted_ca: { inline_string: certs.caPem },
+          ...(identities.length > 0 ? { match_typed_subject_alt_names: sanMatchers(identities) } : {}),
+        },
+      },
+    });
+  }
+  return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}

@@ -1,0 +1,35 @@
+import { typeUrlOf } from '../api/type-urls.js';
+
+/** Fully-qualified names of the extension messages the generators put in `typed_config`. */
+export const ExtensionType = {
+  HttpConnectionManager: 'envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
+  TcpProxy: 'envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy',
+  NetworkRbac: 'envoy.extensions.filters.network.rbac.v3.RBAC',
+  HttpRbac: 'envoy.extensions.filters.http.rbac.v3.RBAC',
+  HttpRbacPerRoute: 'envoy.extensions.filters.http.rbac.v3.RBACPerRoute',
+  Router: 'envoy.extensions.filters.http.router.v3.Router',
+  OriginalDst: 'envoy.extensions.filters.listener.original_dst.v3.OriginalDst',
+  TlsInspector: 'envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector',
+  UpstreamTlsContext: 'envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext',
+  DownstreamTlsContext: 'envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext',
+  HttpProtocolOptions: 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+} as const;
+
+/** A `google.protobuf.Any` in the object form the codec encodes: `@type` plus the message's fields. */
+export type TypedConfig<T extends object = object> = { '@type': string } & T;
+
+/**
+ * Wraps a message as a `typed_config` Any: `{'@type': 'type.googleapis.com/<name>', ...message}`.
+ * The codec encodes it (and throws on an unknown field).
+ */
+export function typedConfig<T extends object>(messageName: string, message: T): TypedConfig<T> {
+  return { '@type': typeUrlOf(messageName), ...message };
+}
+
+/** A `google.protobuf.Duration` of `ms` milliseconds. */
+export function durationMs(ms: number): { seconds: number; nanos: number } {
+  return { seconds: Math.floor(ms / 1000), nanos: (ms % 1000) * 1_000_000 };
+}
+
+/** An ADS `ConfigSource` (`ads: {}`, resource API V3): resources come over the same ADS stream. */
+export const ADS_CONFIG_SOURCE = { ads: {}, resource_api_version: 'V3' } as const;
