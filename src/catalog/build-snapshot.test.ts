@@ -1,0 +1,133 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
+import { memoryStore } from '../../test/helpers/memory-store.js';
+import { serviceIdentity } from '../proxy/types.js';
+import type { KubeObject } from '../store/objects.js';
+import { buildMeshSnapshot, parseGoDuration, portProtocol } from './build-snapshot.js';
+import { outboundServices } from './traffic-policy.js';
+
+function build(objects: KubeObject[]) {
+  return buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 7 });
+}
+
+describe('portProtocol', () => {
+  const table: [Parameters<typeof portProtocol>[0], string][] = [
+    [{ appProtocol: 'tcp', name: 'http-x' }, 'tcp'],
+    [{ appProtocol: 'gRPC' }, 'grpc'],
+    [{ name: 'http-web' }, 'http'],
+    [{ name: 'tcp-db' }, 'tcp'],
+    [{ name: 'grpc-api' }, 'grpc'],
+    [{ name: 'tcp-server-first-smtp' }, 'tcp-server-first'],
+    [{ name: 'bookstore-port' }, 'http'],
+    [{}, 'http'],
+  ];
+  for (const [port, want] of table) it(`${JSON.stringify(port)} → ${want}`, () => assert.equal(portProtocol(port), want));
+});
+
+describe('parseGoDuration', () => {
+  it('parses hours, minutes, seconds and combinations', () => {
+    assert.equal(parseGoDuration('24h'), 86400);
+    assert.equal(parseGoDuration('1h30m'), 5400);
+    assert.equal(parseGoDuration('90s'), 90);
+    assert.equal(parseGoDuration('1500ms'), 1.5);
+    assert.equal(parseGoDuration('tomorrow'), undefined);
+    assert.equal(parseGoDuration(''), undefined);
+  });
+});
+
+describe('buildMeshSnapshot', () => {
+  it('keeps only services of monitored namespaces, one MeshService per TCP port', () => {
+    const { snapshot } = build(bookstoreMesh());
+    assert.equal(snapshot.generation, 7);
+    assert.deepEqual([...snapshot.namespaces].sort(), ['bookbuyer', 'bookstore', 'bookthief', 'bookwarehouse']);
+    assert.deepEqual(
+      snapshot.services.map((s) => `${s.namespace}/${s.name}:${s.port}/${s.protocol}`),
+      [
+        'bookstore/bookstore:14001/http',
+        'bookstore/bookstore-v1:14001/http',
+        'bookstore/bookstore-v2:14001/http',
+        'bookwarehouse/bookwarehouse:14001/http',
+        'bookwarehouse/mysql:3306/tcp',
+      ],
+    );
+    const mysql = snapshot.services.find((s) => s.name === 'mysql')!;
+    assert.equal(mysql.headless, true);
+    assert.deepEqual(mysql.clusterIPs, []);
+  });
+
+  it('derives identities from the pods behind each service', () => {
+    const { snapshot } = build(bookstoreMesh());
+    assert.deepEqual(snapshot.identitiesByService.get('bookstore/bookstore'), [
+      serviceIdentity('bookstore', 'bookstore'),
+      serviceIdentity('bookstore', 'bookstore-v2'),
+    ]);
+    assert.deepEqual(snapshot.servicesByIdentity.get(serviceIdentity('bookstore', 'bookstore-v2')), ['bookstore/bookstore', 'bookstore/bookstore-v2']);
+  });
+
+  it('prefers Endpoints objects over pods, matching ports by name', () => {
+    const objects = bookstoreMesh();
+    objects.push({
+      apiVersion: 'v1',
+      kind: 'Endpoints',
+      metadata: { name: 'bookwarehouse', namespace: 'bookwarehouse' },
+      subsets: [{ addresses: [{ ip: '10.1.1.1' }, { ip: 'not-an-ip' }], ports: [{ name: 'bookwarehouse-port', port: 8080 }] }],
+    });
+    const { snapshot } = build(objects);
+    assert.deepEqual(snapshot.endpoints.get('bookwarehouse/bookwarehouse|14001'), [{ ip: '10.1.1.1', port: 8080 }]);
+  });
+
+  it('reads EndpointSlices by the kubernetes.io/service-name label and skips unready endpoints', () => {
+    const objects = bookstoreMesh();
+    objects.push({
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: { name: 'bookwarehouse-abc', namespace: 'bookwarehouse', labels: { 'kubernetes.io/service-name': 'bookwarehouse' } },
+      addressType: 'IPv4',
+      endpoints: [{ addresses: ['10.2.2.2'] }, { addresses: ['10.2.2.3'], conditions: { ready: false } }],
+      ports: [{ name: 'bookwarehouse-port', port: 14001 }],
+    });
+    const { snapshot } = build(objects);
+    assert.deepEqual(snapshot.endpoints.get('bookwarehouse/bookwarehouse|14001'), [{ ip: '10.2.2.2', port: 14001 }]);
+  });
+
+  it('is permissive without a MeshConfig, and SMI with permissive mode off', () => {
+    const none = build(bookstoreMesh().filter((o) => o.kind !== 'MeshConfig')).snapshot;
+    assert.equal(none.settings.permissiveTrafficPolicyMode, true);
+    assert.equal(build(bookstoreMesh()).snapshot.settings.permissiveTrafficPolicyMode, false);
+  });
+
+  it('lets a source reach only what TrafficTargets allow', () => {
+    const { snapshot } = build(bookstoreMesh());
+    const reach = (ns: string, sa: string) => outboundServices(snapshot, serviceIdentity(ns, sa)).map((s) => `${s.namespace}/${s.name}`);
+    assert.deepEqual(reach('bookbuyer', 'bookbuyer'), ['bookstore/bookstore', 'bookstore/bookstore-v1', 'bookstore/bookstore-v2']);
+    assert.deepEqual(reach('bookthief', 'bookthief'), []);
+    assert.deepEqual(reach('bookwarehouse', 'bookwarehouse'), ['bookwarehouse/mysql']);
+    assert.deepEqual(reach('bookstore', 'bookstore'), ['bookwarehouse/bookwarehouse']);
+  });
+
+  it('reports policies that reference missing objects and skips them', () => {
+    const objects = bookstoreMesh();
+    objects.push(
+      k8s.trafficTarget('bookstore', 'broken', 'bookstore', [{ ns: 'bookthief', sa: 'bookthief' }], [
+        { kind: 'HTTPRouteGroup', name: 'no-such-routes' },
+      ]),
+      k8s.trafficSplit('bookstore', 'bad-split', 'nosuch.bookstore', [{ service: 'bookstore-v1', weight: 1 }]),
+      k8s.trafficSplit('bookwarehouse', 'partial', 'bookwarehouse', [
+        { service: 'ghost', weight: 10 },
+        { service: 'bookwarehouse', weight: 5 },
+      ]),
+    );
+    const { snapshot, problems } = build(objects);
+    assert.deepEqual(
+      problems.map((p) => `${p.kind} ${p.namespace}/${p.name} ${p.field}`),
+      [
+        'TrafficTarget bookstore/broken spec.rules[0].name',
+        'TrafficSplit bookstore/bad-split spec.service',
+        'TrafficSplit bookwarehouse/partial spec.backends[0].service',
+      ],
+    );
+    assert.deepEqual(outboundServices(snapshot, serviceIdentity('bookthief', 'bookthief')), [], 'the broken target grants nothing');
+    assert.deepEqual(snapshot.trafficSplits.find((s) => s.name === 'bookwarehouse/partial')?.backends, [{ service: 'bookwarehouse', weight: 5 }]);
+  });
+});

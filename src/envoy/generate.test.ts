@@ -1,0 +1,212 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { decodeAny, encodeAny } from '../api/codec.js';
+import { TypeUrl } from '../api/type-urls.js';
+import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
+import { parseCommonName, type Proxy } from '../proxy/types.js';
+import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
+import { memoryStore } from '../../test/helpers/memory-store.js';
+import type { KubeObject } from '../store/objects.js';
+import { generateProxyResources } from './generate.js';
+
+const CERTS = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
+
+function proxyOf(sa: string, ns: string): Proxy {
+  return parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`);
+}
+
+type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+/** Generates a proxy's resources, encodes each with the real Envoy protos and decodes it back. */
+function configFor(objects: KubeObject[], sa: string, ns: string): Map<TypeUrl, Map<string, Decoded>> {
+  const { snapshot, problems } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
+  assert.deepEqual(problems, []);
+  const out = new Map<TypeUrl, Map<string, Decoded>>();
+  for (const [type, list] of generateProxyResources(snapshot, proxyOf(sa, ns), CERTS)) {
+    const names = list.map((r) => r.name);
+    assert.equal(new Set(names).size, names.length, `duplicate ${type} names: ${names.join(', ')}`);
+    out.set(type, new Map(list.map((r) => [r.name, decodeAny(encodeAny(type, r.resource))])));
+  }
+  return out;
+}
+
+function names(config: Map<TypeUrl, Map<string, Decoded>>, type: TypeUrl): string[] {
+  return [...(config.get(type)?.keys() ?? [])].sort();
+}
+
+describe('generators on the bookstore mesh (SMI mode)', () => {
+  const buyer = configFor(bookstoreMesh(), 'bookbuyer', 'bookbuyer');
+
+  it('gives bookbuyer clusters for the bookstore apex and both split backends, and nothing else upstream', () => {
+    assert.deepEqual(names(buyer, TypeUrl.Cluster), [
+      'bookstore/bookstore-v1|14001',
+      'bookstore/bookstore-v2|14001',
+      'bookstore/bookstore|14001',
+      'envoy-metrics-cluster',
+    ]);
+    const v1 = buyer.get(TypeUrl.Cluster)!.get('bookstore/bookstore-v1|14001')!;
+    assert.equal(v1.type, 'EDS');
+    assert.deepEqual(v1.eds_cluster_config.eds_config.ads, {});
+    const tls = v1.transport_socket.typed_config;
+    assert.equal(tls['@type'], 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext');
+    assert.equal(tls.sni, 'bookstore-v1.bookstore.svc.cluster.local');
+    assert.equal(tls.common_tls_context.tls_certificate_sds_secret_configs[0].name, 'service-cert:bookbuyer/bookbuyer');
+    assert.equal(tls.common_tls_context.validation_context_sds_secret_config.name, 'root-cert-for-mtls-outbound:bookstore/bookstore-v1');
+  });
+
+  it('routes bookstore 50/50 to bookstore-v1 and bookstore-v2 with total_weight the sum', () => {
+    const rds = buyer.get(TypeUrl.RouteConfiguration)!.get('rds-outbound.14001')!;
+    const vh = rds.virtual_hosts.find((v: Decoded) => v.name === 'outbound_virtual-host|bookstore.bookstore.svc.cluster.local');
+    assert.ok(vh, 'virtual host for the bookstore apex');
+    assert.ok(vh.domains.includes('bookstore.bookstore'));
+    assert.ok(vh.domains.includes('bookstore.bookstore.svc.cluster.local:14001'));
+    assert.ok(vh.domains.includes('10.96.0.10:14001'));
+    assert.ok(!vh.domains.includes('bookstore'), 'bare name only from the same namespace');
+    const wc = vh.routes[0].route.weighted_clusters;
+    assert.deepEqual(
+      wc.clusters.map((c: Decoded) => [c.name, c.weight.value]),
+      [
+        ['bookstore/bookstore-v1|14001', 50],
+        ['bookstore/bookstore-v2|14001', 50],
+      ],
+    );
+    assert.equal(wc.total_weight.value, 100);
+    const all = rds.virtual_hosts.flatMap((v: Decoded) => v.domains);
+    assert.equal(new Set(all).size, all.length, 'domains unique across virtual hosts');
+  });
+
+  it('captures bookstore traffic on the outbound listener by ClusterIP and port', () => {
+    const lds = buyer.get(TypeUrl.Listener)!;
+    assert.deepEqual([...lds.keys()], ['outbound-listener'], 'bookbuyer serves nothing: no inbound listener');
+    const out = lds.get('outbound-listener')!;
+    assert.equal(out.address.socket_address.port_value, 15001);
+    assert.equal(out.listener_filters[0].name, 'envoy.filters.listener.original_dst');
+    const chain = out.filter_chains.find((c: Decoded) => c.name === 'outbound_http_14001');
+    assert.equal(chain.filter_chain_match.destination_port.value, 14001);
+    assert.deepEqual(
+      chain.filter_chain_match.prefix_ranges.map((r: Decoded) => r.address_prefix),
+      ['10.96.0.10', '10.96.0.11', '10.96.0.12'],
+    );
+    const hcm = chain.filters[0].typed_config;
+    assert.equal(hcm.rds.route_config_name, 'rds-outbound.14001');
+    assert.equal(hcm.http_filters.at(-1).name, 'envoy.filters.http.router');
+  });
+
+  it('serves EDS with the pod IPs on the target port', () => {
+    const cla = buyer.get(TypeUrl.ClusterLoadAssignment)!.get('bookstore/bookstore|14001')!;
+    const addrs = cla.endpoints[0].lb_endpoints.map((e: Decoded) => `${e.endpoint.address.socket_address.address}:${e.endpoint.address.socket_address.port_value}`);
+    assert.deepEqual(addrs, ['10.244.2.10:14001', '10.244.2.20:14001']);
+    const v2 = buyer.get(TypeUrl.ClusterLoadAssignment)!.get('bookstore/bookstore-v2|14001')!;
+    assert.deepEqual(v2.endpoints[0].lb_endpoints.map((e: Decoded) => e.endpoint.address.socket_address.address), ['10.244.2.20']);
+  });
+
+  it('pins outbound validation contexts to the identities behind each service', () => {
+    const sds = buyer.get(TypeUrl.Secret)!;
+    const apex = sds.get('root-cert-for-mtls-outbound:bookstore/bookstore')!;
+    assert.equal(apex.validation_context.trusted_ca.inline_string, 'ROOT');
+    assert.deepEqual(
+      apex.validation_context.match_typed_subject_alt_names.map((m: Decoded) => [m.san_type, m.matcher.exact]),
+      [
+        ['URI', 'spiffe://cluster.local/ns/bookstore/sa/bookstore'],
+        ['URI', 'spiffe://cluster.local/ns/bookstore/sa/bookstore-v2'],
+      ],
+    );
+    const own = sds.get('service-cert:bookbuyer/bookbuyer')!;
+    assert.equal(own.tls_certificate.certificate_chain.inline_string, 'CERT');
+    assert.equal(own.tls_certificate.private_key.inline_string, 'KEY');
+  });
+
+  it('gives bookstore an inbound listener with mTLS, SNI and l4_rbac allowing only bookbuyer', () => {
+    const store = configFor(bookstoreMesh(), 'bookstore', 'bookstore');
+    const inbound = store.get(TypeUrl.Listener)!.get('inbound-listener')!;
+    assert.equal(inbound.address.socket_address.port_value, 15003);
+    assert.deepEqual(inbound.listener_filters.map((f: Decoded) => f.name), [
+      'envoy.filters.listener.tls_inspector',
+      'envoy.filters.listener.original_dst',
+    ]);
+    const chain = inbound.filter_chains.find((c: Decoded) => c.name === 'inbound_bookstore/bookstore-v1|14001_http');
+    assert.deepEqual(chain.filter_chain_match.server_names, ['bookstore-v1.bookstore.svc.cluster.local']);
+    assert.equal(chain.filter_chain_match.destination_port.value, 14001);
+    const tls = chain.transport_socket.typed_config;
+    assert.equal(tls.require_client_certificate.value, true);
+    assert.equal(tls.common_tls_context.validation_context_sds_secret_config.name, 'root-cert-for-mtls-inbound:bookstore/bookstore');
+    const rbac = chain.filters[0].typed_config;
+    assert.equal(rbac.stat_prefix, 'l4_rbac');
+    const principals = Object.values(rbac.rules.policies as Record<string, Decoded>).flatMap((p) =>
+      p.principals.map((x: Decoded) => x.authenticated.principal_name.exact),
+    );
+    assert.deepEqual(principals, ['spiffe://cluster.local/ns/bookbuyer/sa/bookbuyer']);
+    const matches = inbound.filter_chains.map((c: Decoded) => JSON.stringify(c.filter_chain_match));
+    assert.equal(new Set(matches).size, matches.length, 'filter chain matches unique');
+  });
+
+  it('has one inbound route per HTTPRouteGroup match with per-route RBAC', () => {
+    const store = configFor(bookstoreMesh(), 'bookstore', 'bookstore');
+    const rds = store.get(TypeUrl.RouteConfiguration)!.get('rds-inbound.14001')!;
+    const vh = rds.virtual_hosts.find((v: Decoded) => v.name === 'inbound_virtual-host|bookstore-v1.bookstore.svc.cluster.local');
+    const byName = new Map<string, Decoded>(vh.routes.map((r: Decoded) => [r.name, r]));
+    assert.deepEqual([...byName.keys()].sort(), [
+      'bookstore/bookstore-service-routes/books-bought',
+      'bookstore/bookstore-service-routes/buy-a-book',
+    ]);
+    const bought = byName.get('bookstore/bookstore-service-routes/books-bought')!;
+    assert.equal(bought.match.safe_regex.regex, '/books-bought');
+    assert.deepEqual(
+      bought.match.headers.map((h: Decoded) => [h.name, h.string_match.safe_regex.regex]),
+      [
+        [':method', '^(GET)$'],
+        ['client-app', 'bookbuyer'],
+        ['user-agent', '.*-http-client/*.*'],
+      ],
+    );
+    assert.equal(bought.route.cluster, 'bookstore/bookstore-v1|14001|local');
+    const perRoute = bought.typed_per_filter_config['envoy.filters.http.rbac'];
+    const policy = Object.values(perRoute.rbac.rules.policies as Record<string, Decoded>)[0];
+    assert.equal(policy.principals[0].authenticated.principal_name.exact, 'spiffe://cluster.local/ns/bookbuyer/sa/bookbuyer');
+  });
+
+  it('sends bookwarehouse → mysql through tcp_proxy to the headless service pod IPs', () => {
+    const wh = configFor(bookstoreMesh(), 'bookwarehouse', 'bookwarehouse');
+    const out = wh.get(TypeUrl.Listener)!.get('outbound-listener')!;
+    const chain = out.filter_chains.find((c: Decoded) => c.name === 'outbound_bookwarehouse/mysql|3306_tcp');
+    assert.equal(chain.filter_chain_match.destination_port.value, 3306);
+    assert.deepEqual(chain.filter_chain_match.prefix_ranges.map((r: Decoded) => r.address_prefix), ['10.244.3.20']);
+    assert.equal(chain.filters[0].typed_config.cluster, 'bookwarehouse/mysql|3306');
+    const mysql = configFor(bookstoreMesh(), 'mysql', 'bookwarehouse');
+    const inChain = mysql.get(TypeUrl.Listener)!.get('inbound-listener')!.filter_chains[0];
+    assert.equal(inChain.filters.at(-1).typed_config.cluster, 'bookwarehouse/mysql|3306|local');
+    assert.deepEqual(names(mysql, TypeUrl.Cluster), ['bookwarehouse/mysql|3306|local', 'envoy-metrics-cluster']);
+  });
+
+  it('gives bookthief nothing to reach in SMI mode, and everything in permissive mode', () => {
+    const thief = configFor(bookstoreMesh(), 'bookthief', 'bookthief');
+    assert.deepEqual(names(thief, TypeUrl.Cluster), ['envoy-metrics-cluster']);
+    assert.deepEqual(names(thief, TypeUrl.Listener), []);
+    assert.deepEqual(names(thief, TypeUrl.RouteConfiguration), []);
+    const open = configFor(bookstoreMesh({ permissive: true }), 'bookthief', 'bookthief');
+    assert.ok(names(open, TypeUrl.Cluster).includes('bookstore/bookstore|14001'));
+    assert.ok(names(open, TypeUrl.Cluster).includes('bookwarehouse/mysql|3306'));
+    assert.ok(names(open, TypeUrl.RouteConfiguration).includes('rds-outbound.14001'));
+  });
+
+  it('leaves a weight-0 backend out and routes 100 % to the other', () => {
+    const cfg = configFor(bookstoreMesh({ split: [100, 0] }), 'bookbuyer', 'bookbuyer');
+    const rds = cfg.get(TypeUrl.RouteConfiguration)!.get('rds-outbound.14001')!;
+    const vh = rds.virtual_hosts.find((v: Decoded) => v.name === 'outbound_virtual-host|bookstore.bookstore.svc.cluster.local');
+    assert.deepEqual(vh.routes[0].route.weighted_clusters.clusters.map((c: Decoded) => c.name), ['bookstore/bookstore-v1|14001']);
+    assert.equal(vh.routes[0].route.weighted_clusters.total_weight.value, 100);
+    const v2 = rds.virtual_hosts.find((v: Decoded) => v.name === 'outbound_virtual-host|bookstore-v2.bookstore.svc.cluster.local');
+    assert.equal(v2.routes[0].route.cluster, 'bookstore/bookstore-v2|14001', 'a backend stays reachable by its own name');
+  });
+
+  it('adds passthrough-outbound and a default chain when egress is on', () => {
+    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
+    objects.push(k8s.meshConfig(false, true));
+    const thief = configFor(objects, 'bookthief', 'bookthief');
+    const cluster = thief.get(TypeUrl.Cluster)!.get('passthrough-outbound')!;
+    assert.equal(cluster.type, 'ORIGINAL_DST');
+    assert.equal(cluster.lb_policy, 'CLUSTER_PROVIDED');
+    const out = thief.get(TypeUrl.Listener)!.get('outbound-listener')!;
+    assert.equal(out.default_filter_chain.filters[0].typed_config.cluster, 'passthrough-outbound');
+  });
+});
