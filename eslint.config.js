@@ -6,7 +6,10 @@ export default tseslint.config(
   {
     rules: {
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
-      'no-restricted-imports': ['error', { patterns: [{ group: ['**/generated/**/*.js'], message: 'import generated proto types with `import type`' }] }],
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { patterns: [{ group: ['**/generated/**/*.js'], allowTypeImports: true, message: 'import generated proto types with `import type`' }] },
+      ],
     },
   },
 );
