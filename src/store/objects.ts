@@ -208,3 +208,32 @@ export interface MeshConfig extends KubeObject {
 export function objectKey(kind: ObjectKind, namespace: string | undefined, name: string): string {
   return `${kind}/${namespace ?? ''}/${name}`;
 }
+
+/**
+ * The `apiVersion`s accepted for each kind (`group/version`, or `version` for the core group).
+ * Manifests of a known kind with any other `apiVersion` are rejected by the sources.
+ */
+export const OBJECT_API_VERSIONS: Readonly<Record<ObjectKind, readonly string[]>> = {
+  Namespace: ['v1'],
+  Service: ['v1'],
+  Endpoints: ['v1'],
+  EndpointSlice: ['discovery.k8s.io/v1'],
+  Pod: ['v1'],
+  ServiceAccount: ['v1'],
+  Deployment: ['apps/v1'],
+  TrafficTarget: ['access.smi-spec.io/v1alpha3'],
+  HTTPRouteGroup: ['specs.smi-spec.io/v1alpha4'],
+  TCPRoute: ['specs.smi-spec.io/v1alpha4'],
+  TrafficSplit: ['split.smi-spec.io/v1alpha2'],
+  MeshConfig: ['config.openservicemesh.io/v1alpha1', 'config.openservicemesh.io/v1alpha2'],
+};
+
+/** True if `kind` is one of {@link OBJECT_KINDS} (a type guard). */
+export function isObjectKind(kind: unknown): kind is ObjectKind {
+  return typeof kind === 'string' && (OBJECT_KINDS as readonly string[]).includes(kind);
+}
+
+/** True if objects of `kind` live in a namespace (every kind but `Namespace`). */
+export function isNamespacedKind(kind: ObjectKind): boolean {
+  return kind !== 'Namespace';
+}

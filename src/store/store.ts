@@ -22,3 +22,12 @@ export interface ObjectChange {
 
 /** Called with each batch of changes a source applied, in the order they were applied. */
 export type ChangeListener = (changes: readonly ObjectChange[]) => void;
+
+/**
+ * The write side a source needs: replace everything it contributed with its new full set,
+ * emitting one batch of changes (see `ObjectStore.replaceAll`).
+ */
+export interface StoreWriter {
+  /** Replaces `sourceId`'s objects with `objects`; returns the changes applied (empty if none). */
+  replaceAll(sourceId: string, objects: readonly KubeObject[]): readonly ObjectChange[];
+}

@@ -1,0 +1,251 @@
+import type { Logger } from 'pino';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { encodeAny } from '../api/codec.js';
+import { TYPE_SHORT_NAME, type TypeUrl } from '../api/type-urls.js';
+import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
+import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
+import type { MeshSnapshot } from '../catalog/types.js';
+import type { CertificateManager } from '../certificate/manager.js';
+import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
+import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
+import { ProxyRegistry } from '../proxy/registry.js';
+import type { Proxy, ServiceIdentity } from '../proxy/types.js';
+import type { ObjectChange, StoreReader } from '../store/store.js';
+import { buildProxySnapshot, type NamedResource as EncodedNamedResource, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
+
+/** Why a push happens; merged by the debouncer into one {@link PushRequest}. */
+export interface PushRequest {
+  /** Objects changed since the last push: the MeshSnapshot must be rebuilt. */
+  readonly configChanged: boolean;
+  /** The periodic resync asked for it. */
+  readonly resync: boolean;
+  /** Identities whose certificates rotated (only their proxies need new SDS). */
+  readonly rotated: ReadonlySet<ServiceIdentity>;
+  /** Kinds of the changed objects, for logs. */
+  readonly kinds: ReadonlySet<string>;
+}
+
+/** Merges two push requests: the union of their reasons (nothing is dropped). */
+export function mergePushRequests(a: PushRequest | undefined, b: PushRequest): PushRequest {
+  if (!a) return b;
+  return {
+    configChanged: a.configChanged || b.configChanged,
+    resync: a.resync || b.resync,
+    rotated: new Set([...a.rotated, ...b.rotated]),
+    kinds: new Set([...a.kinds, ...b.kinds]),
+  };
+}
+
+/** Options of {@link MeshController}. */
+export interface MeshControllerOptions {
+  readonly store: StoreReader & { onChange(listener: (changes: readonly ObjectChange[]) => void): () => void };
+  readonly certificates: CertificateManager;
+  readonly cache: SnapshotCache;
+  readonly logger: Logger;
+  readonly metrics: Registry;
+  /** Mesh name matched against namespaces' `openservicemesh.io/monitored-by` label. */
+  readonly meshName: string;
+  /** Quiet period of the push debouncer, in ms (default 100). */
+  readonly debounceQuietMs?: number;
+  /** Longest a change waits for a push, in ms (default 1000). */
+  readonly debounceMaxDelayMs?: number;
+  /** Interval of the periodic resync, in ms (default 60 000); 0 turns it off. */
+  readonly resyncIntervalMs?: number;
+  readonly timers?: Timers;
+}
+
+/**
+ * The composition of the push pipeline: store changes, certificate rotations and the resync
+ * timer feed a debouncer; each merged {@link PushRequest} rebuilds the MeshSnapshot (when
+ * objects changed), regenerates the affected proxies' resources, encodes them, and sets their
+ * snapshots in the cache, from which the ADS server sends what changed. A proxy whose
+ * resources fail to generate or encode keeps its last good snapshot.
+ */
+export class MeshController {
+  readonly registry = new ProxyRegistry();
+  private mesh: MeshSnapshot;
+  private problems: readonly PolicyProblem[] = [];
+  private generation = 0;
+  private readonly debouncer: Debouncer<PushRequest>;
+  private resyncTimer: unknown;
+  private readonly timers: Timers;
+  private readonly unsubscribe: (() => void)[] = [];
+  private readonly lastErrors = new Map<string, string>();
+  private readonly metrics: {
+    pushes: Counter<'reason'>;
+    generationErrors: Counter;
+    problems: Gauge;
+    buildSeconds: Histogram;
+    proxiesUpdated: Counter;
+  };
+
+  constructor(private readonly options: MeshControllerOptions) {
+    this.timers = options.timers ?? REAL_TIMERS;
+    this.mesh = this.rebuild();
+    this.debouncer = new Debouncer<PushRequest>(
+      { quietMs: options.debounceQuietMs ?? 100, maxDelayMs: options.debounceMaxDelayMs ?? 1000, timers: this.timers },
+      mergePushRequests,
+      (request) => this.push(request),
+      (err) => options.logger.error({ err }, 'push failed'),
+    );
+    const registers = [options.metrics];
+    this.metrics = {
+      pushes: new Counter({ name: 'trellis_pushes_total', help: 'Pushes run, by reason', labelNames: ['reason'], registers }),
+      generationErrors: new Counter({
+        name: 'trellis_generation_errors_total',
+        help: 'Proxy configurations that failed to generate or encode (the proxy kept its last good one)',
+        registers,
+      }),
+      problems: new Gauge({ name: 'trellis_policy_problems', help: 'Policies skipped because they are invalid', registers }),
+      buildSeconds: new Histogram({
+        name: 'trellis_push_build_seconds',
+        help: 'Time to rebuild the mesh snapshot and every affected proxy snapshot, in seconds',
+        buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5],
+        registers,
+      }),
+      proxiesUpdated: new Counter({ name: 'trellis_proxy_snapshots_total', help: 'Proxy snapshots generated', registers }),
+    };
+    this.metrics.problems.set(this.problems.length);
+  }
+
+  /** The current MeshSnapshot. */
+  get snapshot(): MeshSnapshot {
+    return this.mesh;
+  }
+
+  /** Policies the last snapshot had to skip, with object and field. */
+  policyProblems(): readonly PolicyProblem[] {
+    return this.problems;
+  }
+
+  /** Starts listening to the store and rotations, and the resync timer. */
+  start(): void {
+    this.unsubscribe.push(
+      this.options.store.onChange((changes) =>
+        this.debouncer.push({ configChanged: true, resync: false, rotated: new Set(), kinds: new Set(changes.map((c) => c.kind)) }),
+      ),
+      this.options.certificates.onRotated((identity) =>
+        this.debouncer.push({ configChanged: false, resync: false, rotated: new Set([identity]), kinds: new Set() }),
+      ),
+    );
+    this.armResync();
+  }
+
+  private armResync(): void {
+    const interval = this.options.resyncIntervalMs ?? 60_000;
+    if (interval <= 0) return;
+    this.resyncTimer = this.timers.setTimeout(() => {
+      this.debouncer.push({ configChanged: true, resync: true, rotated: new Set(), kinds: new Set() });
+      this.armResync();
+    }, interval);
+  }
+
+  /** Stops timers and listeners. */
+  stop(): void {
+    for (const u of this.unsubscribe.splice(0)) u();
+    if (this.resyncTimer !== undefined) this.timers.clearTimeout(this.resyncTimer);
+    this.debouncer.stop();
+  }
+
+  /** Runs any pending push now and waits for it (for tests and shutdown). */
+  flush(): Promise<void> {
+    return this.debouncer.flushNow();
+  }
+
+  private rebuild(): MeshSnapshot {
+    const { snapshot, problems } = buildMeshSnapshot(this.options.store, { meshName: this.options.meshName, generation: ++this.generation });
+    const before = new Set(this.problems.map(formatProblem));
+    for (const p of problems) {
+      const text = formatProblem(p);
+      if (!before.has(text)) this.options.logger.warn({ problem: p }, `policy skipped: ${text}`);
+    }
+    this.problems = problems;
+    this.metrics?.problems.set(problems.length);
+    if (snapshot.settings.serviceCertValiditySeconds !== this.options.certificates.validitySeconds) {
+      this.options.certificates.setValidity(snapshot.settings.serviceCertValiditySeconds);
+    }
+    return snapshot;
+  }
+
+  /**
+   * ADS hook: a proxy's stream opened. Registers it and sets its first snapshot before the
+   * server answers anything.
+   * @throws Error when its configuration cannot be generated (the stream is then refused).
+   */
+  async onStreamOpen(proxy: Proxy, streamId: number): Promise<void> {
+    this.registry.register(proxy, streamId, new Date(this.timers.now()));
+    this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, streamId }, 'proxy connected');
+    const ok = await this.updateProxy(proxy);
+    if (!ok && !this.options.cache.getSnapshot(proxy.uuid)) throw new Error(`no configuration could be generated for proxy ${proxy.uuid}`);
+  }
+
+  /** ADS hook: a proxy's stream closed. Unregisters it (its snapshot goes once no stream of it is left). */
+  onStreamClose(proxy: Proxy, streamId: number): void {
+    const remaining = this.registry.unregister(proxy.uuid, streamId);
+    this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, streamId }, 'proxy disconnected');
+    if (remaining === 0) this.options.cache.clearSnapshot(proxy.uuid);
+  }
+
+  private async push(request: PushRequest): Promise<void> {
+    const end = this.metrics.buildSeconds.startTimer();
+    const reason = request.resync ? 'resync' : request.configChanged ? 'config' : 'certificate';
+    this.metrics.pushes.inc({ reason });
+    if (request.configChanged) this.mesh = this.rebuild();
+    const proxies = this.registry
+      .proxies()
+      .filter((p) => request.configChanged || request.rotated.has(p.identity));
+    for (const proxy of proxies) await this.updateProxy(proxy);
+    end();
+    this.options.logger.debug({ reason, kinds: [...request.kinds], proxies: proxies.length, generation: this.mesh.generation }, 'pushed');
+  }
+
+  /**
+   * Generates, encodes and publishes one proxy's snapshot.
+   * @returns false when that failed (the proxy keeps its last good snapshot).
+   */
+  private async updateProxy(proxy: Proxy): Promise<boolean> {
+    try {
+      const cert = await this.options.certificates.getServiceCertificate(proxy.identity);
+      const resources = generateProxyResources(this.mesh, proxy, {
+        certChainPem: cert.certPem,
+        privateKeyPem: cert.keyPem,
+        caPem: this.options.certificates.caPem,
+      });
+      const snapshot = buildProxySnapshot(encodeResources(resources));
+      if (!this.registry.get(proxy.uuid)) return true; // disconnected meanwhile
+      this.lastErrors.delete(proxy.uuid);
+      this.metrics.proxiesUpdated.inc();
+      this.options.cache.setSnapshot(proxy.uuid, snapshot);
+      return true;
+    } catch (err) {
+      this.metrics.generationErrors.inc();
+      const message = err instanceof Error ? err.message : String(err);
+      if (this.lastErrors.get(proxy.uuid) !== message) {
+        this.options.logger.error({ proxy: proxy.uuid, identity: proxy.identity, err: message }, 'configuration not generated; proxy keeps its last good one');
+      }
+      this.lastErrors.set(proxy.uuid, message);
+      return false;
+    }
+  }
+}
+
+/**
+ * Encodes every generated resource with the real Envoy protos.
+ * @throws Error naming the type and resource when one cannot be encoded (unknown field, bad value).
+ */
+export function encodeResources(resources: ProxyResources): Map<TypeUrl, EncodedNamedResource[]> {
+  const out = new Map<TypeUrl, EncodedNamedResource[]>();
+  for (const [type, list] of resources) {
+    out.set(
+      type,
+      list.map((r) => {
+        try {
+          return { name: r.name, resource: encodeAny(type, r.resource) };
+        } catch (err) {
+          throw new Error(`${TYPE_SHORT_NAME[type]} resource "${r.name}": ${err instanceof Error ? err.message : String(err)}`);
+        }
+      }),
+    );
+  }
+  return out;
+}

@@ -1,0 +1,315 @@
+import { readFile, readdir, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { watch } from 'chokidar';
+import type { FSWatcher } from 'chokidar';
+import type { Logger } from 'pino';
+import { objectKey } from '../../store/objects.js';
+import type { KubeObject } from '../../store/objects.js';
+import type { StoreWriter } from '../../store/store.js';
+import { formatManifestError, parseManifests } from './parse.js';
+import type { ManifestError, ManifestWarning, ParsedManifests } from './parse.js';
+
+/** File name endings read as manifests. */
+export const MANIFEST_EXTENSIONS: readonly string[] = ['.yaml', '.yml', '.json'];
+
+/** Options of {@link ManifestsSource}. */
+export interface ManifestsSourceOptions {
+  /** The directory to read, recursively. Errors name files as `path.join(dir, relativePath)`. */
+  dir: string;
+  /** Where the objects go; the source id is `manifests:<dir>`. */
+  store: StoreWriter;
+  logger: Logger;
+  /** Quiet period after a file-system event before rescanning, in milliseconds (default 50). */
+  debounceMs?: number;
+  /** Watch the directory for changes after the initial load (default true). */
+  watch?: boolean;
+}
+
+/** What one file contributes, and the text it was parsed from. */
+interface FileState {
+  /** The text last read, or undefined if the file could never be read. */
+  text: string | undefined;
+  parsed: ParsedManifests | undefined;
+  /** The objects the file contributes now (after the keep-last-good rules), with their lines. */
+  objects: readonly KubeObject[];
+  lines: readonly number[];
+  /** Errors to report for this file (parse errors, or a read error). */
+  errors: readonly ManifestError[];
+}
+
+/**
+ * The manifests-directory source, Trellis's embedded default: every `*.yaml`, `*.yml` and
+ * `*.json` file below `dir` (recursively; names starting with `.` are skipped, as are editor
+ * temp files) is parsed with {@link parseManifests}, and the union of their valid objects
+ * replaces this source's contribution to the store (`store.replaceAll('manifests:'+dir, …)`).
+ * The directory is watched with chokidar; any add/change/unlink (including an editor's atomic
+ * save: write a temp file, rename it over the original) triggers, after a short quiet period,
+ * a rescan of the whole directory. Files whose text is unchanged are not parsed again.
+ *
+ * Keep-last-good rules, so that proxies keep their configuration while someone is editing:
+ * - A file with a YAML syntax error anywhere keeps ALL the objects it contributed before,
+ *   unchanged (a half-written file is not taken as a deletion). A file never loaded before
+ *   contributes the valid documents it has.
+ * - A file that cannot be read (other than "no longer exists") keeps its previous objects.
+ * - A document rejected by validation is skipped; if the same kind/namespace/name was loaded
+ *   from this file before, that previous version is kept.
+ * - A file that was deleted contributes nothing any more.
+ * - The same kind/namespace/name in two files: the one in the file that sorts first (by
+ *   relative path) wins; the other is an error.
+ *
+ * Errors and warnings (see {@link ManifestError}) are logged once when they first appear and
+ * are available from {@link ManifestsSource.errors} until fixed. Documents of kinds Trellis
+ * does not read are logged once per file and kind, at info level.
+ */
+export class ManifestsSource {
+  /** The store source id: `manifests:<dir>`. */
+  readonly sourceId: string;
+  readonly #dir: string;
+  readonly #absoluteDir: string;
+  readonly #store: StoreWriter;
+  readonly #logger: Logger;
+  readonly #debounceMs: number;
+  readonly #watch: boolean;
+  #files = new Map<string, FileState>();
+  #errors: readonly ManifestError[] = [];
+  #warnings: readonly ManifestWarning[] = [];
+  readonly #loggedIgnored = new Set<string>();
+  #loggedProblems = new Set<string>();
+  #watcher: FSWatcher | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #chain: Promise<void> = Promise.resolve();
+  #started = false;
+  #stopped = false;
+  #synced = false;
+
+  /** Creates the source; nothing is read until {@link ManifestsSource.start}. */
+  constructor(options: ManifestsSourceOptions) {
+    this.#dir = options.dir;
+    this.#absoluteDir = path.resolve(options.dir);
+    this.#store = options.store;
+    this.#logger = options.logger.child({ source: 'manifests', dir: options.dir });
+    this.#debounceMs = options.debounceMs ?? 50;
+    this.#watch = options.watch ?? true;
+    this.sourceId = `manifests:${options.dir}`;
+  }
+
+  /** True once the initial load has been written to the store. */
+  get synced(): boolean {
+    return this.#synced;
+  }
+
+  /** The current load errors (invalid documents, syntax errors, unreadable files, duplicates), by file and line. */
+  errors(): readonly ManifestError[] {
+    return this.#errors;
+  }
+
+  /** The current warnings (YAML 1.1/1.2 ambiguous scalars); the objects concerned are loaded. */
+  warnings(): readonly ManifestWarning[] {
+    return this.#warnings;
+  }
+
+  /**
+   * Starts watching (unless `watch: false`), then loads the directory and writes it to the
+   * store; resolves when that initial load is done ({@link ManifestsSource.synced}).
+   * Invalid manifests do not make it fail: they are reported by {@link ManifestsSource.errors}.
+   * @throws Error if `dir` is not a readable directory, or if called twice.
+   */
+  async start(): Promise<void> {
+    if (this.#started) throw new Error('ManifestsSource.start called twice');
+    this.#started = true;
+    const info = await stat(this.#absoluteDir).catch((err: NodeJS.ErrnoException) => {
+      throw new Error(`manifests directory ${this.#dir}: ${err.code ?? err.message}`);
+    });
+    if (!info.isDirectory()) throw new Error(`manifests directory ${this.#dir}: not a directory`);
+    if (this.#watch) {
+      const root = this.#absoluteDir;
+      const watcher = watch(root, {
+        ignoreInitial: true,
+        // Dot files and folders (editor swap files, .git) below the root don't trigger rescans.
+        ignored: (p: string) => path.relative(root, p).split(path.sep).some((segment) => segment.startsWith('.') && segment !== '..' && segment !== '.'),
+      });
+      this.#watcher = watcher;
+      watcher.on('all', () => this.#schedule());
+      watcher.on('error', (err) => this.#logger.error({ err }, 'watching the manifests directory failed'));
+      await new Promise<void>((resolve) => watcher.once('ready', () => resolve()));
+    }
+    await this.rescan();
+    this.#synced = true;
+    this.#logger.info({ files: this.#files.size, errors: this.#errors.length }, 'manifests loaded');
+  }
+
+  /** Stops watching and waits for a rescan in progress. Idempotent. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    await this.#watcher?.close();
+    this.#watcher = undefined;
+    await this.#chain;
+  }
+
+  /**
+   * Reads the directory again now and updates the store (rescans run one at a time).
+   * Resolves when done; never rejects (an unreadable directory is logged and keeps the
+   * previous objects).
+   */
+  rescan(): Promise<void> {
+    this.#chain = this.#chain.then(() =>
+      this.#scanOnce().catch((err: unknown) => {
+        this.#logger.error({ err }, 'rescanning the manifests directory failed; keeping the previous objects');
+      }),
+    );
+    return this.#chain;
+  }
+
+  #schedule(): void {
+    if (this.#stopped) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      void this.rescan();
+    }, this.#debounceMs);
+  }
+
+  async #scanOnce(): Promise<void> {
+    const relativePaths = await listManifestFiles(this.#absoluteDir);
+    const next = new Map<string, FileState>();
+    for (const relative of relativePaths) {
+      const state = await this.#loadFile(relative, this.#files.get(relative));
+      if (state) next.set(relative, state);
+    }
+    this.#files = next;
+
+    const objects: KubeObject[] = [];
+    const owner = new Map<string, string>();
+    const errors: ManifestError[] = [];
+    const warnings: ManifestWarning[] = [];
+    for (const [relative, state] of next) {
+      const file = this.#displayName(relative);
+      errors.push(...state.errors);
+      warnings.push(...(state.parsed?.warnings ?? []));
+      state.objects.forEach((object, i) => {
+        const key = objectKey(object.kind, object.metadata.namespace, object.metadata.name);
+        const first = owner.get(key);
+        if (first !== undefined) {
+          errors.push({
+            file,
+            line: state.lines[i],
+            kind: object.kind,
+            namespace: object.metadata.namespace,
+            name: object.metadata.name,
+            field: undefined,
+            message: `duplicate object: already defined in ${first}`,
+          });
+          return;
+        }
+        owner.set(key, `${file}:${state.lines[i]}`);
+        objects.push(object);
+      });
+      for (const ignored of state.parsed?.ignored ?? []) {
+        const id = `${relative}\0${ignored.apiVersion ?? ''}\0${ignored.kind}`;
+        if (this.#loggedIgnored.has(id)) continue;
+        this.#loggedIgnored.add(id);
+        this.#logger.info({ file, kind: ignored.kind, apiVersion: ignored.apiVersion }, `ignoring kind ${ignored.kind} (not read by Trellis)`);
+      }
+    }
+    this.#errors = Object.freeze(errors);
+    this.#warnings = Object.freeze(warnings);
+    this.#logNewProblems();
+    if (this.#stopped && this.#synced) return;
+    const changes = this.#store.replaceAll(this.sourceId, objects);
+    if (changes.length > 0) this.#logger.debug({ changes: changes.length, objects: objects.length }, 'manifests changed');
+  }
+
+  async #loadFile(relative: string, previous: FileState | undefined): Promise<FileState | undefined> {
+    const file = this.#displayName(relative);
+    let text: string;
+    try {
+      text = await readFile(path.join(this.#absoluteDir, relative), 'utf8');
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') return undefined; // deleted (or renamed away) since listed
+      const readError: ManifestError = {
+        file, line: 1, kind: undefined, namespace: undefined, name: undefined, field: undefined,
+        message: `cannot read the file (${code ?? (err as Error).message})${previous ? '; keeping its previous objects' : ''}`,
+      };
+      return { ...(previous ?? { text: undefined, parsed: undefined, objects: [], lines: [] }), errors: [readError] };
+    }
+    if (previous && previous.text === text && previous.parsed) return previous;
+
+    const parsed = parseManifests(file, text);
+    if (parsed.syntaxError && previous && previous.text !== undefined) {
+      // Keep everything the file contributed before: a half-saved file is not a deletion.
+      if (previous.objects.length > 0) {
+        this.#logger.warn({ file, objects: previous.objects.length }, 'YAML syntax error: keeping the objects loaded before from this file');
+      }
+      return { text, parsed, objects: previous.objects, lines: previous.lines, errors: parsed.errors };
+    }
+    const objects = [...parsed.objects];
+    const lines = [...parsed.lines];
+    if (previous && parsed.rejectedKeys.length > 0) {
+      const rejected = new Set(parsed.rejectedKeys);
+      const loaded = new Set(objects.map((o) => objectKey(o.kind, o.metadata.namespace, o.metadata.name)));
+      previous.objects.forEach((object, i) => {
+        const key = objectKey(object.kind, object.metadata.namespace, object.metadata.name);
+        if (rejected.has(key) && !loaded.has(key)) {
+          objects.push(object); // the last good version of a document now invalid
+          lines.push(previous.lines[i]);
+        }
+      });
+    }
+    return { text, parsed, objects, lines, errors: parsed.errors };
+  }
+
+  #displayName(relative: string): string {
+    return path.join(this.#dir, relative);
+  }
+
+  #logNewProblems(): void {
+    const current = new Set<string>();
+    for (const error of this.#errors) {
+      const line = formatManifestError(error);
+      current.add(line);
+      if (!this.#loggedProblems.has(line)) this.#logger.warn(`invalid manifest: ${line}`);
+    }
+    for (const warning of this.#warnings) {
+      const line = `warning: ${formatManifestError(warning)}`;
+      current.add(line);
+      if (!this.#loggedProblems.has(line)) this.#logger.warn(line);
+    }
+    this.#loggedProblems = current;
+  }
+}
+
+/**
+ * The manifest files below `root`, as paths relative to it, sorted. Entries whose name starts
+ * with `.` are skipped; symbolic links to files are followed, to directories not.
+ * @throws the file system's error if `root` itself cannot be read.
+ */
+export async function listManifestFiles(root: string): Promise<string[]> {
+  const found: string[] = [];
+  const walk = async (relativeDir: string): Promise<void> => {
+    let entries;
+    try {
+      entries = await readdir(path.join(root, relativeDir), { withFileTypes: true });
+    } catch (err) {
+      if (relativeDir === '') throw err;
+      return; // a subfolder removed while walking
+    }
+    for (const entry of entries) {
+      if (entry.name.startsWith('.')) continue;
+      const relative = path.join(relativeDir, entry.name);
+      if (entry.isDirectory()) {
+        await walk(relative);
+      } else if (MANIFEST_EXTENSIONS.some((ext) => entry.name.endsWith(ext))) {
+        if (entry.isFile()) found.push(relative);
+        else if (entry.isSymbolicLink()) {
+          const target = await stat(path.join(root, relative)).catch(() => undefined);
+          if (target?.isFile()) found.push(relative);
+        }
+      }
+    }
+  };
+  await walk('');
+  return found.sort();
+}

@@ -1,0 +1,289 @@
+import { LineCounter, isMap, isScalar, isSeq, parseAllDocuments } from 'yaml';
+import type { Document, Node as YamlNode } from 'yaml';
+import { OBJECT_API_VERSIONS, isNamespacedKind, isObjectKind, objectKey } from '../../store/objects.js';
+import type { KubeObject, ObjectKind } from '../../store/objects.js';
+import { SchemaValidator } from './schemas.js';
+import type { FieldPath } from './schemas.js';
+
+/**
+ * A problem found in a manifest: where (file, 1-based line), which object (when known), which
+ * field (a dotted path with indexes, e.g. `spec.backends[0].weight`, when known) and what.
+ * Formatted by {@link formatManifestError}.
+ */
+export interface ManifestError {
+  /** The file as the source names it (the directory given by the user joined with the relative path). */
+  file: string;
+  /** 1-based line of the offending field, or of the document when the field has no position. */
+  line: number;
+  kind: string | undefined;
+  namespace: string | undefined;
+  name: string | undefined;
+  field: string | undefined;
+  message: string;
+}
+
+/** A warning has the same shape as an error; the object it is about is still loaded. */
+export type ManifestWarning = ManifestError;
+
+/** A document of a kind Trellis does not read (e.g. StatefulSet, Ingress): skipped. */
+export interface IgnoredManifest {
+  file: string;
+  line: number;
+  apiVersion: string | undefined;
+  kind: string;
+  namespace: string | undefined;
+  name: string | undefined;
+}
+
+/** The result of {@link parseManifests} for one file. */
+export interface ParsedManifests {
+  /**
+   * The valid objects of the file's documents, in document order. Namespaced objects without
+   * `metadata.namespace` get `default` (as kubectl does); `Namespace` objects have none.
+   */
+  objects: KubeObject[];
+  /** `lines[i]` is the 1-based line where `objects[i]`'s document starts. */
+  lines: number[];
+  /** Documents skipped as invalid (syntax or schema), and duplicates within the file. */
+  errors: ManifestError[];
+  /** Accepted documents with values YAML 1.1 (kubectl) and YAML 1.2 (Trellis) read differently. */
+  warnings: ManifestWarning[];
+  /** Documents of kinds not in OBJECT_KINDS. */
+  ignored: IgnoredManifest[];
+  /** True if at least one document had a YAML syntax error (its content, hence identity, is unknown). */
+  syntaxError: boolean;
+  /** {@link objectKey}s of documents rejected by validation whose kind, namespace and name are known. */
+  rejectedKeys: string[];
+}
+
+/**
+ * One line of text for a manifest error or warning:
+ * `file:line: Kind namespace/name: field: message` (parts that are unknown are left out),
+ * e.g. `examples/x/split.yaml:7: TrafficSplit bookstore/bookstore-split: spec.backends[0].weight: must be integer`.
+ */
+export function formatManifestError(error: ManifestError): string {
+  let text = `${error.file}:${error.line}: `;
+  if (error.kind !== undefined) {
+    const name = error.name ?? '<unnamed>';
+    text += `${error.kind} ${error.namespace !== undefined ? `${error.namespace}/` : ''}${name}: `;
+  }
+  if (error.field !== undefined) text += `${error.field}: `;
+  return text + error.message;
+}
+
+/** Formats a field path as `spec.backends[0].weight`. */
+export function formatFieldPath(path: FieldPath): string {
+  let text = '';
+  for (const segment of path) {
+    if (typeof segment === 'number') text += `[${segment}]`;
+    else text += text === '' ? segment : `.${segment}`;
+  }
+  return text;
+}
+
+let sharedValidator: SchemaValidator | undefined;
+
+/**
+ * Parses the text of one manifest file (YAML, possibly multi-document, or JSON; a `v1` `List`
+ * is flattened to its items) into store objects.
+ *
+ * Every document is judged on its own: a document with a YAML syntax error, a known kind with
+ * an unsupported `apiVersion`, a schema violation, a missing `metadata.name`, or the same
+ * kind/namespace/name as an earlier document of the file is reported in `errors` and skipped;
+ * the file's other documents still load. Documents of kinds Trellis does not read are listed
+ * in `ignored`. Pure: no I/O besides reading the bundled CRD schemas once.
+ *
+ * @param fileName used in errors only.
+ * @param text the file's content.
+ */
+export function parseManifests(fileName: string, text: string): ParsedManifests {
+  sharedValidator ??= new SchemaValidator();
+  const validator = sharedValidator;
+  const result: ParsedManifests = { objects: [], lines: [], errors: [], warnings: [], ignored: [], syntaxError: false, rejectedKeys: [] };
+  const lineCounter = new LineCounter();
+  const documents = parseAllDocuments(text, { lineCounter, prettyErrors: false, merge: true });
+  if (!Array.isArray(documents)) return result; // an empty stream
+  const lineAt = (offset: number): number => lineCounter.linePos(offset).line;
+  const seen = new Map<string, number>();
+
+  for (const doc of documents) {
+    const docLine = lineAt(doc.contents?.range[0] ?? doc.range[0]);
+    if (doc.errors.length > 0) {
+      result.syntaxError = true;
+      for (const error of doc.errors) {
+        result.errors.push({ ...noObject(fileName, lineAt(error.pos[0])), message: `YAML syntax error: ${firstLine(error.message)}` });
+      }
+      continue;
+    }
+    if (doc.contents === null) continue; // an empty document (only comments, or a trailing ---)
+    let value: unknown;
+    try {
+      value = doc.toJS({ maxAliasCount: 100 });
+    } catch (err) {
+      result.errors.push({ ...noObject(fileName, docLine), message: `YAML error: ${firstLine((err as Error).message)}` });
+      result.syntaxError = true;
+      continue;
+    }
+    if (value === null || value === undefined) continue;
+    if (!isRecord(value)) {
+      result.errors.push({ ...noObject(fileName, docLine), message: 'a manifest must be a mapping (apiVersion, kind, metadata, ...)' });
+      continue;
+    }
+    if (value.kind === 'List' && Array.isArray(value.items)) {
+      value.items.forEach((item, i) => {
+        const basePath = ['items', i];
+        acceptDocument(item, basePath, lineOfPath(doc, basePath, lineAt, docLine));
+      });
+    } else {
+      acceptDocument(value, [], docLine);
+    }
+
+    function acceptDocument(candidate: unknown, basePath: FieldPath, line: number): void {
+      const where = (path: FieldPath): number => lineOfPath(doc, [...basePath, ...path], lineAt, line);
+      if (!isRecord(candidate)) {
+        result.errors.push({ ...noObject(fileName, line), message: 'a manifest must be a mapping (apiVersion, kind, metadata, ...)' });
+        return;
+      }
+      const kind = candidate.kind;
+      const apiVersion = typeof candidate.apiVersion === 'string' ? candidate.apiVersion : undefined;
+      const metadata = isRecord(candidate.metadata) ? candidate.metadata : {};
+      const name = typeof metadata.name === 'string' ? metadata.name : undefined;
+      const givenNamespace = typeof metadata.namespace === 'string' ? metadata.namespace : undefined;
+      if (typeof kind !== 'string' || kind === '') {
+        result.errors.push({ ...noObject(fileName, where(['kind'])), name, namespace: givenNamespace, field: 'kind', message: 'is required' });
+        return;
+      }
+      if (!isObjectKind(kind)) {
+        result.ignored.push({ file: fileName, line, apiVersion, kind, namespace: givenNamespace, name });
+        return;
+      }
+      const namespace = isNamespacedKind(kind) ? (givenNamespace ?? 'default') : undefined;
+      const identity = { file: fileName, kind, namespace, name };
+      const key = name !== undefined ? objectKey(kind, namespace, name) : undefined;
+      const reject = (error: ManifestError): void => {
+        result.errors.push(error);
+        if (key !== undefined && !result.rejectedKeys.includes(key)) result.rejectedKeys.push(key);
+      };
+
+      const accepted = OBJECT_API_VERSIONS[kind];
+      if (apiVersion === undefined || !accepted.includes(apiVersion)) {
+        reject({
+          ...identity,
+          line: where(['apiVersion']),
+          field: 'apiVersion',
+          message: apiVersion === undefined ? `is required (${accepted.join(' or ')})` : `${JSON.stringify(apiVersion)} is not supported for ${kind}; use ${accepted.join(' or ')}`,
+        });
+        return;
+      }
+      warnAmbiguousScalars(doc, basePath, text, (path, message) => {
+        result.warnings.push({ ...identity, line: where(path), field: formatFieldPath(path), message });
+      });
+      const violations = validator.validate(kind, apiVersion, candidate);
+      if (violations.length > 0) {
+        for (const v of violations) reject({ ...identity, line: where(v.path), field: formatFieldPath(v.path), message: v.message });
+        return;
+      }
+      const objectKeyText = key as string; // the schema requires metadata.name
+      const firstLineSeen = seen.get(objectKeyText);
+      if (firstLineSeen !== undefined) {
+        result.errors.push({ ...identity, line, field: undefined, message: `duplicate object: already defined at line ${firstLineSeen}` });
+        return;
+      }
+      seen.set(objectKeyText, line);
+      result.objects.push(toObject(candidate, kind, namespace));
+      result.lines.push(line);
+    }
+  }
+  return result;
+}
+
+function toObject(candidate: Record<string, unknown>, kind: ObjectKind, namespace: string | undefined): KubeObject {
+  const { namespace: _given, ...metadata } = candidate.metadata as Record<string, unknown>;
+  return {
+    ...candidate,
+    kind,
+    apiVersion: candidate.apiVersion as string,
+    metadata: { ...metadata, ...(namespace !== undefined ? { namespace } : {}) } as KubeObject['metadata'],
+  };
+}
+
+function noObject(file: string, line: number): ManifestError {
+  return { file, line, kind: undefined, namespace: undefined, name: undefined, field: undefined, message: '' };
+}
+
+function firstLine(message: string): string {
+  return message.split('\n')[0];
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * The line of the deepest node along `path` that exists in the document: for a mapping entry
+ * the line of its key, for a sequence item the line of the item. Falls back to `fallback`.
+ */
+function lineOfPath(doc: Document, path: FieldPath, lineAt: (offset: number) => number, fallback: number): number {
+  let node: unknown = doc.contents;
+  let line = fallback;
+  for (const segment of path) {
+    if (isMap(node)) {
+      const pair = node.items.find((p) => (isScalar(p.key) ? p.key.value : p.key) === segment);
+      if (!pair) break;
+      const keyRange = isScalar(pair.key) ? pair.key.range : undefined;
+      if (keyRange) line = lineAt(keyRange[0]);
+      node = pair.value;
+    } else if (isSeq(node) && typeof segment === 'number') {
+      const item = node.items[segment] as YamlNode | undefined;
+      if (!item) break;
+      if (item.range) line = lineAt(item.range[0]);
+      node = item;
+    } else {
+      break;
+    }
+  }
+  return line;
+}
+
+const YAML11_BOOLEANS = /^(y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)$/;
+const YAML11_OCTAL = /^[-+]?0[0-7]+$/;
+const YAML12_OCTAL = /^0o[0-7]+$/;
+const YAML11_SEXAGESIMAL = /^[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?$/;
+const YAML11_UNDERSCORE_NUMBER = /^[-+]?[0-9][0-9_]*_[0-9_]*(\.[0-9_]*)?$/;
+
+/**
+ * Calls `warn` for every plain (unquoted) scalar value under `basePath` that YAML 1.1, which
+ * kubectl uses, reads differently from YAML 1.2, which Trellis uses (see DESIGN.md, pitfalls).
+ */
+function warnAmbiguousScalars(doc: Document, basePath: FieldPath, text: string, warn: (path: FieldPath, message: string) => void): void {
+  let root: unknown = doc.contents;
+  for (const segment of basePath) {
+    if (isMap(root)) root = root.items.find((p) => (isScalar(p.key) ? p.key.value : p.key) === segment)?.value;
+    else if (isSeq(root) && typeof segment === 'number') root = root.items[segment];
+    else return;
+  }
+  const walk = (node: unknown, path: (string | number)[]): void => {
+    if (isMap(node)) {
+      for (const pair of node.items) {
+        const key = isScalar(pair.key) ? pair.key.value : pair.key;
+        walk(pair.value, [...path, typeof key === 'number' ? key : String(key)]);
+      }
+    } else if (isSeq(node)) {
+      node.items.forEach((item, i) => walk(item, [...path, i]));
+    } else if (isScalar(node) && node.type === 'PLAIN' && node.range) {
+      const source = text.slice(node.range[0], node.range[1]).trim();
+      const message = ambiguity(source);
+      if (message) warn(path, `unquoted ${source} ${message}; quote it or write what you mean`);
+    }
+  };
+  walk(root, []);
+}
+
+function ambiguity(source: string): string | undefined {
+  if (YAML11_BOOLEANS.test(source)) return 'is a string in YAML 1.2 but a boolean in YAML 1.1 (kubectl)';
+  if (YAML11_OCTAL.test(source)) return `is the decimal ${Number(source)} in YAML 1.2 but octal (${parseInt(source, 8)}) in YAML 1.1 (kubectl)`;
+  if (YAML12_OCTAL.test(source)) return 'is an octal number in YAML 1.2 but a string in YAML 1.1 (kubectl)';
+  if (YAML11_SEXAGESIMAL.test(source)) return 'is a string in YAML 1.2 but a base-60 number in YAML 1.1 (kubectl)';
+  if (YAML11_UNDERSCORE_NUMBER.test(source)) return 'is a string in YAML 1.2 but a number in YAML 1.1 (kubectl)';
+  return undefined;
+}
