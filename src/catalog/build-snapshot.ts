@@ -101,7 +101,7 @@ function meshSettings(store: StoreReader, problems: PolicyProblem[]): MeshSettin
         field: 'spec.certificate.serviceCertValidityDuration',
         message: `"${text}" is not a duration of at least 1m; using 24h`,
       });
-    } else validity = parsed;
+    } else validity = Math.round(parsed);
   }
   return {
     permissiveTrafficPolicyMode: config.spec?.traffic?.enablePermissiveTrafficPolicyMode ?? false,

@@ -1,0 +1,69 @@
+import { randomUUID } from 'node:crypto';
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { stringify } from 'yaml';
+import { CertificateAuthority } from '../certificate/authority.js';
+import { CertificateManager } from '../certificate/manager.js';
+import { envoyBootstrap } from '../envoy/bootstrap.js';
+import { proxyCommonName, type CommonName } from '../proxy/types.js';
+
+/** Options of {@link writeProxyBootstrap}; the `trellis bootstrap` flags. */
+export interface BootstrapCommandOptions {
+  readonly namespace: string;
+  readonly serviceAccount: string;
+  /** Output directory for bootstrap.yaml, cert.pem, key.pem, ca.pem. */
+  readonly out: string;
+  /** The controller's state directory (where the CA lives). */
+  readonly stateDir: string;
+  /** `host:port` of the controller's mTLS ADS listener. */
+  readonly xdsAddress: string;
+  /** Proxy UUID (default: a random one). */
+  readonly uuid?: string;
+  /** Validity of the xDS client certificate, in seconds (default 1 year). */
+  readonly validitySeconds?: number;
+}
+
+/** What {@link writeProxyBootstrap} wrote. */
+export interface BootstrapResult {
+  readonly commonName: CommonName;
+  readonly files: { bootstrap: string; cert: string; key: string; ca: string };
+}
+
+/**
+ * Issues an xDS client certificate from the mesh CA (CN
+ * `<uuid>.sidecar.<sa>.<ns>.cluster.local`) and writes `bootstrap.yaml` (Envoy v3 bootstrap:
+ * admin 127.0.0.1:15000, ADS over TLS to the controller, node id = the CN), `cert.pem`,
+ * `key.pem` (mode 0600) and `ca.pem` to `out`.
+ * @throws Error when the CA cannot be loaded or created, the names are not DNS labels, or a
+ *   file cannot be written.
+ */
+export async function writeProxyBootstrap(options: BootstrapCommandOptions): Promise<BootstrapResult> {
+  const ca = await CertificateAuthority.loadOrCreate(options.stateDir);
+  const manager = new CertificateManager({ ca });
+  const uuid = options.uuid ?? randomUUID();
+  const commonName = proxyCommonName(uuid, 'sidecar', options.namespace, options.serviceAccount);
+  const cert = await manager.issueProxyCertificate(uuid, options.namespace, options.serviceAccount, options.validitySeconds ?? 365 * 24 * 3600);
+  manager.stop();
+  const out = path.resolve(options.out);
+  await mkdir(out, { recursive: true });
+  const files = {
+    bootstrap: path.join(out, 'bootstrap.yaml'),
+    cert: path.join(out, 'cert.pem'),
+    key: path.join(out, 'key.pem'),
+    ca: path.join(out, 'ca.pem'),
+  };
+  const i = options.xdsAddress.lastIndexOf(':');
+  const bootstrap = envoyBootstrap({
+    nodeId: commonName,
+    xdsHost: options.xdsAddress.slice(0, i).replace(/^\[|\]$/g, ''),
+    xdsPort: Number(options.xdsAddress.slice(i + 1)),
+    certFile: files.cert,
+    keyFile: files.key,
+    caFile: files.ca,
+  });
+  await writeFile(files.cert, cert.certPem);
+  await writeFile(files.key, cert.keyPem, { mode: 0o600 });
+  await writeFile(files.ca, ca.caPem);
+  await writeFile(files.bootstrap, stringify(bootstrap));
+  return { commonName, files };
+}

@@ -1,0 +1,95 @@
+import { Command, InvalidArgumentError } from 'commander';
+import pino from 'pino';
+import { parseGoDuration } from '../catalog/build-snapshot.js';
+import { runController } from '../main.js';
+import { writeProxyBootstrap } from './bootstrap-command.js';
+
+function duration(value: string): number {
+  const seconds = /^\d+$/.test(value) ? Number(value) : parseGoDuration(value);
+  if (seconds === undefined || seconds < 0) throw new InvalidArgumentError(`"${value}" is not a duration such as 60s, 5m or 1h`);
+  return seconds;
+}
+
+function address(value: string): string {
+  const i = value.lastIndexOf(':');
+  const port = Number(value.slice(i + 1));
+  if (i <= 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new InvalidArgumentError(`"${value}" is not HOST:PORT`);
+  return value;
+}
+
+/**
+ * The `trellis` command line: `trellis controller` runs the control plane, `trellis bootstrap`
+ * writes an Envoy bootstrap and xDS client certificate for one proxy.
+ * @param argv `process.argv`.
+ */
+export async function main(argv: readonly string[]): Promise<void> {
+  const program = new Command('trellis').description('Trellis: a service-mesh control plane (xDS server for Envoy and SMI policies)');
+
+  program
+    .command('controller')
+    .description('run the controller: watch the manifests, serve ADS over mTLS, push configuration to every proxy')
+    .option('--manifests <dir>', 'directory of Kubernetes/SMI manifests to load and watch', 'examples/bookstore')
+    .option('--mesh-name <name>', 'mesh name: namespaces labelled openservicemesh.io/monitored-by=<name> are in the mesh', 'osm')
+    .option('--state-dir <dir>', 'where the CA root certificate and key persist', '.trellis')
+    .option('--xds-address <host:port>', 'mTLS ADS listener', address, '0.0.0.0:15128')
+    .option('--xds-plaintext-address <host:port>', 'plaintext ADS listener for proxyless gRPC and local tests (identity from node.id)', address)
+    .option('--insecure-allow-remote', 'allow the plaintext listener on a non-loopback address', false)
+    .option('--http-address <host:port>', 'health, metrics and debug HTTP server', address, '127.0.0.1:9091')
+    .option('--resync-interval <duration>', 'push to every proxy at least this often', duration, 60)
+    .option('--log-level <level>', 'trace, debug, info, warn, error', 'info')
+    .action(async (opts: {
+      manifests: string;
+      meshName: string;
+      stateDir: string;
+      xdsAddress: string;
+      xdsPlaintextAddress?: string;
+      insecureAllowRemote: boolean;
+      httpAddress: string;
+      resyncInterval: number;
+      logLevel: string;
+    }) => {
+      const logger = pino({ level: opts.logLevel });
+      let running: Awaited<ReturnType<typeof runController>>;
+      try {
+        running = await runController({
+          manifests: opts.manifests,
+          meshName: opts.meshName,
+          stateDir: opts.stateDir,
+          xdsAddress: opts.xdsAddress,
+          xdsPlaintextAddress: opts.xdsPlaintextAddress,
+          insecureAllowRemote: opts.insecureAllowRemote,
+          httpAddress: opts.httpAddress,
+          resyncIntervalMs: opts.resyncInterval * 1000,
+          logger,
+        });
+      } catch (err) {
+        logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'controller failed to start');
+        process.exit(1);
+      }
+      const shutdown = (signal: string) => {
+        logger.info({ signal }, 'shutting down');
+        running.stop().then(
+          () => process.exit(0),
+          () => process.exit(1),
+        );
+      };
+      process.once('SIGINT', shutdown);
+      process.once('SIGTERM', shutdown);
+    });
+
+  program
+    .command('bootstrap')
+    .description('issue an xDS client certificate and write an Envoy bootstrap for one proxy')
+    .requiredOption('--namespace <ns>', 'namespace of the proxy')
+    .requiredOption('--service-account <sa>', 'service account (identity) of the proxy')
+    .requiredOption('--out <dir>', 'output directory for bootstrap.yaml, cert.pem, key.pem, ca.pem')
+    .option('--state-dir <dir>', 'the controller state directory holding the CA', '.trellis')
+    .option('--xds-address <host:port>', 'the controller ADS address as the proxy reaches it', address, '127.0.0.1:15128')
+    .option('--uuid <uuid>', 'proxy UUID (default: random)')
+    .action(async (opts: { namespace: string; serviceAccount: string; out: string; stateDir: string; xdsAddress: string; uuid?: string }) => {
+      const result = await writeProxyBootstrap(opts);
+      process.stdout.write(`${result.commonName}\n${Object.values(result.files).join('\n')}\n`);
+    });
+
+  await program.parseAsync([...argv]);
+}

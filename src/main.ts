@@ -1,0 +1,204 @@
+import * as grpc from '@grpc/grpc-js';
+import { isIP } from 'node:net';
+import path from 'node:path';
+import pino, { type Logger } from 'pino';
+import { collectDefaultMetrics, Registry } from 'prom-client';
+import { TYPE_SHORT_NAME } from './api/type-urls.js';
+import { formatProblem } from './catalog/problems.js';
+import { CertificateAuthority } from './certificate/authority.js';
+import { CertificateManager } from './certificate/manager.js';
+import { MeshController } from './controller/mesh-controller.js';
+import { configDump } from './debug/config-dump.js';
+import { OpsServer } from './debug/ops-server.js';
+import { ManifestsSource } from './sources/manifests/manifests-source.js';
+import { formatManifestError } from './sources/manifests/parse.js';
+import { ObjectStore } from './store/object-store.js';
+import { SnapshotCache } from './xds/cache/snapshot-cache.js';
+import { AdsServer, authenticateFromNodeId, authenticateFromPeerCertificate } from './xds/server/ads-server.js';
+
+/** Options of {@link runController}; the CLI's `trellis controller` flags. */
+export interface ControllerOptions {
+  /** Directory of manifests to load and watch. */
+  readonly manifests: string;
+  readonly meshName: string;
+  /** Where the CA's root certificate and key persist. */
+  readonly stateDir: string;
+  /** `host:port` of the mTLS ADS listener (port 0: any free port). */
+  readonly xdsAddress: string;
+  /** `host:port` of the plaintext ADS listener, or undefined for none. */
+  readonly xdsPlaintextAddress?: string;
+  /** Allow a plaintext listener on a non-loopback address. */
+  readonly insecureAllowRemote?: boolean;
+  /** `host:port` of the operations HTTP server. */
+  readonly httpAddress: string;
+  /** Periodic resync interval, in ms. */
+  readonly resyncIntervalMs: number;
+  /** Validity of service certificates when no MeshConfig says otherwise, in seconds. */
+  readonly certValiditySeconds?: number;
+  /** Push debounce quiet period, in ms. */
+  readonly debounceQuietMs?: number;
+  readonly logger?: Logger;
+}
+
+/** A running controller: its bound ports and a way to stop it. */
+export interface RunningController {
+  readonly xdsPort: number;
+  readonly xdsPlaintextPort: number | undefined;
+  readonly httpPort: number;
+  readonly controller: MeshController;
+  /** Stops every listener, watcher and timer. */
+  stop(): Promise<void>;
+}
+
+function hostOf(address: string): string {
+  return address.slice(0, address.lastIndexOf(':')).replace(/^\[|\]$/g, '');
+}
+
+/** True for a loopback host: `localhost`, 127.0.0.0/8, `::1`. */
+export function isLoopbackHost(host: string): boolean {
+  if (host === 'localhost') return true;
+  if (isIP(host) === 4) return host.startsWith('127.');
+  return host === '::1';
+}
+
+/**
+ * The composition root: builds the store, the manifests source, the CA and certificate
+ * manager, the mesh controller, the ADS server (mTLS, and plaintext when asked) and the
+ * operations server, and starts them. Resolves once the ADS and HTTP listeners are bound and
+ * the manifests are loaded.
+ * @throws Error when the plaintext address is not loopback without `insecureAllowRemote`,
+ *   the state directory's CA files are unusable, the manifests directory cannot be read, or
+ *   an address cannot be bound.
+ */
+export async function runController(options: ControllerOptions): Promise<RunningController> {
+  const logger = options.logger ?? pino({ level: 'info' });
+  if (options.xdsPlaintextAddress && !options.insecureAllowRemote && !isLoopbackHost(hostOf(options.xdsPlaintextAddress))) {
+    throw new Error(
+      `--xds-plaintext-address ${options.xdsPlaintextAddress} is not a loopback address: plaintext ADS trusts node.id; pass --insecure-allow-remote to allow it`,
+    );
+  }
+  const metrics = new Registry();
+  collectDefaultMetrics({ register: metrics });
+
+  const ca = await CertificateAuthority.loadOrCreate(options.stateDir);
+  const certificates = new CertificateManager({ ca, validitySeconds: options.certValiditySeconds, logger: logger.child({ component: 'certificate' }) });
+  const store = new ObjectStore({ logger });
+  const source = new ManifestsSource({ dir: options.manifests, store, logger: logger.child({ component: 'manifests' }) });
+  await source.start();
+
+  const cache = new SnapshotCache();
+  const controller = new MeshController({
+    store,
+    certificates,
+    cache,
+    logger: logger.child({ component: 'controller' }),
+    metrics,
+    meshName: options.meshName,
+    resyncIntervalMs: options.resyncIntervalMs,
+    debounceQuietMs: options.debounceQuietMs,
+  });
+  controller.start();
+
+  const ads = new AdsServer({
+    watcher: cache,
+    logger: logger.child({ component: 'ads' }),
+    metrics,
+    hooks: {
+      onStreamOpen: (proxy, streamId) => controller.onStreamOpen(proxy, streamId),
+      onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
+      onNack: (proxy, typeUrl, version, detail) =>
+        logger.warn({ proxy: proxy.uuid, identity: proxy.identity, type: TYPE_SHORT_NAME[typeUrl], version, error: detail.message }, 'NACK'),
+    },
+  });
+  const serverCert = await certificates.issueServerCertificate({});
+  const xdsPort = await ads.start({
+    address: options.xdsAddress,
+    credentials: grpc.ServerCredentials.createSsl(
+      Buffer.from(certificates.caPem),
+      [{ cert_chain: Buffer.from(serverCert.certPem), private_key: Buffer.from(serverCert.keyPem) }],
+      true,
+    ),
+    authenticate: authenticateFromPeerCertificate,
+  });
+  let xdsPlaintextPort: number | undefined;
+  if (options.xdsPlaintextAddress) {
+    logger.warn(
+      { address: options.xdsPlaintextAddress },
+      'plaintext ADS listener enabled: proxies are identified by node.id without any certificate; use it for proxyless gRPC clients and local tests only',
+    );
+    xdsPlaintextPort = await ads.start({
+      address: options.xdsPlaintextAddress,
+      credentials: grpc.ServerCredentials.createInsecure(),
+      authenticate: authenticateFromNodeId,
+    });
+  }
+
+  const ops = new OpsServer(
+    {
+      ready: () => source.synced,
+      metrics,
+      proxies: () => {
+        const streams = ads.streams();
+        return controller.registry.connected().map((c) => ({
+          uuid: c.proxy.uuid,
+          identity: c.proxy.identity,
+          commonName: c.proxy.commonName,
+          connectedSince: c.connectedSince.toISOString(),
+          streams: streams
+            .filter((s) => s.proxy.uuid === c.proxy.uuid)
+            .map((s) => ({
+              streamId: s.streamId,
+              listener: s.listener,
+              connectedAt: s.connectedAt.toISOString(),
+              types: Object.fromEntries(
+                s.types.map((t) => [
+                  t.type,
+                  {
+                    versionAcked: t.versionAcked ?? null,
+                    lastVersionSent: t.lastVersionSent ?? null,
+                    resourceNames: t.wildcard ? '*' : t.resourceNames,
+                    lastNack: t.lastNack ? { ...t.lastNack, at: t.lastNack.at.toISOString() } : null,
+                  },
+                ]),
+              ),
+            })),
+        }));
+      },
+      configDump: (uuid) => {
+        if (!controller.registry.get(uuid)) return undefined;
+        const snapshot = cache.getSnapshot(uuid);
+        return snapshot ? { proxy: uuid, ...configDump(snapshot) } : undefined;
+      },
+      policies: () => ({
+        meshName: options.meshName,
+        settings: controller.snapshot.settings,
+        generation: controller.snapshot.generation,
+        trafficTargets: controller.snapshot.trafficTargets,
+        trafficSplits: controller.snapshot.trafficSplits,
+        problems: controller.policyProblems().map((p) => ({ ...p, text: formatProblem(p) })),
+        manifestErrors: source.errors().map((e) => ({ ...e, text: formatManifestError(e) })),
+        manifestWarnings: source.warnings().map((e) => ({ ...e, text: formatManifestError(e) })),
+      }),
+    },
+    logger.child({ component: 'ops' }),
+  );
+  const httpPort = await ops.start(options.httpAddress);
+  logger.info(
+    { manifests: path.resolve(options.manifests), xdsPort, xdsPlaintextPort, httpPort, mesh: options.meshName, services: controller.snapshot.services.length },
+    'controller started',
+  );
+
+  return {
+    xdsPort,
+    xdsPlaintextPort,
+    httpPort,
+    controller,
+    async stop() {
+      controller.stop();
+      await ads.stop(1000);
+      await ops.stop();
+      await source.stop();
+      certificates.stop();
+    },
+  };
+}
