@@ -1,0 +1,114 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { encodeAny } from '../../api/codec.js';
+import { TypeUrl } from '../../api/type-urls.js';
+import {
+  ResourceInterner,
+  SnapshotCache,
+  VERSION_LENGTH,
+  buildProxySnapshot,
+  resourceVersion,
+  typeVersion,
+  type NamedResource,
+} from './snapshot-cache.js';
+import type { ProxySnapshot } from './types.js';
+
+function cluster(name: string, seconds = 1): NamedResource {
+  return { name, resource: encodeAny(TypeUrl.Cluster, { name, connect_timeout: { seconds } }) };
+}
+
+describe('resourceVersion / typeVersion', () => {
+  it('is a hex hash of the bytes, equal for equal bytes and different for different bytes', () => {
+    const v = resourceVersion(cluster('a').resource);
+    assert.match(v, new RegExp(`^[0-9a-f]{${VERSION_LENGTH}}$`));
+    assert.equal(resourceVersion(cluster('a').resource), v);
+    assert.notEqual(resourceVersion(cluster('a', 2).resource), v);
+  });
+
+  it('gives a type version that does not depend on order and changes with any name or version', () => {
+    const i = new ResourceInterner();
+    const a = i.intern('a', cluster('a').resource);
+    const b = i.intern('b', cluster('b').resource);
+    const b2 = i.intern('b', cluster('b', 2).resource);
+    assert.equal(typeVersion([a, b]), typeVersion([b, a]));
+    assert.notEqual(typeVersion([a, b]), typeVersion([a, b2]));
+    assert.notEqual(typeVersion([a, b]), typeVersion([a]));
+    assert.match(typeVersion([]), /^[0-9a-f]{16}$/);
+  });
+});
+
+describe('buildProxySnapshot', () => {
+  it('versions every resource and type, and shares identical resources between snapshots', () => {
+    const interner = new ResourceInterner();
+    const s1 = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a'), cluster('b')]]]), interner);
+    const s2 = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('b'), cluster('a')]]]), interner);
+    const a1 = s1.resources.get(TypeUrl.Cluster)!.get('a')!;
+    assert.equal(a1.name, 'a');
+    assert.equal(a1.version, resourceVersion(a1.resource));
+    assert.equal(s2.resources.get(TypeUrl.Cluster)!.get('a'), a1, 'same bytes, same CachedResource object');
+    assert.equal(s1.versions.get(TypeUrl.Cluster), s2.versions.get(TypeUrl.Cluster));
+    assert.equal(interner.size, 2);
+  });
+
+  it('keeps a type given with no resources, with a version', () => {
+    const s = buildProxySnapshot(new Map([[TypeUrl.Listener, []]]));
+    assert.equal(s.resources.get(TypeUrl.Listener)!.size, 0);
+    assert.equal(s.versions.get(TypeUrl.Listener), typeVersion([]));
+    assert.equal(s.resources.get(TypeUrl.Cluster), undefined);
+  });
+
+  it('rejects duplicate names and resources listed under the wrong type', () => {
+    assert.throws(() => buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a'), cluster('a', 2)]]])), /duplicate .* "a"/);
+    assert.throws(() => buildProxySnapshot(new Map([[TypeUrl.Listener, [cluster('a')]]])), /listed under/);
+  });
+
+  it('forgets the least recently used resources beyond its bound', () => {
+    const interner = new ResourceInterner(2);
+    const a = interner.intern('a', cluster('a').resource);
+    interner.intern('b', cluster('b').resource);
+    assert.equal(interner.intern('a', cluster('a').resource), a); // a is now the most recent
+    interner.intern('c', cluster('c').resource); // evicts b
+    assert.equal(interner.size, 2);
+    assert.equal(interner.intern('a', cluster('a').resource), a);
+  });
+});
+
+describe('SnapshotCache', () => {
+  const snap = (): ProxySnapshot => buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a')]]]));
+
+  it('stores, returns and clears snapshots by proxy UUID', () => {
+    const cache = new SnapshotCache();
+    const s = snap();
+    assert.equal(cache.getSnapshot('p1'), undefined);
+    cache.setSnapshot('p1', s);
+    assert.equal(cache.getSnapshot('p1'), s);
+    assert.deepEqual(cache.proxyUuids(), ['p1']);
+    cache.clearSnapshot('p1');
+    assert.equal(cache.getSnapshot('p1'), undefined);
+  });
+
+  it('calls the watchers of a proxy on every set until cancelled', () => {
+    const cache = new SnapshotCache();
+    const seen: string[] = [];
+    const cancel1 = cache.watch('p1', () => seen.push('w1'));
+    cache.watch('p1', () => seen.push('w2'));
+    cache.watch('p2', () => seen.push('other proxy'));
+    cache.setSnapshot('p1', snap());
+    cache.setSnapshot('p1', snap());
+    cancel1();
+    cancel1();
+    cache.setSnapshot('p1', snap());
+    assert.deepEqual(seen, ['w1', 'w2', 'w1', 'w2', 'w2']);
+  });
+
+  it('calls every watcher even when one throws, then reports the error', () => {
+    const cache = new SnapshotCache();
+    const seen: string[] = [];
+    cache.watch('p1', () => {
+      throw new Error('boom');
+    });
+    cache.watch('p1', () => seen.push('second'));
+    assert.throws(() => cache.setSnapshot('p1', snap()), AggregateError);
+    assert.deepEqual(seen, ['second']);
+  });
+});

@@ -1,0 +1,202 @@
+import { createHash } from 'node:crypto';
+import type { EncodedAny } from '../../api/codec.js';
+import type { TypeUrl } from '../../api/type-urls.js';
+import type { CachedResource, ProxySnapshot, ResourceMap } from './types.js';
+
+/** A resource to put in a snapshot: its xDS name (e.g. a Cluster's `name`) and its encoded `Any`. */
+export interface NamedResource {
+  readonly name: string;
+  readonly resource: EncodedAny;
+}
+
+/** Length, in hex characters, of resource and type versions (64 bits of SHA-256). */
+export const VERSION_LENGTH = 16;
+
+/** Memo of the hash of an encoded value, so a Buffer shared by many snapshots is hashed once. */
+const hashOfBuffer = new WeakMap<Buffer, string>();
+
+/**
+ * The version of one encoded resource: the first {@link VERSION_LENGTH} hex characters of the
+ * SHA-256 of its type URL and bytes. Equal bytes give equal versions, on every controller
+ * replica and across restarts, so a reconnecting proxy's `version_info` stays meaningful.
+ */
+export function resourceVersion(resource: EncodedAny): string {
+  const memo = hashOfBuffer.get(resource.value);
+  if (memo !== undefined) return memo;
+  const version = createHash('sha256')
+    .update(resource.type_url)
+    .update('\0')
+    .update(resource.value)
+    .digest('hex')
+    .slice(0, VERSION_LENGTH);
+  hashOfBuffer.set(resource.value, version);
+  return version;
+}
+
+/**
+ * The version of a set of resources of one type (the SotW `version_info`): a hash over the
+ * sorted `name:version` pairs, so it changes when any resource is added, removed or changed,
+ * and does not depend on insertion order. The empty set has a version too (a hash of nothing).
+ */
+export function typeVersion(resources: Iterable<CachedResource>): string {
+  const pairs: string[] = [];
+  for (const r of resources) pairs.push(`${r.name}:${r.version}`);
+  pairs.sort();
+  const h = createHash('sha256');
+  for (const p of pairs) h.update(p).update('\n');
+  return h.digest('hex').slice(0, VERSION_LENGTH);
+}
+
+/**
+ * Interns {@link CachedResource}s by type URL, name and version, so a resource that is the same
+ * for many proxies (a service's Cluster or ClusterLoadAssignment) is held once, whatever number
+ * of snapshots refer to it. Bounded: least recently used entries are forgotten beyond
+ * `maxEntries` (forgetting only costs sharing, never correctness).
+ */
+export class ResourceInterner {
+  private readonly entries = new Map<string, CachedResource>();
+
+  /** @param maxEntries how many distinct resources to remember (default 100 000). */
+  constructor(private readonly maxEntries = 100_000) {}
+
+  /** Returns the interned resource for `name` and these bytes, creating it if needed. */
+  intern(name: string, resource: EncodedAny): CachedResource {
+    const version = resourceVersion(resource);
+    const key = `${resource.type_url}\0${name}\0${version}`;
+    const found = this.entries.get(key);
+    if (found) {
+      // Refresh the entry's position: Map keeps insertion order, the first key is the oldest.
+      this.entries.delete(key);
+      this.entries.set(key, found);
+      return found;
+    }
+    const created: CachedResource = Object.freeze({ name, version, resource });
+    this.entries.set(key, created);
+    if (this.entries.size > this.maxEntries) {
+      const oldest = this.entries.keys().next();
+      if (!oldest.done) this.entries.delete(oldest.value);
+    }
+    return created;
+  }
+
+  /** Number of resources currently remembered. */
+  get size(): number {
+    return this.entries.size;
+  }
+}
+
+/** The interner {@link buildProxySnapshot} uses when none is given. */
+export const defaultInterner = new ResourceInterner();
+
+/**
+ * Builds an immutable {@link ProxySnapshot} from encoded resources, by type URL.
+ * Each resource gets a version (hash of its bytes, {@link resourceVersion}); each type gets a
+ * version over its resources ({@link typeVersion}). A type given with an empty list is present
+ * with no resources and a version; a type not given at all is absent, which the ADS server
+ * treats the same as empty (for LDS/CDS, an empty set tells the proxy to delete them all).
+ * @param interner where identical resources are shared (default {@link defaultInterner}).
+ * @throws Error when a resource's `type_url` is not the type it is listed under, or a name
+ *   appears twice in one type (Envoy rejects duplicate names).
+ */
+export function buildProxySnapshot(
+  input: ReadonlyMap<TypeUrl, readonly NamedResource[]>,
+  interner: ResourceInterner = defaultInterner,
+): ProxySnapshot {
+  const resources = new Map<TypeUrl, ResourceMap>();
+  const versions = new Map<TypeUrl, string>();
+  for (const [typeUrl, list] of input) {
+    const byName = new Map<string, CachedResource>();
+    for (const { name, resource } of list) {
+      if (resource.type_url !== typeUrl) {
+        throw new Error(`snapshot: resource "${name}" has type ${resource.type_url}, listed under ${typeUrl}`);
+      }
+      if (byName.has(name)) throw new Error(`snapshot: duplicate ${typeUrl} resource name "${name}"`);
+      byName.set(name, interner.intern(name, resource));
+    }
+    resources.set(typeUrl, byName);
+    versions.set(typeUrl, typeVersion(byName.values()));
+  }
+  return Object.freeze({ resources, versions });
+}
+
+/**
+ * Called with a proxy's new snapshot each time one is set. Must not throw and should return
+ * quickly (queue work, don't do it): it runs inside {@link SnapshotCache.setSnapshot}.
+ */
+export type SnapshotListener = (snapshot: ProxySnapshot) => void;
+
+/**
+ * What the ADS server needs from a cache (go-control-plane's `ConfigWatcher` idea): read a
+ * proxy's current snapshot, and be told when it changes. The server depends on this, never on
+ * {@link SnapshotCache}, so tests and other caches can stand in.
+ */
+export interface SnapshotWatcher {
+  /** The current snapshot of the proxy with this UUID, or `undefined` when none was set yet. */
+  getSnapshot(proxyUuid: string): ProxySnapshot | undefined;
+  /**
+   * Calls `listener` with every snapshot set for this proxy from now on (not with the current
+   * one: read that with {@link SnapshotWatcher.getSnapshot} after watching, so no update is
+   * missed in between).
+   * @returns a function that cancels the watch (idempotent).
+   */
+  watch(proxyUuid: string, listener: SnapshotListener): () => void;
+}
+
+/** Proxy snapshots by proxy UUID, with watches. Implements {@link SnapshotWatcher}. */
+export class SnapshotCache implements SnapshotWatcher {
+  private readonly snapshots = new Map<string, ProxySnapshot>();
+  private readonly listeners = new Map<string, Set<SnapshotListener>>();
+
+  /**
+   * Stores the proxy's snapshot and calls its watchers, synchronously, with it (also when it is
+   * the same as before: watchers compare versions themselves).
+   * @throws AggregateError of the listeners' errors, after every listener was called.
+   */
+  setSnapshot(proxyUuid: string, snapshot: ProxySnapshot): void {
+    this.snapshots.set(proxyUuid, snapshot);
+    const set = this.listeners.get(proxyUuid);
+    if (!set) return;
+    const errors: unknown[] = [];
+    for (const listener of [...set]) {
+      try {
+        listener(snapshot);
+      } catch (err) {
+        errors.push(err);
+      }
+    }
+    if (errors.length > 0) throw new AggregateError(errors, `snapshot listener failed for proxy ${proxyUuid}`);
+  }
+
+  /** {@inheritDoc SnapshotWatcher.getSnapshot} */
+  getSnapshot(proxyUuid: string): ProxySnapshot | undefined {
+    return this.snapshots.get(proxyUuid);
+  }
+
+  /** Forgets the proxy's snapshot (e.g. when it disconnects). Watches stay in place. */
+  clearSnapshot(proxyUuid: string): void {
+    this.snapshots.delete(proxyUuid);
+  }
+
+  /** {@inheritDoc SnapshotWatcher.watch} */
+  watch(proxyUuid: string, listener: SnapshotListener): () => void {
+    let set = this.listeners.get(proxyUuid);
+    if (!set) {
+      set = new Set();
+      this.listeners.set(proxyUuid, set);
+    }
+    // Wrap so the same function can watch twice and each cancel removes only its own watch.
+    const entry: SnapshotListener = (s) => listener(s);
+    set.add(entry);
+    return () => {
+      const current = this.listeners.get(proxyUuid);
+      if (!current) return;
+      current.delete(entry);
+      if (current.size === 0) this.listeners.delete(proxyUuid);
+    };
+  }
+
+  /** UUIDs of the proxies that have a snapshot. */
+  proxyUuids(): string[] {
+    return [...this.snapshots.keys()];
+  }
+}

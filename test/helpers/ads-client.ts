@@ -1,0 +1,196 @@
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { PROTO_LOADER_OPTIONS, decodeAny } from '../../src/api/codec.js';
+import type { DiscoveryRequest, DiscoveryResponse__Output } from '../../src/xds/server/discovery-types.js';
+
+/** A node.id that is a valid proxy CommonName (for `authenticateFromNodeId`). */
+export const TEST_NODE_ID = '6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.bookbuyer.bookbuyer.cluster.local';
+
+type AdsClientConstructor = new (address: string, credentials: grpc.ChannelCredentials, options?: grpc.ClientOptions) => grpc.Client;
+
+let clientConstructor: AdsClientConstructor | undefined;
+
+function adsClientConstructor(): AdsClientConstructor {
+  if (clientConstructor) return clientConstructor;
+  const def = protoLoader.loadSync('envoy/service/discovery/v3/ads.proto', {
+    ...PROTO_LOADER_OPTIONS,
+    includeDirs: [...PROTO_LOADER_OPTIONS.includeDirs],
+  });
+  const service = def['envoy.service.discovery.v3.AggregatedDiscoveryService'] as grpc.ServiceDefinition;
+  clientConstructor = grpc.makeGenericClientConstructor(service, 'AggregatedDiscoveryService') as unknown as AdsClientConstructor;
+  return clientConstructor;
+}
+
+/** A test ADS client over real grpc-js: one channel, any number of streams. */
+export class AdsTestClient {
+  private readonly client: grpc.Client;
+
+  /** @param address `host:port` of the ADS server. */
+  constructor(address: string, credentials: grpc.ChannelCredentials = grpc.credentials.createInsecure()) {
+    const Ctor = adsClientConstructor();
+    this.client = new Ctor(address, credentials);
+  }
+
+  /** Opens a `StreamAggregatedResources` stream whose first request will carry `node.id = nodeId`. */
+  openStream(nodeId: string = TEST_NODE_ID): AdsTestStream {
+    const call = (
+      this.client as unknown as { StreamAggregatedResources(): grpc.ClientDuplexStream<DiscoveryRequest, DiscoveryResponse__Output> }
+    ).StreamAggregatedResources();
+    return new AdsTestStream(call, nodeId);
+  }
+
+  /** Opens a `DeltaAggregatedResources` stream (raw). */
+  openDeltaStream(): grpc.ClientDuplexStream<unknown, unknown> {
+    return (this.client as unknown as { DeltaAggregatedResources(): grpc.ClientDuplexStream<unknown, unknown> }).DeltaAggregatedResources();
+  }
+
+  /** Closes the channel. */
+  close(): void {
+    this.client.close();
+  }
+}
+
+/** One ADS stream of {@link AdsTestClient}: sends requests, records every response in order. */
+export class AdsTestStream {
+  /** Every response received, in order. */
+  readonly responses: DiscoveryResponse__Output[] = [];
+  /** The stream's final status, once it ended (from the `status` event, or the error). */
+  status?: grpc.StatusObject;
+  /** Index in {@link responses} of the next response {@link next} returns. */
+  private cursor = 0;
+  private firstSent = false;
+  private waiters: Array<() => void> = [];
+  /** Last version accepted (ACKed) by type, used as `version_info` of ACKs and NACKs. */
+  private readonly accepted = new Map<string, string>();
+  /** Names last requested by type, repeated in ACKs and NACKs unless new ones are given. */
+  private readonly subscribed = new Map<string, string[]>();
+
+  constructor(
+    readonly call: grpc.ClientDuplexStream<DiscoveryRequest, DiscoveryResponse__Output>,
+    private readonly nodeId: string,
+  ) {
+    call.on('data', (r: DiscoveryResponse__Output) => {
+      this.responses.push(r);
+      this.wake();
+    });
+    call.on('status', (s: grpc.StatusObject) => {
+      this.status = s;
+      this.wake();
+    });
+    call.on('error', (e: grpc.ServiceError) => {
+      this.status ??= { code: e.code, details: e.details, metadata: e.metadata };
+      this.wake();
+    });
+  }
+
+  private wake(): void {
+    const ws = this.waiters;
+    this.waiters = [];
+    for (const w of ws) w();
+  }
+
+  /** Sends a raw request; the first one on the stream gets `node.id` added. */
+  send(request: DiscoveryRequest): void {
+    const req: DiscoveryRequest = { ...request };
+    if (!this.firstSent) {
+      req.node ??= { id: this.nodeId };
+      this.firstSent = true;
+    }
+    if (req.type_url && req.resource_names) this.subscribed.set(req.type_url, [...req.resource_names]);
+    this.call.write(req);
+  }
+
+  /** Sends a first request (no nonce) for `typeUrl` with `names` (empty: wildcard for LDS/CDS). */
+  request(typeUrl: string, names: string[] = [], nonce = '', versionInfo = ''): void {
+    this.send({ type_url: typeUrl, resource_names: names, response_nonce: nonce, version_info: versionInfo });
+  }
+
+  /** ACKs `response` (its version and nonce), with the same names as before unless `names` is given. */
+  ack(response: DiscoveryResponse__Output, names?: string[]): void {
+    const typeUrl = response.type_url ?? '';
+    this.accepted.set(typeUrl, response.version_info ?? '');
+    this.send({
+      type_url: typeUrl,
+      version_info: response.version_info,
+      response_nonce: response.nonce,
+      resource_names: names ?? this.subscribed.get(typeUrl) ?? [],
+    });
+  }
+
+  /** NACKs `response` with `message`: `version_info` stays the last accepted one, as Envoy does. */
+  nack(response: DiscoveryResponse__Output, message: string, names?: string[]): void {
+    const typeUrl = response.type_url ?? '';
+    this.send({
+      type_url: typeUrl,
+      version_info: this.accepted.get(typeUrl) ?? '',
+      response_nonce: response.nonce,
+      resource_names: names ?? this.subscribed.get(typeUrl) ?? [],
+      error_detail: { code: grpc.status.INVALID_ARGUMENT, message },
+    });
+  }
+
+  /**
+   * Resolves with the first response (from the start of the stream) matching `predicate`.
+   * @throws Error after `timeoutMs` milliseconds, or when the stream ended first.
+   */
+  async waitFor(predicate: (r: DiscoveryResponse__Output) => boolean, timeoutMs = 5000): Promise<DiscoveryResponse__Output> {
+    await this.until(() => this.responses.some(predicate), timeoutMs, 'a matching response');
+    return this.responses.find(predicate)!;
+  }
+
+  /**
+   * Resolves with the next response not yet returned by `next` (responses in order).
+   * @throws Error after `timeoutMs` milliseconds, or when the stream ended first.
+   */
+  async next(timeoutMs = 5000): Promise<DiscoveryResponse__Output> {
+    await this.until(() => this.responses.length > this.cursor, timeoutMs, 'the next response');
+    return this.responses[this.cursor++];
+  }
+
+  /** Responses received and not yet returned by {@link next}. */
+  unread(): DiscoveryResponse__Output[] {
+    return this.responses.slice(this.cursor);
+  }
+
+  /** Resolves with the final status of the stream. @throws Error after `timeoutMs`. */
+  async ended(timeoutMs = 5000): Promise<grpc.StatusObject> {
+    await this.until(() => this.status !== undefined, timeoutMs, 'the end of the stream', false);
+    return this.status!;
+  }
+
+  private async until(cond: () => boolean, timeoutMs: number, what: string, failOnEnd = true): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!cond()) {
+      if (failOnEnd && this.status) throw new Error(`stream ended (${this.status.code} ${this.status.details}) before ${what}`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.waiters.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+  }
+
+  /** Cancels the stream from the client side. */
+  cancel(): void {
+    this.call.cancel();
+  }
+
+  /** Half-closes the stream (no more requests). */
+  end(): void {
+    this.call.end();
+  }
+}
+
+/** Decodes every resource of a response (Envoy JSON-dump shape, with `@type`). */
+export function decodeResources(response: DiscoveryResponse__Output): Record<string, unknown>[] {
+  return (response.resources ?? []).map((r) => decodeAny({ type_url: r.type_url ?? '', value: r.value ?? Buffer.alloc(0) }));
+}
+
+/** Names of the resources of a response (their `name` or, for EDS, `cluster_name`). */
+export function resourceNames(response: DiscoveryResponse__Output): string[] {
+  return decodeResources(response).map((r) => String(r.name ?? r.cluster_name));
+}
