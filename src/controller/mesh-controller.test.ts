@@ -1,0 +1,164 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import pino from 'pino';
+import { Registry } from 'prom-client';
+import { TypeUrl } from '../api/type-urls.js';
+import { CertificateAuthority } from '../certificate/authority.js';
+import { CertificateManager, type Timers } from '../certificate/manager.js';
+import { parseCommonName } from '../proxy/types.js';
+import { ObjectStore } from '../store/object-store.js';
+import { SnapshotCache } from '../xds/cache/snapshot-cache.js';
+import type { ProxySnapshot } from '../xds/cache/types.js';
+import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
+import { MeshController, mergePushRequests } from './mesh-controller.js';
+
+/** Manual clock for the certificate manager: timers fire only when the clock passes them. */
+class ManualTimers implements Timers {
+  private t = Math.floor(Date.now() / 1000) * 1000;
+  private id = 0;
+  private readonly pending = new Map<number, { fn: () => void; at: number }>();
+  now(): number {
+    return this.t;
+  }
+  setTimer(fn: () => void, ms: number): unknown {
+    this.pending.set(++this.id, { fn, at: this.t + ms });
+    return this.id;
+  }
+  clearTimer(h: unknown): void {
+    this.pending.delete(h as number);
+  }
+  advance(ms: number): void {
+    const to = this.t + ms;
+    for (;;) {
+      const next = [...this.pending.entries()].filter(([, p]) => p.at <= to).sort((a, b) => a[1].at - b[1].at)[0];
+      if (!next) break;
+      this.pending.delete(next[0]);
+      this.t = next[1].at;
+      next[1].fn();
+    }
+    this.t = to;
+  }
+}
+
+const BUYER = parseCommonName('11111111-1111-4111-8111-111111111111.sidecar.bookbuyer.bookbuyer.cluster.local');
+const THIEF = parseCommonName('22222222-2222-4222-8222-222222222222.sidecar.bookthief.bookthief.cluster.local');
+
+async function until(cond: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 200 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
+  assert.ok(cond(), `timed out waiting for ${what}`);
+}
+
+describe('MeshController', () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'trellis-ctl-'));
+  });
+  after(() => rm(dir, { recursive: true, force: true }));
+
+  async function setup(timers?: ManualTimers) {
+    const ca = await CertificateAuthority.loadOrCreate(path.join(dir, String(Math.random())), timers ? { clock: timers } : {});
+    const certificates = new CertificateManager({ ca, validitySeconds: 3600, timers });
+    const store = new ObjectStore();
+    store.replaceAll('test', bookstoreMesh());
+    const cache = new SnapshotCache();
+    const controller = new MeshController({
+      store,
+      certificates,
+      cache,
+      logger: pino({ level: 'silent' }),
+      metrics: new Registry(),
+      meshName: 'osm',
+      debounceQuietMs: 5,
+      debounceMaxDelayMs: 50,
+      resyncIntervalMs: 0,
+    });
+    controller.start();
+    const seen = new Map<string, ProxySnapshot[]>();
+    for (const p of [BUYER, THIEF]) {
+      seen.set(p.uuid, []);
+      cache.watch(p.uuid, (s) => seen.get(p.uuid)!.push(s));
+    }
+    return { store, cache, controller, certificates, seen };
+  }
+
+  it('registers a proxy with its first snapshot and drops it on disconnect', async () => {
+    const { cache, controller, certificates } = await setup();
+    await controller.onStreamOpen(BUYER, 1);
+    assert.deepEqual(controller.registry.proxies().map((p) => p.uuid), [BUYER.uuid]);
+    const snapshot = cache.getSnapshot(BUYER.uuid)!;
+    assert.ok(snapshot.resources.get(TypeUrl.Cluster)!.has('bookstore/bookstore-v1|14001'));
+    controller.onStreamClose(BUYER, 1);
+    assert.deepEqual(controller.registry.proxies(), []);
+    assert.equal(cache.getSnapshot(BUYER.uuid), undefined);
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('pushes a config change to every connected proxy once, after the debounce', async () => {
+    const { store, controller, certificates, seen } = await setup();
+    await controller.onStreamOpen(BUYER, 1);
+    await controller.onStreamOpen(THIEF, 2);
+    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
+    objects.push(k8s.meshConfig(true));
+    store.replaceAll('test', objects);
+    await until(() => seen.get(THIEF.uuid)!.length === 2, 'the permissive-mode push');
+    const thief = seen.get(THIEF.uuid)!.at(-1)!;
+    assert.ok(thief.resources.get(TypeUrl.Cluster)!.has('bookstore/bookstore|14001'), 'bookthief reaches bookstore in permissive mode');
+    assert.equal(seen.get(BUYER.uuid)!.length, 2);
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('keeps a proxy on its last good snapshot when a change leaves it unchanged', async () => {
+    const { store, controller, certificates, cache } = await setup();
+    await controller.onStreamOpen(BUYER, 1);
+    const before = cache.getSnapshot(BUYER.uuid)!;
+    store.replaceAll('test', [...bookstoreMesh(), k8s.namespace('elsewhere', 'another-mesh')]);
+    await controller.flush();
+    await new Promise((r) => setTimeout(r, 30));
+    await controller.flush();
+    assert.deepEqual(cache.getSnapshot(BUYER.uuid)!.versions, before.versions);
+    controller.stop();
+    certificates.stop();
+  });
+
+  it("regenerates only the rotated identity's proxies when a certificate rotates", async () => {
+    const timers = new ManualTimers();
+    const { controller, certificates, seen } = await setup(timers);
+    await controller.onStreamOpen(BUYER, 1);
+    timers.advance(1200_000); // the thief's certificate is issued 20 min later, so it rotates later
+    await controller.onStreamOpen(THIEF, 2);
+    const buyerSecret = seen.get(BUYER.uuid)![0].versions.get(TypeUrl.Secret);
+    const thiefCount = seen.get(THIEF.uuid)!.length;
+    // Past the buyer's renewal time: 2/3 of the 24 h MeshConfig default validity.
+    timers.advance(16 * 3600_000 - 1200_000 + 1000);
+    await certificates.settled();
+    await until(() => seen.get(BUYER.uuid)!.length === 2, "the buyer's SDS push");
+    assert.notEqual(seen.get(BUYER.uuid)![1].versions.get(TypeUrl.Secret), buyerSecret, 'new service certificate');
+    assert.equal(
+      seen.get(BUYER.uuid)![1].versions.get(TypeUrl.Cluster),
+      seen.get(BUYER.uuid)![0].versions.get(TypeUrl.Cluster),
+      'only SDS changed',
+    );
+    await controller.flush();
+    assert.equal(seen.get(THIEF.uuid)!.length, thiefCount, 'the other identity got nothing');
+    controller.stop();
+    certificates.stop();
+  });
+});
+
+describe('mergePushRequests', () => {
+  it('keeps every reason of both requests', () => {
+    const merged = mergePushRequests(
+      { configChanged: false, resync: false, rotated: new Set([BUYER.identity]), kinds: new Set(['Pod']) },
+      { configChanged: true, resync: true, rotated: new Set([THIEF.identity]), kinds: new Set(['Service']) },
+    );
+    assert.equal(merged.configChanged, true);
+    assert.equal(merged.resync, true);
+    assert.deepEqual([...merged.rotated].sort(), [BUYER.identity, THIEF.identity]);
+    assert.deepEqual([...merged.kinds].sort(), ['Pod', 'Service']);
+  });
+});
