@@ -30,6 +30,11 @@ export const OBJECT_KINDS = [
   'TCPRoute',
   'TrafficSplit',
   'MeshConfig',
+  'Ingress',
+  'IngressBackend',
+  'Egress',
+  'Retry',
+  'UpstreamTrafficSetting',
 ] as const;
 
 /** One of {@link OBJECT_KINDS}. */
@@ -204,6 +209,93 @@ export interface MeshConfig extends KubeObject {
   };
 }
 
+/** networking.k8s.io/v1 IngressServiceBackend: a Service and a port by number or name. */
+export interface IngressServiceBackend {
+  name: string;
+  port?: { number?: number; name?: string };
+}
+
+/** networking.k8s.io/v1 HTTPIngressPath. `pathType` is `Exact`, `Prefix` or `ImplementationSpecific`. */
+export interface HTTPIngressPath {
+  path?: string;
+  pathType: 'Exact' | 'Prefix' | 'ImplementationSpecific';
+  backend: { service?: IngressServiceBackend };
+}
+
+/** networking.k8s.io/v1 Ingress (the fields Trellis reads). */
+export interface Ingress extends KubeObject {
+  kind: 'Ingress';
+  spec?: {
+    ingressClassName?: string;
+    defaultBackend?: { service?: IngressServiceBackend };
+    rules?: { host?: string; http?: { paths: HTTPIngressPath[] } }[];
+  };
+}
+
+/** OSM policy.openservicemesh.io/v1alpha1 IngressBackend: which ingress sources may reach which backends. */
+export interface IngressBackend extends KubeObject {
+  kind: 'IngressBackend';
+  spec: {
+    backends: { name: string; port: { number: number; protocol: string }; tls?: { skipClientCertValidation: boolean; sniHosts?: string[] } }[];
+    /** `kind` is `Service` (name, namespace), `IPRange` (name = CIDR) or `AuthenticatedPrincipal` (name = SAN). */
+    sources: { kind: string; name: string; namespace?: string }[];
+    matches?: { apiGroup: string; kind: string; name: string }[];
+  };
+}
+
+/** OSM policy.openservicemesh.io/v1alpha1 Egress: traffic from sources to destinations outside the mesh. */
+export interface Egress extends KubeObject {
+  kind: 'Egress';
+  spec: {
+    sources: IdentityBindingSubject[];
+    hosts?: string[];
+    ipAddresses?: string[];
+    /** `protocol` is `http`, `https`, `tcp` or `tcp-server-first`. */
+    ports: { number: number; protocol: string }[];
+    matches?: { apiGroup: string; kind: string; name: string }[];
+  };
+}
+
+/** OSM policy.openservicemesh.io/v1alpha1 Retry: a retry policy from one source to destination Services. */
+export interface Retry extends KubeObject {
+  kind: 'Retry';
+  spec: {
+    source: IdentityBindingSubject;
+    destinations: { kind: string; name: string; namespace: string }[];
+    /** Durations are Go duration strings (`1s`, `100ms`). */
+    retryPolicy: { retryOn: string; perTryTimeout: string; numRetries: number; retryBackoffBaseInterval: string };
+  };
+}
+
+/** Local rate limit of HTTP requests (OSM `HTTPLocalRateLimitSpec`). */
+export interface HTTPLocalRateLimitSpec {
+  requests: number;
+  unit: 'second' | 'minute' | 'hour';
+  burst?: number;
+  responseStatusCode?: number;
+  responseHeadersToAdd?: { name: string; value: string }[];
+}
+
+/** OSM policy.openservicemesh.io/v1alpha1 UpstreamTrafficSetting: connection limits and rate limits for one upstream host. */
+export interface UpstreamTrafficSetting extends KubeObject {
+  kind: 'UpstreamTrafficSetting';
+  spec: {
+    /** The upstream: a service FQDN `<svc>.<ns>.svc.cluster.local`, or an egress host. */
+    host: string;
+    connectionSettings?: {
+      tcp?: { maxConnections?: number; connectTimeout?: string };
+      http?: { maxRequests?: number; maxRequestsPerConnection?: number; maxPendingRequests?: number; maxRetries?: number };
+    };
+    rateLimit?: {
+      local?: {
+        tcp?: { connections: number; unit: 'second' | 'minute' | 'hour'; burst?: number };
+        http?: HTTPLocalRateLimitSpec;
+      };
+    };
+    httpRoutes?: { path: string; rateLimit?: { local?: HTTPLocalRateLimitSpec } }[];
+  };
+}
+
 /** The store key of an object: `Kind/namespace/name` (`Kind//name` for cluster-scoped kinds). */
 export function objectKey(kind: ObjectKind, namespace: string | undefined, name: string): string {
   return `${kind}/${namespace ?? ''}/${name}`;
@@ -226,6 +318,11 @@ export const OBJECT_API_VERSIONS: Readonly<Record<ObjectKind, readonly string[]>
   TCPRoute: ['specs.smi-spec.io/v1alpha4'],
   TrafficSplit: ['split.smi-spec.io/v1alpha2'],
   MeshConfig: ['config.openservicemesh.io/v1alpha1', 'config.openservicemesh.io/v1alpha2'],
+  Ingress: ['networking.k8s.io/v1'],
+  IngressBackend: ['policy.openservicemesh.io/v1alpha1'],
+  Egress: ['policy.openservicemesh.io/v1alpha1'],
+  Retry: ['policy.openservicemesh.io/v1alpha1'],
+  UpstreamTrafficSetting: ['policy.openservicemesh.io/v1alpha1'],
 };
 
 /** True if `kind` is one of {@link OBJECT_KINDS} (a type guard). */

@@ -79,6 +79,41 @@ apiVersion: config.openservicemesh.io/v1alpha1
 kind: MeshConfig
 metadata: {name: osm-mesh-config, namespace: osm-system}
 spec: {traffic: {enablePermissiveTrafficPolicyMode: true}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: bookstore, namespace: bookstore}
+spec: {rules: [{http: {paths: [{path: /books, pathType: Prefix, backend: {service: {name: bookstore, port: {number: 14001}}}}]}}]}
+---
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: IngressBackend
+metadata: {name: bookstore, namespace: bookstore}
+spec:
+  backends: [{name: bookstore, port: {number: 14001, protocol: http}}]
+  sources: [{kind: Service, name: ingress-nginx-controller, namespace: ingress-nginx}]
+---
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: Egress
+metadata: {name: httpbin, namespace: curl}
+spec:
+  sources: [{kind: ServiceAccount, name: curl, namespace: curl}]
+  hosts: [httpbin.org]
+  ports: [{number: 80, protocol: http}]
+---
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: Retry
+metadata: {name: retry, namespace: curl}
+spec:
+  source: {kind: ServiceAccount, name: curl, namespace: curl}
+  destinations: [{kind: Service, name: httpbin, namespace: httpbin}]
+  retryPolicy: {retryOn: 5xx, perTryTimeout: 1s, numRetries: 5, retryBackoffBaseInterval: 1s}
+---
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: UpstreamTrafficSetting
+metadata: {name: httpbin, namespace: httpbin}
+spec:
+  host: httpbin.httpbin.svc.cluster.local
+  connectionSettings: {tcp: {maxConnections: 1}}
 `;
 
 describe('parseManifests', () => {
@@ -98,10 +133,10 @@ describe('parseManifests', () => {
   });
 
   it('ignores kinds it does not read, and skips empty documents', () => {
-    const parsed = parseManifests('x.yaml', `# comment only\n---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: mysql, namespace: bookwarehouse}\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: i}\n---\n`);
+    const parsed = parseManifests('x.yaml', `# comment only\n---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: mysql, namespace: bookwarehouse}\n---\napiVersion: networking.k8s.io/v1beta1\nkind: HTTPProxy\nmetadata: {name: i}\n---\n`);
     assert.deepEqual(parsed.objects, []);
     assert.deepEqual(parsed.errors, []);
-    assert.deepEqual(parsed.ignored.map((i) => `${i.kind}@${i.line}`), ['StatefulSet@3', 'Ingress@7']);
+    assert.deepEqual(parsed.ignored.map((i) => `${i.kind}@${i.line}`), ['StatefulSet@3', 'HTTPProxy@7']);
   });
 
   it('reports an invalid SMI field with file, line and field path, and still loads the other documents', () => {

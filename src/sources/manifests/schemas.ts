@@ -157,6 +157,53 @@ const CORE_SCHEMAS: Partial<Record<ObjectKind, object>> = {
       },
     },
   },
+  Ingress: {
+    type: 'object',
+    properties: {
+      spec: {
+        type: 'object',
+        properties: {
+          ingressClassName: { type: 'string' },
+          rules: {
+            type: 'array',
+            items: {
+              type: 'object',
+              properties: {
+                host: { type: 'string' },
+                http: {
+                  type: 'object',
+                  required: ['paths'],
+                  properties: {
+                    paths: {
+                      type: 'array',
+                      items: {
+                        type: 'object',
+                        required: ['pathType', 'backend'],
+                        properties: {
+                          path: { type: 'string' },
+                          pathType: { enum: ['Exact', 'Prefix', 'ImplementationSpecific'] },
+                          backend: {
+                            type: 'object',
+                            properties: {
+                              service: {
+                                type: 'object',
+                                required: ['name'],
+                                properties: { name: { type: 'string', minLength: 1 }, port: { type: 'object', properties: { number: PORT, name: { type: 'string' } } } },
+                              },
+                            },
+                          },
+                        },
+                      },
+                    },
+                  },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+  },
   Deployment: {
     type: 'object',
     required: ['spec'],
@@ -203,6 +250,10 @@ const CRD_FILES: Partial<Record<ObjectKind, string>> = {
   TCPRoute: 'smi_tcp_route.yaml',
   TrafficSplit: 'smi_traffic_split.yaml',
   MeshConfig: 'config_meshconfig.yaml',
+  IngressBackend: 'policy_ingress_backend.yaml',
+  Egress: 'policy_egress.yaml',
+  Retry: 'policy_retry.yaml',
+  UpstreamTrafficSetting: 'policy_upstream_traffic_setting.yaml',
 };
 
 /** The directory of the copied CRDs (a `file:` URL). */
