@@ -110,60 +110,11 @@ export async function runController(options: ControllerOptions): Promise<Running
         logger.warn({ proxy: proxy.uuid, identity: proxy.identity, type: TYPE_SHORT_NAME[typeUrl], version, error: detail.message }, 'NACK'),
     },
   });
-  const serverCert = await certificates.issueServerCertificate({});
-  const xdsPort = await ads.start({
-    address: options.xdsAddress,
-    credentials: grpc.ServerCredentials.createSsl(
-      Buffer.from(certificates.caPem),
-      [{ cert_chain: Buffer.from(serverCert.certPem), private_key: Buffer.from(serverCert.keyPem) }],
-      true,
-    ),
-    authenticate: authenticateFromPeerCertificate,
-  });
-  let xdsPlaintextPort: number | undefined;
-  if (options.xdsPlaintextAddress) {
-    logger.warn(
-      { address: options.xdsPlaintextAddress },
-      'plaintext ADS listener enabled: proxies are identified by node.id without any certificate; use it for proxyless gRPC clients and local tests only',
-    );
-    xdsPlaintextPort = await ads.start({
-      address: options.xdsPlaintextAddress,
-      credentials: grpc.ServerCredentials.createInsecure(),
-      authenticate: authenticateFromNodeId,
-    });
-  }
-
   const ops = new OpsServer(
     {
       ready: () => source.synced,
       metrics,
-      proxies: () => {
-        const streams = ads.streams();
-        return controller.registry.connected().map((c) => ({
-          uuid: c.proxy.uuid,
-          identity: c.proxy.identity,
-          commonName: c.proxy.commonName,
-          connectedSince: c.connectedSince.toISOString(),
-          streams: streams
-            .filter((s) => s.proxy.uuid === c.proxy.uuid)
-            .map((s) => ({
-              streamId: s.streamId,
-              listener: s.listener,
-              connectedAt: s.connectedAt.toISOString(),
-              types: Object.fromEntries(
-                s.types.map((t) => [
-                  t.type,
-                  {
-                    versionAcked: t.versionAcked ?? null,
-                    lastVersionSent: t.lastVersionSent ?? null,
-                    resourceNames: t.wildcard ? '*' : t.resourceNames,
-                    lastNack: t.lastNack ? { ...t.lastNack, at: t.lastNack.at.toISOString() } : null,
-                  },
-                ]),
-              ),
-            })),
-        }));
-      },
+      proxies: () => proxiesView(controller, ads),
       configDump: (uuid) => {
         if (!controller.registry.get(uuid)) return undefined;
         const snapshot = cache.getSnapshot(uuid);
@@ -182,7 +133,46 @@ export async function runController(options: ControllerOptions): Promise<Running
     },
     logger.child({ component: 'ops' }),
   );
-  const httpPort = await ops.start(options.httpAddress);
+  const stop = async (): Promise<void> => {
+    controller.stop();
+    await ads.stop(1000);
+    await ops.stop();
+    await source.stop();
+    certificates.stop();
+  };
+  const listen = async <T>(flag: string, address: string, start: () => Promise<T>): Promise<T> => {
+    try {
+      return await start();
+    } catch (err) {
+      await stop();
+      const reason = err instanceof Error ? err.message.replace(/^No address added out of total \d+ resolved errors: /, '') : String(err);
+      throw new Error(`cannot listen on ${flag} ${address}: ${reason}`);
+    }
+  };
+
+  const serverCert = await certificates.issueServerCertificate({});
+  const xdsPort = await listen('--xds-address', options.xdsAddress, () => ads.start({
+    address: options.xdsAddress,
+    credentials: grpc.ServerCredentials.createSsl(
+      Buffer.from(certificates.caPem),
+      [{ cert_chain: Buffer.from(serverCert.certPem), private_key: Buffer.from(serverCert.keyPem) }],
+      true,
+    ),
+    authenticate: authenticateFromPeerCertificate,
+  }));
+  let xdsPlaintextPort: number | undefined;
+  if (options.xdsPlaintextAddress) {
+    logger.warn(
+      { address: options.xdsPlaintextAddress },
+      'plaintext ADS listener enabled: proxies are identified by node.id without any certificate; use it for proxyless gRPC clients and local tests only',
+    );
+    const address = options.xdsPlaintextAddress;
+    xdsPlaintextPort = await listen('--xds-plaintext-address', address, () =>
+      ads.start({ address, credentials: grpc.ServerCredentials.createInsecure(), authenticate: authenticateFromNodeId }),
+    );
+  }
+
+  const httpPort = await listen('--http-address', options.httpAddress, () => ops.start(options.httpAddress));
   logger.info(
     { manifests: path.resolve(options.manifests), xdsPort, xdsPlaintextPort, httpPort, mesh: options.meshName, services: controller.snapshot.services.length },
     'controller started',
@@ -193,12 +183,35 @@ export async function runController(options: ControllerOptions): Promise<Running
     xdsPlaintextPort,
     httpPort,
     controller,
-    async stop() {
-      controller.stop();
-      await ads.stop(1000);
-      await ops.stop();
-      await source.stop();
-      certificates.stop();
-    },
+    stop,
   };
+}
+
+/** The `/debug/proxies` view: each connected proxy with its streams and per-type xDS state. */
+function proxiesView(controller: MeshController, ads: AdsServer): unknown {
+  const streams = ads.streams();
+  return controller.registry.connected().map((c) => ({
+    uuid: c.proxy.uuid,
+    identity: c.proxy.identity,
+    commonName: c.proxy.commonName,
+    connectedSince: c.connectedSince.toISOString(),
+    streams: streams
+      .filter((s) => s.proxy.uuid === c.proxy.uuid)
+      .map((s) => ({
+        streamId: s.streamId,
+        listener: s.listener,
+        connectedAt: s.connectedAt.toISOString(),
+        types: Object.fromEntries(
+          s.types.map((t) => [
+            t.type,
+            {
+              versionAcked: t.versionAcked ?? null,
+              lastVersionSent: t.lastVersionSent ?? null,
+              resourceNames: t.wildcard ? '*' : t.resourceNames,
+              lastNack: t.lastNack ? { ...t.lastNack, at: t.lastNack.at.toISOString() } : null,
+            },
+          ]),
+        ),
+      })),
+  }));
 }

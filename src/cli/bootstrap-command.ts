@@ -2,10 +2,14 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { stringify } from 'yaml';
-import { CertificateAuthority } from '../certificate/authority.js';
+import { existsSync } from 'node:fs';
+import { CA_CERT_FILE, CertificateAuthority } from '../certificate/authority.js';
 import { CertificateManager } from '../certificate/manager.js';
 import { envoyBootstrap } from '../envoy/bootstrap.js';
 import { proxyCommonName, type CommonName } from '../proxy/types.js';
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 /** Options of {@link writeProxyBootstrap}; the `trellis bootstrap` flags. */
 export interface BootstrapCommandOptions {
@@ -34,10 +38,21 @@ export interface BootstrapResult {
  * `<uuid>.sidecar.<sa>.<ns>.cluster.local`) and writes `bootstrap.yaml` (Envoy v3 bootstrap:
  * admin 127.0.0.1:15000, ADS over TLS to the controller, node id = the CN), `cert.pem`,
  * `key.pem` (mode 0600) and `ca.pem` to `out`.
- * @throws Error when the CA cannot be loaded or created, the names are not DNS labels, or a
- *   file cannot be written.
+ * @throws Error when the state directory has no CA (the controller creates it), the CA cannot
+ *   be loaded, the names are not DNS labels, the UUID is not one, or a file cannot be written.
  */
 export async function writeProxyBootstrap(options: BootstrapCommandOptions): Promise<BootstrapResult> {
+  // A bootstrap signed by a CA the controller doesn't use would be refused at connect time:
+  // never create a CA here, only use the controller's.
+  if (!existsSync(path.join(options.stateDir, CA_CERT_FILE))) {
+    throw new Error(
+      `no mesh CA in ${path.resolve(options.stateDir)}: start the controller first, or pass the controller's --state-dir`,
+    );
+  }
+  for (const [flag, value] of [['--namespace', options.namespace], ['--service-account', options.serviceAccount]] as const) {
+    if (!DNS_LABEL.test(value)) throw new Error(`${flag} "${value}" is not a DNS label (lower-case letters, digits and '-', at most 63)`);
+  }
+  if (options.uuid !== undefined && !UUID.test(options.uuid)) throw new Error(`--uuid "${options.uuid}" is not a UUID`);
   const ca = await CertificateAuthority.loadOrCreate(options.stateDir);
   const manager = new CertificateManager({ ca });
   const uuid = options.uuid ?? randomUUID();

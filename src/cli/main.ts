@@ -1,4 +1,4 @@
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { runController } from '../main.js';
@@ -35,8 +35,12 @@ export async function main(argv: readonly string[]): Promise<void> {
     .option('--xds-plaintext-address <host:port>', 'plaintext ADS listener for proxyless gRPC and local tests (identity from node.id)', address)
     .option('--insecure-allow-remote', 'allow the plaintext listener on a non-loopback address', false)
     .option('--http-address <host:port>', 'health, metrics and debug HTTP server', address, '127.0.0.1:9091')
-    .option('--resync-interval <duration>', 'push to every proxy at least this often', duration, 60)
-    .option('--log-level <level>', 'trace, debug, info, warn, error', 'info')
+    .addOption(
+      new Option('--resync-interval <duration>', 'push to every proxy at least this often (e.g. 30s, 5m; a bare number is seconds; 0 turns it off)')
+        .argParser(duration)
+        .default(60, '60s'),
+    )
+    .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']).default('info'))
     .action(async (opts: {
       manifests: string;
       meshName: string;
@@ -87,8 +91,13 @@ export async function main(argv: readonly string[]): Promise<void> {
     .option('--xds-address <host:port>', 'the controller ADS address as the proxy reaches it', address, '127.0.0.1:15128')
     .option('--uuid <uuid>', 'proxy UUID (default: random)')
     .action(async (opts: { namespace: string; serviceAccount: string; out: string; stateDir: string; xdsAddress: string; uuid?: string }) => {
-      const result = await writeProxyBootstrap(opts);
-      process.stdout.write(`${result.commonName}\n${Object.values(result.files).join('\n')}\n`);
+      try {
+        const result = await writeProxyBootstrap(opts);
+        process.stdout.write(`${result.commonName}\n${Object.values(result.files).join('\n')}\n`);
+      } catch (err) {
+        process.stderr.write(`trellis bootstrap: ${err instanceof Error ? err.message : String(err)}\n`);
+        process.exitCode = 1;
+      }
     });
 
   await program.parseAsync([...argv]);

@@ -196,7 +196,10 @@ export class MeshController {
       .filter((p) => request.configChanged || request.rotated.has(p.identity));
     for (const proxy of proxies) await this.updateProxy(proxy);
     end();
-    this.options.logger.debug({ reason, kinds: [...request.kinds], proxies: proxies.length, generation: this.mesh.generation }, 'pushed');
+    const fields = { reason, kinds: [...request.kinds].sort(), proxies: proxies.length, generation: this.mesh.generation };
+    // A resync with nothing new is routine: keep it out of the info log.
+    if (request.resync && request.kinds.size === 0 && request.rotated.size === 0) this.options.logger.debug(fields, 'resync pushed');
+    else this.options.logger.info(fields, 'configuration pushed');
   }
 
   /**
