@@ -104,7 +104,7 @@ export async function runController(options: ControllerOptions): Promise<Running
     logger: logger.child({ component: 'ads' }),
     metrics,
     hooks: {
-      onStreamOpen: (proxy, streamId) => controller.onStreamOpen(proxy, streamId),
+      onStreamOpen: (proxy, streamId, node) => controller.onStreamOpen(proxy, streamId, node ?? null),
       onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
       onNack: (proxy, typeUrl, version, detail) =>
         logger.warn({ proxy: proxy.uuid, identity: proxy.identity, type: TYPE_SHORT_NAME[typeUrl], version, error: detail.message }, 'NACK'),
@@ -194,12 +194,14 @@ function proxiesView(controller: MeshController, ads: AdsServer): unknown {
     uuid: c.proxy.uuid,
     identity: c.proxy.identity,
     commonName: c.proxy.commonName,
+    clientType: c.proxy.clientType ?? 'envoy',
     connectedSince: c.connectedSince.toISOString(),
     streams: streams
       .filter((s) => s.proxy.uuid === c.proxy.uuid)
       .map((s) => ({
         streamId: s.streamId,
         listener: s.listener,
+        mode: s.mode,
         connectedAt: s.connectedAt.toISOString(),
         types: Object.fromEntries(
           s.types.map((t) => [

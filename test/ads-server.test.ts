@@ -356,10 +356,12 @@ describe('ADS server, state of the world', () => {
       assert.equal(s.responses.length, 0);
     });
 
-    it('answers DeltaAggregatedResources with UNIMPLEMENTED', async () => {
+    it('serves DeltaAggregatedResources on the same port, with the same authentication', async () => {
       const call = h.client.openDeltaStream();
+      call.write({ node: { id: 'not-a-proxy.sidecar.x.y.cluster.local' }, type_url: CDS });
       const err = await new Promise<grpc.ServiceError>((resolve) => call.on('error', resolve));
-      assert.equal(err.code, grpc.status.UNIMPLEMENTED);
+      assert.equal(err.code, grpc.status.UNAUTHENTICATED);
+      assert.deepEqual(h.events, []);
     });
   });
 

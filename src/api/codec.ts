@@ -32,6 +32,8 @@ export const PROTO_FILES: readonly string[] = [
   'envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto',
   'envoy/extensions/filters/network/tcp_proxy/v3/tcp_proxy.proto',
   'envoy/extensions/filters/network/rbac/v3/rbac.proto',
+  'envoy/extensions/filters/network/local_ratelimit/v3/local_rate_limit.proto',
+  'envoy/extensions/filters/http/local_ratelimit/v3/local_rate_limit.proto',
   'envoy/extensions/filters/http/rbac/v3/rbac.proto',
   'envoy/extensions/filters/http/router/v3/router.proto',
   'envoy/extensions/filters/listener/original_dst/v3/original_dst.proto',

@@ -130,4 +130,60 @@ describe('buildMeshSnapshot', () => {
     assert.deepEqual(outboundServices(snapshot, serviceIdentity('bookthief', 'bookthief')), [], 'the broken target grants nothing');
     assert.deepEqual(snapshot.trafficSplits.find((s) => s.name === 'bookwarehouse/partial')?.backends, [{ service: 'bookwarehouse', weight: 5 }]);
   });
+
+  it('skips HTTPRouteGroup matches Envoy would reject, keeping the valid ones', () => {
+    const objects = bookstoreMesh().filter((o) => !(o.kind === 'HTTPRouteGroup' && o.metadata.name === 'bookstore-service-routes'));
+    objects.push(
+      k8s.httpRouteGroup('bookstore', 'bookstore-service-routes', [
+        { name: 'books-bought', pathRegex: '/books(?=-bought)', methods: ['GET'] },
+        { name: 'buy-a-book', pathRegex: '.*a-book.*new', methods: ['GET'], headers: [{ 'client app': 'x' }] },
+        { name: 'empty-header', headers: [{ 'x-user': '' }] },
+        { name: 'open-paren', pathRegex: '/books([' },
+        { name: 'fine', pathRegex: '/fine' },
+      ]),
+    );
+    objects.push(
+      k8s.trafficTarget('bookstore', 'all-routes', 'bookstore', [{ ns: 'bookbuyer', sa: 'bookbuyer' }], [{ kind: 'HTTPRouteGroup', name: 'bookstore-service-routes' }]),
+    );
+    const { snapshot, problems } = build(objects);
+    assert.deepEqual(
+      [...new Set(problems.map((p) => `${p.kind} ${p.name} ${p.field}`))],
+      [
+        'HTTPRouteGroup bookstore-service-routes spec.matches[0].pathRegex',
+        'HTTPRouteGroup bookstore-service-routes spec.matches[1].headers.client app',
+        'HTTPRouteGroup bookstore-service-routes spec.matches[2].headers.x-user',
+        'HTTPRouteGroup bookstore-service-routes spec.matches[3].pathRegex',
+      ],
+    );
+    const allRoutes = snapshot.trafficTargets.find((t) => t.name === 'bookstore/all-routes')!;
+    assert.deepEqual(allRoutes.httpMatches.map((m) => m.name), ['bookstore/bookstore-service-routes/fine']);
+  });
+
+  it('rejects TrafficSplit weights that overflow Envoy\'s uint32 total_weight', () => {
+    const { snapshot, problems } = build(bookstoreMesh({ split: [3_000_000_000, 3_000_000_000] }));
+    assert.deepEqual(problems.map((p) => `${p.kind} ${p.field}`), ['TrafficSplit spec.backends']);
+    assert.deepEqual(snapshot.trafficSplits, []);
+  });
+
+  it('keeps the last valid version of a policy whose reference breaks, and says so', () => {
+    const first = build(bookstoreMesh()).snapshot;
+    const broken = bookstoreMesh().map((o) =>
+      o.kind === 'TrafficTarget' && o.metadata.name === 'bookstore'
+        ? { ...o, spec: { ...(o.spec as object), rules: [{ kind: 'HTTPRouteGroup', name: 'bookstore-service-routs' }] } }
+        : o,
+    );
+    const { snapshot, problems } = buildMeshSnapshot(memoryStore(broken), { meshName: 'osm', generation: 2, previous: first });
+    assert.equal(problems.length, 1);
+    assert.match(problems[0].message, /does not exist; its last valid version stays in force$/);
+    const kept = snapshot.trafficTargets.find((t) => t.name === 'bookstore/bookstore');
+    assert.deepEqual(kept, first.trafficTargets.find((t) => t.name === 'bookstore/bookstore'));
+    assert.deepEqual(
+      outboundServices(snapshot, serviceIdentity('bookbuyer', 'bookbuyer')).map((s) => s.name),
+      ['bookstore', 'bookstore-v1', 'bookstore-v2'],
+    );
+    const deleted = bookstoreMesh().filter((o) => !(o.kind === 'TrafficTarget' && o.metadata.name === 'bookstore'));
+    const after = buildMeshSnapshot(memoryStore(deleted), { meshName: 'osm', generation: 3, previous: snapshot }).snapshot;
+    assert.equal(after.trafficTargets.find((t) => t.name === 'bookstore/bookstore'), undefined, 'a deleted policy is gone');
+  });
 });
+

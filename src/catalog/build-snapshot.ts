@@ -6,6 +6,7 @@ import type {
   HTTPRouteGroup,
   MeshConfig,
   Namespace,
+  ObjectKind,
   Pod,
   PodSpec,
   Service,
@@ -25,10 +26,19 @@ import type {
   MeshService,
   MeshSettings,
   MeshSnapshot,
+  TlsVersion,
   TrafficSplitPolicy,
   TrafficTargetPolicy,
 } from './types.js';
 import { clusterName, serviceKey } from './names.js';
+import { parseGoDuration } from './duration.js';
+import { HTTP_HEADER_NAME, re2Problem } from '../util/re2.js';
+import { resolveRetryPolicies, resolveUpstreamTrafficSettings } from './upstream-policies.js';
+import { keepLastGood } from './last-good.js';
+import { resolveIngressBackends } from './ingress.js';
+import { resolveEgressPolicies } from './egress.js';
+
+export { parseGoDuration } from './duration.js';
 
 /** Default validity of service certificates (OSM `serviceCertValidityDuration` default, 24 h), in seconds. */
 export const DEFAULT_SERVICE_CERT_VALIDITY_SECONDS = 24 * 3600;
@@ -39,6 +49,8 @@ export interface BuildOptions {
   readonly meshName: string;
   /** Generation number to stamp on the snapshot. */
   readonly generation: number;
+  /** The previous snapshot: policies that now have problems keep their version from it ({@link keepLastGood}). */
+  readonly previous?: MeshSnapshot;
 }
 
 /** The result of {@link buildMeshSnapshot}: the snapshot, and the policies it had to skip. */
@@ -67,46 +79,65 @@ export function portProtocol(port: Pick<ServicePort, 'name' | 'appProtocol'>): A
   return 'http';
 }
 
-/**
- * Parses a Go duration such as `24h`, `1h30m`, `90s` into seconds.
- * @returns undefined when the text is not a duration.
- */
-export function parseGoDuration(text: string): number | undefined {
-  const re = /(\d+(?:\.\d+)?)(h|ms|m|s)/gy;
-  let total = 0;
-  let matched = 0;
-  for (let m = re.exec(text); m; m = re.exec(text)) {
-    const n = Number(m[1]);
-    total += m[2] === 'h' ? n * 3600 : m[2] === 'm' ? n * 60 : m[2] === 's' ? n : n / 1000;
-    matched = re.lastIndex;
-  }
-  return matched === text.length && text.length > 0 ? total : undefined;
-}
+const TLS_VERSIONS: readonly TlsVersion[] = ['TLS_AUTO', 'TLSv1_0', 'TLSv1_1', 'TLSv1_2', 'TLSv1_3'];
+
+/** OSM's defaults when there is no MeshConfig (permissive mode on, egress off, 24 h certificates, TLS 1.2–1.3). */
+const DEFAULT_SETTINGS: MeshSettings = {
+  permissiveTrafficPolicyMode: true,
+  enableEgress: false,
+  serviceCertValiditySeconds: DEFAULT_SERVICE_CERT_VALIDITY_SECONDS,
+  tlsMinProtocolVersion: 'TLSv1_2',
+  tlsMaxProtocolVersion: 'TLSv1_3',
+  cipherSuites: [],
+  ecdhCurves: [],
+  configResyncIntervalSeconds: undefined,
+};
 
 function meshSettings(store: StoreReader, problems: PolicyProblem[]): MeshSettings {
   const configs = store.list<MeshConfig>('MeshConfig');
   const config = configs.find((c) => c.metadata.name === 'osm-mesh-config') ?? configs[0];
-  if (!config) {
-    return { permissiveTrafficPolicyMode: true, enableEgress: false, serviceCertValiditySeconds: DEFAULT_SERVICE_CERT_VALIDITY_SECONDS };
-  }
+  if (!config) return DEFAULT_SETTINGS;
+  const report = (field: string, message: string): void => {
+    problems.push({ kind: 'MeshConfig', namespace: config.metadata.namespace, name: config.metadata.name, field, message });
+  };
   let validity = DEFAULT_SERVICE_CERT_VALIDITY_SECONDS;
   const text = config.spec?.certificate?.serviceCertValidityDuration;
   if (text !== undefined) {
     const parsed = parseGoDuration(text);
-    if (parsed === undefined || parsed < 60) {
-      problems.push({
-        kind: 'MeshConfig',
-        namespace: config.metadata.namespace,
-        name: config.metadata.name,
-        field: 'spec.certificate.serviceCertValidityDuration',
-        message: `"${text}" is not a duration of at least 1m; using 24h`,
-      });
-    } else validity = Math.round(parsed);
+    if (parsed === undefined || parsed < 60) report('spec.certificate.serviceCertValidityDuration', `"${text}" is not a duration of at least 1m; using 24h`);
+    else validity = Math.round(parsed);
+  }
+  const sidecar = config.spec?.sidecar;
+  const tlsVersion = (field: 'tlsMinProtocolVersion' | 'tlsMaxProtocolVersion', fallback: TlsVersion): TlsVersion => {
+    const value = sidecar?.[field];
+    if (value === undefined) return fallback;
+    if ((TLS_VERSIONS as readonly string[]).includes(value)) return value as TlsVersion;
+    report(`spec.sidecar.${field}`, `"${value}" is not one of ${TLS_VERSIONS.join(', ')}; using ${fallback}`);
+    return fallback;
+  };
+  let tlsMin = tlsVersion('tlsMinProtocolVersion', DEFAULT_SETTINGS.tlsMinProtocolVersion);
+  let tlsMax = tlsVersion('tlsMaxProtocolVersion', DEFAULT_SETTINGS.tlsMaxProtocolVersion);
+  if (tlsMin !== 'TLS_AUTO' && tlsMax !== 'TLS_AUTO' && TLS_VERSIONS.indexOf(tlsMin) > TLS_VERSIONS.indexOf(tlsMax)) {
+    report('spec.sidecar.tlsMinProtocolVersion', `${tlsMin} is above tlsMaxProtocolVersion ${tlsMax}; using TLSv1_2 to TLSv1_3`);
+    tlsMin = DEFAULT_SETTINGS.tlsMinProtocolVersion;
+    tlsMax = DEFAULT_SETTINGS.tlsMaxProtocolVersion;
+  }
+  let resync: number | undefined;
+  if (sidecar?.configResyncInterval !== undefined) {
+    const parsed = parseGoDuration(sidecar.configResyncInterval);
+    if (parsed === undefined) report('spec.sidecar.configResyncInterval', `"${sidecar.configResyncInterval}" is not a duration`);
+    // OSM: a resync interval under 1 minute is raised to 1 minute; 0 means none.
+    else if (parsed > 0) resync = Math.max(60, Math.round(parsed));
   }
   return {
     permissiveTrafficPolicyMode: config.spec?.traffic?.enablePermissiveTrafficPolicyMode ?? false,
     enableEgress: config.spec?.traffic?.enableEgress ?? false,
     serviceCertValiditySeconds: validity,
+    tlsMinProtocolVersion: tlsMin,
+    tlsMaxProtocolVersion: tlsMax,
+    cipherSuites: sidecar?.cipherSuites ?? [],
+    ecdhCurves: sidecar?.ecdhCurves ?? [],
+    configResyncIntervalSeconds: resync,
   };
 }
 
@@ -223,14 +254,20 @@ function resolveTrafficTargets(store: StoreReader, namespaces: ReadonlySet<strin
         for (const name of wanted ?? []) {
           if (!groupMatches.some((m) => m.name === name)) report(`spec.rules[${i}].matches`, `HTTPRouteGroup ${ns}/${rule.name} has no match "${name}"`);
         }
-        for (const m of groupMatches) {
-          if (wanted && !wanted.has(m.name)) continue;
+        groupMatches.forEach((m, index) => {
+          if (wanted && !wanted.has(m.name)) return;
           const headers: Record<string, string> = {};
           const list = Array.isArray(m.headers) ? m.headers : m.headers ? [m.headers] : [];
           for (const h of list) Object.assign(headers, h);
+          const bad = httpMatchProblem(m.pathRegex, headers);
+          if (bad) {
+            // The match could never be sent to Envoy: skip it (the rest of the group still applies).
+            problems.push({ kind: 'HTTPRouteGroup', namespace: ns, name: rule.name, field: `spec.matches[${index}].${bad.field}`, message: bad.message });
+            return;
+          }
           const methods = (m.methods ?? []).includes('*') ? [] : [...(m.methods ?? [])];
           httpMatches.push({ name: `${ns}/${rule.name}/${m.name}`, pathRegex: m.pathRegex || undefined, methods, headers });
-        }
+        });
       } else if (rule.kind === 'TCPRoute') {
         const route = store.get<TCPRoute>('TCPRoute', ns, rule.name);
         if (!route) {
@@ -255,6 +292,27 @@ function resolveTrafficTargets(store: StoreReader, namespaces: ReadonlySet<strin
     });
   }
   return out;
+}
+
+/** The largest value of a protobuf uint32, Envoy's type for weights and `total_weight`. */
+const MAX_UINT32 = 0xffff_ffff;
+
+/**
+ * Why an HTTPRouteGroup match cannot become an Envoy route match, as field and message, or
+ * undefined: a path regex or header regex RE2 rejects, or a header name that is not an HTTP
+ * token.
+ */
+function httpMatchProblem(pathRegex: string | undefined, headers: Readonly<Record<string, string>>): { field: string; message: string } | undefined {
+  if (pathRegex) {
+    const problem = re2Problem(pathRegex);
+    if (problem) return { field: 'pathRegex', message: problem };
+  }
+  for (const [name, value] of Object.entries(headers)) {
+    if (!HTTP_HEADER_NAME.test(name)) return { field: `headers.${name}`, message: `"${name}" is not a valid HTTP header name` };
+    const problem = re2Problem(String(value));
+    if (problem) return { field: `headers.${name}`, message: problem };
+  }
+  return undefined;
 }
 
 /** Splits an SMI `spec.service` (`svc`, `svc.ns`, or an FQDN) into the service name. */
@@ -301,8 +359,17 @@ function resolveTrafficSplits(
         report(`spec.backends[${i}].service`, `Service ${ns}/${b.service} does not exist`);
         return;
       }
+      if (b.weight > MAX_UINT32) {
+        report(`spec.backends[${i}].weight`, `${b.weight} is above ${MAX_UINT32}, the largest weight Envoy accepts`);
+        return;
+      }
       if (b.weight > 0) backends.push({ service: b.service, weight: b.weight });
     });
+    const total = backends.reduce((sum, b) => sum + b.weight, 0);
+    if (total > MAX_UINT32) {
+      report('spec.backends', `the weights add up to ${total}, above ${MAX_UINT32} (Envoy's total_weight is a uint32)`);
+      continue;
+    }
     apexTaken.set(`${ns}/${apex}`, `${ns}/${split.metadata.name}`);
     out.push({ name: `${ns}/${split.metadata.name}`, namespace: ns, service: apex, backends });
   }
@@ -392,9 +459,26 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
   }
   services.sort((a, b) => (a.namespace !== b.namespace ? (a.namespace < b.namespace ? -1 : 1) : a.name !== b.name ? (a.name < b.name ? -1 : 1) : a.port - b.port));
 
-  const trafficTargets = resolveTrafficTargets(store, namespaces, problems);
+  const names = (kind: ObjectKind) => new Set(store.list(kind).map((o) => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`));
+  const trafficTargets = keepLastGood('TrafficTarget', resolveTrafficTargets(store, namespaces, problems), options.previous?.trafficTargets, names('TrafficTarget'), (name) => {
+    const [ns, n] = name.split('/');
+    const tt = store.get<TrafficTarget>('TrafficTarget', ns, n);
+    return (tt?.spec.rules ?? []).map((r) => `${r.kind} ${ns}/${r.name}`);
+  }, problems);
   const serviceNames = new Set(services.map(serviceKey));
-  const trafficSplits = resolveTrafficSplits(store, namespaces, serviceNames, problems);
+  const none = () => [];
+  const trafficSplits = keepLastGood('TrafficSplit', resolveTrafficSplits(store, namespaces, serviceNames, problems), options.previous?.trafficSplits, names('TrafficSplit'), none, problems);
+  const retryPolicies = keepLastGood('Retry', resolveRetryPolicies(store, namespaces, problems), options.previous?.retryPolicies, names('Retry'), none, problems);
+  const upstreamTrafficSettings = keepLastGood(
+    'UpstreamTrafficSetting',
+    resolveUpstreamTrafficSettings(store, namespaces, serviceNames, problems),
+    options.previous?.upstreamTrafficSettings,
+    names('UpstreamTrafficSetting'),
+    none,
+    problems,
+  );
+  const ingressBackends = resolveIngressBackends(store, namespaces, services, problems);
+  const egressPolicies = resolveEgressPolicies(store, namespaces, problems);
 
   return {
     snapshot: {
@@ -408,6 +492,10 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
       servicesByIdentity,
       trafficTargets,
       trafficSplits,
+      retryPolicies,
+      upstreamTrafficSettings,
+      ingressBackends,
+      egressPolicies,
     },
     problems,
   };

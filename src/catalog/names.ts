@@ -42,3 +42,12 @@ export function identitySpiffeId(identity: ServiceIdentity): string {
   const { namespace, serviceAccount } = identityParts(identity);
   return `spiffe://cluster.local/ns/${namespace}/sa/${serviceAccount}`;
 }
+
+/**
+ * SDS name of the validation context for client certificates of HTTPS ingress:
+ * `root-cert-https:<ns>/<sa>` (OSM's `root-cert-https` secret type). It holds the mesh root
+ * only; which client may come in is decided by RBAC on the IngressBackend's principals.
+ */
+export function ingressRootCertSecretName(identity: ServiceIdentity): string {
+  return `root-cert-https:${identity}`;
+}

@@ -1,4 +1,7 @@
 import type { ServiceIdentity } from '../proxy/types.js';
+import type { RetryPolicy, UpstreamTrafficSettingPolicy } from './upstream-policies.js';
+
+export type { LocalRateLimit, RetryPolicy, UpstreamTrafficSettingPolicy } from './upstream-policies.js';
 
 /** Application protocol of a service port (OSM's `appProtocol` values). */
 export type AppProtocol = 'http' | 'tcp' | 'grpc' | 'tcp-server-first';
@@ -76,7 +79,19 @@ export interface MeshSettings {
   readonly enableEgress: boolean;
   /** Validity of service certificates, in seconds. */
   readonly serviceCertValiditySeconds: number;
+  /** TLS versions of the sidecars' mTLS (`TLSv1_2`, …; MeshConfig `sidecar.tlsMinProtocolVersion`/`tlsMaxProtocolVersion`). */
+  readonly tlsMinProtocolVersion: TlsVersion;
+  readonly tlsMaxProtocolVersion: TlsVersion;
+  /** Cipher suites for TLS 1.0–1.2 (MeshConfig `sidecar.cipherSuites`); empty = Envoy's defaults. */
+  readonly cipherSuites: readonly string[];
+  /** ECDH curves (MeshConfig `sidecar.ecdhCurves`); empty = Envoy's defaults. */
+  readonly ecdhCurves: readonly string[];
+  /** Resync interval from MeshConfig `sidecar.configResyncInterval`, in seconds; undefined when unset. */
+  readonly configResyncIntervalSeconds: number | undefined;
 }
+
+/** Envoy `TlsParameters.TlsProtocol` names accepted in MeshConfig. */
+export type TlsVersion = 'TLS_AUTO' | 'TLSv1_0' | 'TLSv1_1' | 'TLSv1_2' | 'TLSv1_3';
 
 /**
  * An immutable, indexed view of the mesh built once per push from the store (the role of
@@ -99,4 +114,88 @@ export interface MeshSnapshot {
   readonly servicesByIdentity: ReadonlyMap<ServiceIdentity, readonly string[]>;
   readonly trafficTargets: readonly TrafficTargetPolicy[];
   readonly trafficSplits: readonly TrafficSplitPolicy[];
+  /** Retry policies (OSM `Retry`). */
+  readonly retryPolicies: readonly RetryPolicy[];
+  /** Connection and rate limits per upstream host (OSM `UpstreamTrafficSetting`). */
+  readonly upstreamTrafficSettings: readonly UpstreamTrafficSettingPolicy[];
+  /** One entry per backend of every valid IngressBackend (OSM v1.2), sorted by policy name. */
+  readonly ingressBackends: readonly IngressBackendPolicy[];
+  /** Valid Egress policies (OSM v1.2), sorted by name. */
+  readonly egressPolicies: readonly EgressPolicy[];
+}
+
+/**
+ * How one Kubernetes Ingress path (networking.k8s.io/v1 `HTTPIngressPath`) matches, resolved:
+ * `exact` (pathType `Exact`), `prefix` (segment-wise, pathType `Prefix`; `/` matches every
+ * path), `regex` (RE2, pathType `ImplementationSpecific` when the path is a regex) or
+ * `string-prefix` (a plain string prefix, `ImplementationSpecific` otherwise).
+ */
+export interface IngressPathMatch {
+  readonly kind: 'exact' | 'prefix' | 'regex' | 'string-prefix';
+  /** The path, without a trailing `/` for `prefix` (except `/` itself). */
+  readonly path: string;
+}
+
+/** One route to an ingress backend taken from an Ingress rule: virtual host and path match. */
+export interface IngressRoute {
+  /** `<ns>/<Ingress name>` the route comes from. */
+  readonly ingress: string;
+  /** The rule's `host` (may be `*.example.com`); undefined = any host. */
+  readonly host: string | undefined;
+  readonly match: IngressPathMatch;
+}
+
+/**
+ * One backend of an OSM policy.openservicemesh.io/v1alpha1 IngressBackend, resolved: the
+ * MeshService whose target port it names, the sources allowed in and how, and the routes the
+ * Ingress objects pointing at that service give (OSM v1.2 `IngressTrafficMatch` + ingress
+ * routes).
+ */
+export interface IngressBackendPolicy {
+  /** `<namespace>/<name>` of the IngressBackend. */
+  readonly name: string;
+  /** The backend service port; `service.targetPort` is the IngressBackend's `port.number`. */
+  readonly service: MeshService;
+  readonly protocol: 'http' | 'https';
+  /** `tls.skipClientCertValidation` (https only): accept any client, or none, without a certificate. */
+  readonly skipClientCertValidation: boolean;
+  /** `tls.sniHosts` (https only): the SNI the filter chain matches; empty = any. */
+  readonly sniHosts: readonly string[];
+  /**
+   * Source CIDRs (`IPRange` sources, and `<ip>/32` or `/128` of each endpoint of `Service`
+   * sources), deduplicated, sorted; empty = any source address.
+   */
+  readonly sourceIpRanges: readonly string[];
+  /** `AuthenticatedPrincipal` source names (a client certificate SAN), sorted; used for https. */
+  readonly principals: readonly string[];
+  /**
+   * Routes from the Ingress objects whose paths (or default backend) name this service port;
+   * empty = no Ingress names it, every path is routed (OSM v1.2's wildcard ingress route).
+   */
+  readonly routes: readonly IngressRoute[];
+}
+
+/** One port of an Egress policy: number and protocol (OSM v1.2 `PortSpec`). */
+export interface EgressPort {
+  readonly number: number;
+  readonly protocol: 'http' | 'https' | 'tcp' | 'tcp-server-first';
+}
+
+/**
+ * An OSM policy.openservicemesh.io/v1alpha1 Egress, resolved: its source identities may reach
+ * `hosts` and/or `ipRanges` on `ports`, HTTP restricted to `httpMatches`.
+ */
+export interface EgressPolicy {
+  /** `<namespace>/<name>` of the Egress. */
+  readonly name: string;
+  readonly sources: readonly ServiceIdentity[];
+  /** Host names (may be `*.example.com`), deduplicated, in the order given. */
+  readonly hosts: readonly string[];
+  /** Destination CIDRs (`ipAddresses`), deduplicated, in the order given; empty = any address. */
+  readonly ipRanges: readonly string[];
+  readonly ports: readonly EgressPort[];
+  /** HTTP matches from the referenced HTTPRouteGroups; empty = every request (`prefix: /`). */
+  readonly httpMatches: readonly HttpRouteMatch[];
+  /** Names of UpstreamTrafficSettings named in `matches` (same namespace), for the CDS of the egress clusters. */
+  readonly upstreamTrafficSettings: readonly string[];
 }

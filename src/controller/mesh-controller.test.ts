@@ -97,6 +97,18 @@ describe('MeshController', () => {
     certificates.stop();
   });
 
+  it('refuses a second identity under a UUID that is already connected', async () => {
+    const { controller, certificates, cache } = await setup();
+    await controller.onStreamOpen(BUYER, 1);
+    const impostor = parseCommonName(`${BUYER.uuid}.sidecar.bookthief.bookthief.cluster.local`);
+    await assert.rejects(controller.onStreamOpen(impostor, 2), /already connected as bookbuyer\/bookbuyer/);
+    controller.onStreamClose(impostor, 2);
+    assert.equal(controller.registry.get(BUYER.uuid)?.proxy.identity, 'bookbuyer/bookbuyer');
+    assert.ok(cache.getSnapshot(BUYER.uuid)!.resources.get(TypeUrl.Secret)!.has('service-cert:bookbuyer/bookbuyer'));
+    controller.stop();
+    certificates.stop();
+  });
+
   it('pushes a config change to every connected proxy once, after the debounce', async () => {
     const { store, controller, certificates, seen } = await setup();
     await controller.onStreamOpen(BUYER, 1);

@@ -7,7 +7,9 @@ import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
 import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
+import { formatViolation, validateProxyResources, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
+import { withClientType, type NodeSoftware } from '../proxy/client-type.js';
 import { ProxyRegistry } from '../proxy/registry.js';
 import type { Proxy, ServiceIdentity } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
@@ -49,7 +51,7 @@ export interface MeshControllerOptions {
   readonly debounceQuietMs?: number;
   /** Longest a change waits for a push, in ms (default 1000). */
   readonly debounceMaxDelayMs?: number;
-  /** Interval of the periodic resync, in ms (default 60 000); 0 turns it off. */
+  /** Interval of the periodic resync, in ms (default 60 000); 0 turns it off. MeshConfig `sidecar.configResyncInterval` overrides it. */
   readonly resyncIntervalMs?: number;
   readonly timers?: Timers;
 }
@@ -71,12 +73,15 @@ export class MeshController {
   private readonly timers: Timers;
   private readonly unsubscribe: (() => void)[] = [];
   private readonly lastErrors = new Map<string, string>();
+  /** Latest validation violations per proxy UUID (only proxies that have some). */
+  private readonly violations = new Map<string, { proxy: Proxy; violations: readonly Violation[] }>();
   private readonly metrics: {
     pushes: Counter<'reason'>;
     generationErrors: Counter;
     problems: Gauge;
     buildSeconds: Histogram;
     proxiesUpdated: Counter;
+    validationFailures: Counter<'type'>;
   };
 
   constructor(private readonly options: MeshControllerOptions) {
@@ -104,6 +109,12 @@ export class MeshController {
         registers,
       }),
       proxiesUpdated: new Counter({ name: 'trellis_proxy_snapshots_total', help: 'Proxy snapshots generated', registers }),
+      validationFailures: new Counter({
+        name: 'trellis_config_validation_failures_total',
+        help: 'Violations of Envoy validate.rules and cross-resource rules found in generated proxy configuration, by xDS type',
+        labelNames: ['type'],
+        registers,
+      }),
     };
     this.metrics.problems.set(this.problems.length);
   }
@@ -131,8 +142,15 @@ export class MeshController {
     this.armResync();
   }
 
+  /** The resync interval in force, in ms: MeshConfig `sidecar.configResyncInterval` when set, else the option. */
+  resyncIntervalMs(): number {
+    const fromMeshConfig = this.mesh.settings.configResyncIntervalSeconds;
+    return fromMeshConfig !== undefined ? fromMeshConfig * 1000 : (this.options.resyncIntervalMs ?? 60_000);
+  }
+
   private armResync(): void {
-    const interval = this.options.resyncIntervalMs ?? 60_000;
+    // Re-read on every arming so a MeshConfig change takes effect from the next resync on.
+    const interval = this.resyncIntervalMs();
     if (interval <= 0) return;
     this.resyncTimer = this.timers.setTimeout(() => {
       this.debouncer.push({ configChanged: true, resync: true, rotated: new Set(), kinds: new Set() });
@@ -153,7 +171,11 @@ export class MeshController {
   }
 
   private rebuild(): MeshSnapshot {
-    const { snapshot, problems } = buildMeshSnapshot(this.options.store, { meshName: this.options.meshName, generation: ++this.generation });
+    const { snapshot, problems } = buildMeshSnapshot(this.options.store, {
+      meshName: this.options.meshName,
+      generation: ++this.generation,
+      previous: this.generation > 1 ? this.mesh : undefined,
+    });
     const before = new Set(this.problems.map(formatProblem));
     for (const p of problems) {
       const text = formatProblem(p);
@@ -169,12 +191,21 @@ export class MeshController {
 
   /**
    * ADS hook: a proxy's stream opened. Registers it and sets its first snapshot before the
-   * server answers anything.
+   * server answers anything. `node` (the first request's) decides the configuration format:
+   * a proxyless gRPC client gets the `api_listener` form (`detectClientType`).
    * @throws Error when its configuration cannot be generated (the stream is then refused).
    */
-  async onStreamOpen(proxy: Proxy, streamId: number): Promise<void> {
+  async onStreamOpen(connected: Proxy, streamId: number, node?: NodeSoftware | null): Promise<void> {
+    const proxy = node === undefined ? connected : withClientType(connected, node);
+    const existing = this.registry.get(proxy.uuid);
+    if (existing && existing.proxy.identity !== proxy.identity) {
+      // Proxies are keyed by UUID: a second identity under the same UUID would be served the
+      // first one's configuration (and service certificate). Refuse it.
+      this.options.logger.warn({ proxy: proxy.uuid, identity: proxy.identity, connectedAs: existing.proxy.identity }, 'proxy refused: UUID in use by another identity');
+      throw new Error(`proxy UUID ${proxy.uuid} is already connected as ${existing.proxy.identity}; refusing ${proxy.identity}`);
+    }
     this.registry.register(proxy, streamId, new Date(this.timers.now()));
-    this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, streamId }, 'proxy connected');
+    this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, clientType: proxy.clientType ?? 'envoy', streamId }, 'proxy connected');
     const ok = await this.updateProxy(proxy);
     if (!ok && !this.options.cache.getSnapshot(proxy.uuid)) throw new Error(`no configuration could be generated for proxy ${proxy.uuid}`);
   }
@@ -183,7 +214,51 @@ export class MeshController {
   onStreamClose(proxy: Proxy, streamId: number): void {
     const remaining = this.registry.unregister(proxy.uuid, streamId);
     this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, streamId }, 'proxy disconnected');
-    if (remaining === 0) this.options.cache.clearSnapshot(proxy.uuid);
+    if (remaining === 0) {
+      this.options.cache.clearSnapshot(proxy.uuid);
+      this.violations.delete(proxy.uuid);
+    }
+  }
+
+  /**
+   * The latest validation violations of each connected proxy that has some (for the debug
+   * API): `validate.rules` and cross-resource rules its generated configuration broke.
+   */
+  validationFailures(): readonly { proxy: Proxy; violations: readonly Violation[] }[] {
+    return [...this.violations.values()];
+  }
+
+  /**
+   * Validates a proxy's generated resources (`validateProxyResources`), counts and logs the
+   * violations (each distinct one once, while it persists), and decides what to publish: all
+   * of them when valid; nothing (undefined: the proxy keeps its last good snapshot) when not
+   * and it has one; else the valid, referentially closed subset.
+   */
+  private checkResources(proxy: Proxy, resources: ProxyResources): ProxyResources | undefined {
+    const { violations, valid, dropped } = validateProxyResources(resources);
+    const logged = new Set((this.violations.get(proxy.uuid)?.violations ?? []).map(formatViolation));
+    if (violations.length === 0) {
+      this.violations.delete(proxy.uuid);
+      return resources;
+    }
+    this.violations.set(proxy.uuid, { proxy, violations });
+    for (const v of violations) {
+      const type = TYPE_SHORT_NAME[v.typeUrl];
+      this.metrics.validationFailures.inc({ type });
+      const text = formatViolation(v);
+      if (logged.has(text)) continue;
+      logged.add(text);
+      this.options.logger.error(
+        { proxy: proxy.uuid, identity: proxy.identity, type, resource: v.name, path: v.path, rule: v.rule },
+        `invalid configuration not sent: ${text}`,
+      );
+    }
+    if (this.options.cache.getSnapshot(proxy.uuid)) return undefined;
+    this.options.logger.warn(
+      { proxy: proxy.uuid, identity: proxy.identity, dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`) },
+      'first configuration of this proxy sent without its invalid resources',
+    );
+    return valid;
   }
 
   private async push(request: PushRequest): Promise<void> {
@@ -214,8 +289,10 @@ export class MeshController {
         privateKeyPem: cert.keyPem,
         caPem: this.options.certificates.caPem,
       });
-      const snapshot = buildProxySnapshot(encodeResources(resources));
       if (!this.registry.get(proxy.uuid)) return true; // disconnected meanwhile
+      const checked = this.checkResources(proxy, resources);
+      if (!checked) return false; // violations: the proxy keeps its last good snapshot
+      const snapshot = buildProxySnapshot(encodeResources(checked));
       this.lastErrors.delete(proxy.uuid);
       this.metrics.proxiesUpdated.inc();
       this.options.cache.setSnapshot(proxy.uuid, snapshot);

@@ -209,4 +209,17 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
     const out = thief.get(TypeUrl.Listener)!.get('outbound-listener')!;
     assert.equal(out.default_filter_chain.filters[0].typed_config.cluster, 'passthrough-outbound');
   });
+
+  it('matches an HTTP port alone when a destination on it has no ClusterIP', () => {
+    const objects = bookstoreMesh().map((o) =>
+      o.kind === 'Service' && o.metadata.name === 'bookstore-v1' ? { ...o, spec: { ...(o.spec as object), clusterIP: undefined } } : o,
+    );
+    const cfg = configFor(objects, 'bookbuyer', 'bookbuyer');
+    const chain = cfg.get(TypeUrl.Listener)!.get('outbound-listener')!.filter_chains.find((c: Decoded) => c.name === 'outbound_http_14001');
+    assert.equal(chain.filter_chain_match.destination_port.value, 14001);
+    assert.equal(chain.filter_chain_match.prefix_ranges, undefined);
+    const rds = cfg.get(TypeUrl.RouteConfiguration)!.get('rds-outbound.14001')!;
+    assert.ok(rds.virtual_hosts.some((v: Decoded) => v.domains.includes('bookstore-v1.bookstore.svc.cluster.local')));
+  });
 });
+

@@ -13,6 +13,8 @@ export const ExtensionType = {
   UpstreamTlsContext: 'envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext',
   DownstreamTlsContext: 'envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext',
   HttpProtocolOptions: 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+  NetworkLocalRateLimit: 'envoy.extensions.filters.network.local_ratelimit.v3.LocalRateLimit',
+  HttpLocalRateLimit: 'envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit',
 } as const;
 
 /** A `google.protobuf.Any` in the object form the codec encodes: `@type` plus the message's fields. */
@@ -26,9 +28,12 @@ export function typedConfig<T extends object>(messageName: string, message: T): 
   return { '@type': typeUrlOf(messageName), ...message };
 }
 
-/** A `google.protobuf.Duration` of `ms` milliseconds. */
-export function durationMs(ms: number): { seconds: number; nanos: number } {
-  return { seconds: Math.floor(ms / 1000), nanos: (ms % 1000) * 1_000_000 };
+/** A `google.protobuf.Duration` of `ms` milliseconds (`seconds` and `nanos`, zero parts omitted). */
+export function durationMs(ms: number): { seconds?: number; nanos?: number } {
+  const seconds = Math.floor(ms / 1000);
+  const nanos = Math.round((ms % 1000) * 1_000_000);
+  // Zero parts are left out, as proto3 leaves out default values on the wire.
+  return { ...(seconds !== 0 ? { seconds } : {}), ...(nanos !== 0 ? { nanos } : {}) };
 }
 
 /** An ADS `ConfigSource` (`ads: {}`, resource API V3): resources come over the same ADS stream. */

@@ -27,6 +27,14 @@ export function identityParts(identity: ServiceIdentity): { namespace: string; s
   return { namespace: identity.slice(0, i), serviceAccount: identity.slice(i + 1) };
 }
 
+/**
+ * What software an xDS client is, which decides the configuration FORMAT it gets (never its
+ * identity, which comes from the certificate): `envoy` (a sidecar: listeners on ports, mTLS
+ * through SDS) or `grpc` (a proxyless gRPC client: `api_listener`s named by target, gRFC
+ * A27/A28). See `detectClientType` in `client-type.ts`.
+ */
+export type XdsClientType = 'envoy' | 'grpc';
+
 /** A connected (or connecting) xDS client, as identified by its verified certificate. */
 export interface Proxy {
   /** The UUID of the proxy, first label of its CommonName. */
@@ -34,6 +42,8 @@ export interface Proxy {
   readonly kind: ProxyKind;
   readonly identity: ServiceIdentity;
   readonly commonName: CommonName;
+  /** The client's software, from its first request's `node`; absent means `envoy`. */
+  readonly clientType?: XdsClientType;
 }
 
 const UUID_RE = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;

@@ -204,7 +204,15 @@ export interface MeshConfig extends KubeObject {
       inboundPortExclusionList?: number[];
     };
     certificate?: { serviceCertValidityDuration?: string };
-    sidecar?: { logLevel?: string; tlsMinProtocolVersion?: string; tlsMaxProtocolVersion?: string };
+    sidecar?: {
+      logLevel?: string;
+      tlsMinProtocolVersion?: string;
+      tlsMaxProtocolVersion?: string;
+      cipherSuites?: string[];
+      ecdhCurves?: string[];
+      /** Go duration, e.g. `90s`; `0s` or unset = no resync from MeshConfig. */
+      configResyncInterval?: string;
+    };
     observability?: { enableDebugServer?: boolean };
   };
 }

@@ -1,12 +1,13 @@
 import type { Cluster } from '../../api/generated/envoy/config/cluster/v3/Cluster.js';
-import { clusterName, localClusterName } from '../../catalog/names.js';
+import { clusterName, localClusterName, serviceKey } from '../../catalog/names.js';
 import { inboundServices } from '../../catalog/traffic-policy.js';
-import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
+import type { MeshService, MeshSnapshot, UpstreamTrafficSettingPolicy } from '../../catalog/types.js';
 import type { Proxy } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
 import { tlsTransportSocket, upstreamTlsContext } from '../tls.js';
 import { ADS_CONFIG_SOURCE, durationMs, ExtensionType, typedConfig } from '../typed-config.js';
+import { generateEgressClusters } from './egress.js';
 
 /** Name of the cluster that points at Envoy's own admin port for Prometheus scraping (OSM). */
 export const ENVOY_METRICS_CLUSTER = 'envoy-metrics-cluster';
@@ -17,40 +18,64 @@ export const ENVOY_ADMIN_PORT = 15000;
 /** Connect timeout of upstream clusters, in ms (OSM's default 1 s). */
 export const CONNECT_TIMEOUT_MS = 1000;
 
-function httpProtocolOptions(svc: MeshService): Cluster['typed_extension_protocol_options'] {
-  if (svc.protocol === 'grpc') {
-    return {
-      'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': typedConfig(ExtensionType.HttpProtocolOptions, {
-        explicit_http_config: { http2_protocol_options: {} },
-      }),
-    };
-  }
-  if (svc.protocol === 'http') {
-    return {
-      'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': typedConfig(ExtensionType.HttpProtocolOptions, {
-        use_downstream_protocol_config: { http_protocol_options: {}, http2_protocol_options: {} },
-      }),
-    };
-  }
-  return undefined;
+function httpProtocolOptions(svc: MeshService, maxRequestsPerConnection?: number): Cluster['typed_extension_protocol_options'] {
+  if (svc.protocol !== 'grpc' && svc.protocol !== 'http') return undefined;
+  return {
+    'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': typedConfig(ExtensionType.HttpProtocolOptions, {
+      ...(svc.protocol === 'grpc'
+        ? { explicit_http_config: { http2_protocol_options: {} } }
+        : { use_downstream_protocol_config: { http_protocol_options: {}, http2_protocol_options: {} } }),
+      ...(maxRequestsPerConnection !== undefined
+        ? { common_http_protocol_options: { max_requests_per_connection: { value: maxRequestsPerConnection } } }
+        : {}),
+    }),
+  };
+}
+
+/** The UpstreamTrafficSetting of a service, if any. */
+export function upstreamTrafficSettingFor(snapshot: MeshSnapshot, svc: MeshService): UpstreamTrafficSettingPolicy | undefined {
+  return snapshot.upstreamTrafficSettings.find((u) => u.service === serviceKey(svc));
+}
+
+/**
+ * Circuit breakers from an UpstreamTrafficSetting's connection settings (OSM v1.2
+ * `connectionSettings`): `tcp.maxConnections` → `max_connections`, `http.maxPendingRequests`
+ * → `max_pending_requests`, `http.maxRequests` → `max_requests`, `http.maxRetries` →
+ * `max_retries` (Envoy `config.cluster.v3.CircuitBreakers.Thresholds`, default priority).
+ * Undefined when the setting has none of these.
+ */
+export function circuitBreakers(setting: UpstreamTrafficSettingPolicy | undefined): Cluster['circuit_breakers'] {
+  if (!setting) return undefined;
+  const thresholds = {
+    ...(setting.tcp?.maxConnections !== undefined ? { max_connections: { value: setting.tcp.maxConnections } } : {}),
+    ...(setting.http?.maxPendingRequests !== undefined ? { max_pending_requests: { value: setting.http.maxPendingRequests } } : {}),
+    ...(setting.http?.maxRequests !== undefined ? { max_requests: { value: setting.http.maxRequests } } : {}),
+    ...(setting.http?.maxRetries !== undefined ? { max_retries: { value: setting.http.maxRetries } } : {}),
+  };
+  return Object.keys(thresholds).length > 0 ? { thresholds: [thresholds] } : undefined;
 }
 
 /**
  * The upstream cluster of a MeshService as seen from a proxy: EDS over ADS, mTLS with the
- * proxy's service certificate and the service's validation context from SDS, SNI = FQDN
- * (Envoy `config.cluster.v3.Cluster`; OSM v1.2 `getUpstreamServiceCluster`).
+ * proxy's service certificate and the service's validation context from SDS, SNI = FQDN,
+ * and the service's UpstreamTrafficSetting as circuit breakers, connect timeout and
+ * max requests per connection (Envoy `config.cluster.v3.Cluster`; OSM v1.2
+ * `getUpstreamServiceCluster`).
  */
-export function upstreamCluster(proxy: Proxy, svc: MeshService): Cluster {
-  const options = httpProtocolOptions(svc);
+export function upstreamCluster(snapshot: MeshSnapshot, proxy: Proxy, svc: MeshService): Cluster {
+  const setting = upstreamTrafficSettingFor(snapshot, svc);
+  const options = httpProtocolOptions(svc, setting?.http?.maxRequestsPerConnection);
+  const breakers = circuitBreakers(setting);
   return {
     name: clusterName(svc),
     alt_stat_name: clusterName(svc),
     type: 'EDS',
     eds_cluster_config: { eds_config: ADS_CONFIG_SOURCE, service_name: clusterName(svc) },
-    connect_timeout: durationMs(CONNECT_TIMEOUT_MS),
+    connect_timeout: durationMs(setting?.tcp?.connectTimeoutMs ?? CONNECT_TIMEOUT_MS),
     lb_policy: 'ROUND_ROBIN',
-    transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc), true),
+    transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc, snapshot.settings), true),
     ...(options ? { typed_extension_protocol_options: options } : {}),
+    ...(breakers ? { circuit_breakers: breakers } : {}),
   };
 }
 
@@ -84,9 +109,10 @@ export function localCluster(svc: MeshService): Cluster {
  */
 export function generateClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<Cluster>[] {
   const clusters = new Map<string, Cluster>();
-  for (const svc of outboundView(snapshot, proxy.identity).upstreams) clusters.set(clusterName(svc), upstreamCluster(proxy, svc));
+  for (const svc of outboundView(snapshot, proxy.identity).upstreams) clusters.set(clusterName(svc), upstreamCluster(snapshot, proxy, svc));
   for (const svc of inboundServices(snapshot, proxy.identity)) clusters.set(localClusterName(svc), localCluster(svc));
   clusters.set(ENVOY_METRICS_CLUSTER, staticCluster(ENVOY_METRICS_CLUSTER, ENVOY_ADMIN_PORT));
+  for (const c of generateEgressClusters(snapshot, proxy)) clusters.set(c.name ?? '', c);
   if (snapshot.settings.enableEgress) {
     clusters.set(PASSTHROUGH_OUTBOUND_CLUSTER, {
       name: PASSTHROUGH_OUTBOUND_CLUSTER,

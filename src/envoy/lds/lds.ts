@@ -6,13 +6,16 @@ import { clusterName, localClusterName, serviceFqdn } from '../../catalog/names.
 import { inboundServices, inboundTrafficTargets, targetCoversPort } from '../../catalog/traffic-policy.js';
 import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
 import type { Proxy } from '../../proxy/types.js';
-import { PASSTHROUGH_OUTBOUND_CLUSTER } from '../cds/cds.js';
+import { PASSTHROUGH_OUTBOUND_CLUSTER, upstreamTrafficSettingFor } from '../cds/cds.js';
+import { HTTP_LOCAL_RATE_LIMIT_FILTER, networkLocalRateLimitFilter } from '../rate-limit.js';
 import { outboundView, type OutboundDestination } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import { HTTP_RBAC_FILTER, inboundRouteConfigName, isHttpLike, outboundRouteConfigName } from '../rds/rds.js';
 import type { NamedResource } from '../resource.js';
 import { downstreamTlsContext, tlsTransportSocket } from '../tls.js';
 import { ADS_CONFIG_SOURCE, ExtensionType, typedConfig } from '../typed-config.js';
+import { egressFilterChains, egressListenerFilters } from './egress.js';
+import { ingressFilterChains } from './ingress.js';
 
 /** Name and port of the listener that captures outbound traffic (OSM v1.2). */
 export const OUTBOUND_LISTENER = { name: 'outbound-listener', port: 15001 } as const;
@@ -25,10 +28,15 @@ function cidr(ip: string): { address_prefix: string; prefix_len: { value: number
   return { address_prefix: ip, prefix_len: { value: ip.includes(':') ? 128 : 32 } };
 }
 
-function httpConnectionManager(statPrefix: string, routeConfigName: string, rbac: boolean): Filter {
+function httpConnectionManager(statPrefix: string, routeConfigName: string, rbac: boolean, localRateLimit = false): Filter {
   const httpFilters: HttpFilter[] = [];
   // An RBAC filter with no rules allows everything; each route's RBACPerRoute then decides.
   if (rbac) httpFilters.push({ name: HTTP_RBAC_FILTER, typed_config: typedConfig(ExtensionType.HttpRbac, {}) });
+  // Without a token bucket of its own the filter limits nothing; the virtual host's and the
+  // routes' per-filter configuration carry the limits (UpstreamTrafficSetting).
+  if (localRateLimit) {
+    httpFilters.push({ name: HTTP_LOCAL_RATE_LIMIT_FILTER, typed_config: typedConfig(ExtensionType.HttpLocalRateLimit, { stat_prefix: statPrefix }) });
+  }
   httpFilters.push({ name: 'envoy.filters.http.router', typed_config: typedConfig(ExtensionType.Router, {}) });
   return {
     name: 'envoy.filters.network.http_connection_manager',
@@ -62,7 +70,8 @@ function destinationIps(snapshot: MeshSnapshot, svc: MeshService): string[] {
 /**
  * The outbound listener of a proxy, `outbound-listener` on 0.0.0.0:15001 with `original_dst`:
  * one HTTP filter chain per destination port (matching that port and the ClusterIPs of the
- * HTTP destinations on it, HCM with RDS `rds-outbound.<port>`) and one `tcp_proxy` chain per
+ * HTTP destinations on it, or the port alone when one of them has no address; HCM with RDS
+ * `rds-outbound.<port>`) and one `tcp_proxy` chain per
  * TCP destination (its IPs and port). An (IP, port) pair is claimed by one chain only, so no
  * two chains have the same match. With egress on, unmatched traffic passes through to
  * `passthrough-outbound`. Undefined when the proxy may reach nothing (Envoy rejects a
@@ -78,15 +87,20 @@ export function outboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener
       return true;
     });
   const httpIps = new Map<number, string[]>();
+  const portOnly = new Set<number>();
   const chains: FilterChain[] = [];
   for (const dest of outboundView(snapshot, proxy.identity).destinations) {
     const svc = dest.service;
     const ips = claim(svc);
-    if (ips.length === 0) continue;
     if (isHttpLike(svc)) {
+      // A service without a ClusterIP (manifests written without one, no API server to assign
+      // it) can't be matched by address: its port's HTTP chain then matches the port alone and
+      // RDS routes by Host. Addressed chains on the same port stay more specific.
+      if (destinationIps(snapshot, svc).length === 0) portOnly.add(svc.port);
       httpIps.set(svc.port, [...(httpIps.get(svc.port) ?? []), ...ips]);
       continue;
     }
+    if (ips.length === 0) continue;
     const name = `outbound_${clusterName(svc)}_tcp`;
     chains.push({
       name,
@@ -98,17 +112,22 @@ export function outboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener
     const name = `outbound_http_${port}`;
     chains.push({
       name,
-      filter_chain_match: { destination_port: { value: port }, prefix_ranges: ips.sort().map(cidr) },
+      filter_chain_match: { destination_port: { value: port }, ...(portOnly.has(port) ? {} : { prefix_ranges: ips.sort().map(cidr) }) },
       filters: [httpConnectionManager(name, outboundRouteConfigName(port), false)],
     });
   }
+  const egressChains = egressFilterChains(snapshot, proxy, chains);
+  chains.push(...egressChains);
   const egress = snapshot.settings.enableEgress;
   if (chains.length === 0 && !egress) return undefined;
   return {
     name: OUTBOUND_LISTENER.name,
     address: { socket_address: { address: '0.0.0.0', port_value: OUTBOUND_LISTENER.port } },
     traffic_direction: 'OUTBOUND',
-    listener_filters: [{ name: 'envoy.filters.listener.original_dst', typed_config: typedConfig(ExtensionType.OriginalDst, {}) }],
+    listener_filters: [
+      { name: 'envoy.filters.listener.original_dst', typed_config: typedConfig(ExtensionType.OriginalDst, {}) },
+      ...egressListenerFilters(snapshot, proxy, egressChains),
+    ],
     filter_chains: chains.sort((a, b) => ((a.name ?? '') < (b.name ?? '') ? -1 : 1)),
     ...(egress
       ? {
@@ -152,18 +171,22 @@ export function inboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener 
         }),
       });
     }
+    const setting = upstreamTrafficSettingFor(snapshot, svc);
+    if (setting?.tcpRateLimit) filters.push(networkLocalRateLimitFilter(`${name}_rate_limit`, setting.tcpRateLimit));
+    const httpLimits = setting !== undefined && (setting.httpRateLimit !== undefined || setting.httpRoutes.length > 0);
     filters.push(
       http
-        ? httpConnectionManager(name, inboundRouteConfigName(svc.targetPort), smi)
+        ? httpConnectionManager(name, inboundRouteConfigName(svc.targetPort), smi, httpLimits)
         : tcpProxy(name, { targets: [{ cluster: localClusterName(svc), weight: 1 }] }),
     );
     chains.push({
       name,
       filter_chain_match: { destination_port: { value: svc.targetPort }, server_names: [serviceFqdn(svc)], transport_protocol: 'tls' },
-      transport_socket: tlsTransportSocket(downstreamTlsContext(proxy.identity), false),
+      transport_socket: tlsTransportSocket(downstreamTlsContext(proxy.identity, snapshot.settings), false),
       filters,
     });
   }
+  chains.push(...ingressFilterChains(snapshot, proxy, chains));
   if (chains.length === 0) return undefined;
   return {
     name: INBOUND_LISTENER.name,

@@ -1,5 +1,6 @@
 import type { RouteConfiguration } from '../../api/generated/envoy/config/route/v3/RouteConfiguration.js';
 import type { Route } from '../../api/generated/envoy/config/route/v3/Route.js';
+import type { RetryPolicy } from '../../api/generated/envoy/config/route/v3/RetryPolicy.js';
 import type { HeaderMatcher } from '../../api/generated/envoy/config/route/v3/HeaderMatcher.js';
 import type { VirtualHost } from '../../api/generated/envoy/config/route/v3/VirtualHost.js';
 import { localClusterName, serviceFqdn } from '../../catalog/names.js';
@@ -9,8 +10,26 @@ import { identityParts, type Proxy, type ServiceIdentity } from '../../proxy/typ
 import { outboundView } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import type { NamedResource } from '../resource.js';
-import { ExtensionType, typedConfig } from '../typed-config.js';
+import { durationMs, ExtensionType, typedConfig } from '../typed-config.js';
+import { upstreamTrafficSettingFor } from '../cds/cds.js';
+import { HTTP_LOCAL_RATE_LIMIT_FILTER, httpLocalRateLimitConfig } from '../rate-limit.js';
 import { serviceHostnames } from './hosts.js';
+
+/**
+ * The retry policy of the routes from `source` to `svc`, from the Retry policy naming that
+ * source and service (OSM v1.2 Retry; Envoy `config.route.v3.RetryPolicy`: `retry_on`,
+ * `num_retries`, `per_try_timeout`, `retry_back_off.base_interval`). Undefined when none applies.
+ */
+export function retryPolicyFor(snapshot: MeshSnapshot, source: ServiceIdentity, svc: MeshService): RetryPolicy | undefined {
+  const policy = snapshot.retryPolicies.find((r) => r.source === source && r.destinations.includes(`${svc.namespace}/${svc.name}`));
+  if (!policy) return undefined;
+  return {
+    retry_on: policy.retryOn,
+    num_retries: { value: policy.numRetries },
+    per_try_timeout: durationMs(policy.perTryTimeoutMs),
+    retry_back_off: { base_interval: durationMs(policy.backoffBaseIntervalMs) },
+  };
+}
 
 /** Name of the outbound route configuration for a port: `rds-outbound.<port>` (OSM v1.2). */
 export function outboundRouteConfigName(port: number): string {
@@ -42,13 +61,15 @@ function methodsRegex(methods: readonly string[]): string {
 /**
  * The Envoy route match of an SMI HTTPMatch: `pathRegex` as an RE2 safe_regex (no path →
  * `prefix: /`), `methods` as one `:method` regex header matcher (none when any method), and
- * each header as a regex header matcher (SMI specs v1alpha4 `HTTPMatch`).
+ * each header as a regex header matcher, `host` as `:authority` (SMI specs v1alpha4 `HTTPMatch`).
  */
 export function routeMatch(match: HttpRouteMatch): Route['match'] {
   const headers: HeaderMatcher[] = [];
   if (match.methods.length > 0) headers.push({ name: ':method', string_match: { safe_regex: { regex: methodsRegex(match.methods) } } });
   for (const [name, regex] of Object.entries(match.headers).sort(([a], [b]) => (a < b ? -1 : 1))) {
-    headers.push({ name: name.toLowerCase(), string_match: { safe_regex: { regex } } });
+    // HTTP/2 and Envoy carry the Host header as the `:authority` pseudo-header.
+    const header = name.toLowerCase() === 'host' ? ':authority' : name.toLowerCase();
+    headers.push({ name: header, string_match: { safe_regex: { regex } } });
   }
   return {
     ...(match.pathRegex ? { safe_regex: { regex: match.pathRegex } } : { prefix: '/' }),
@@ -85,11 +106,12 @@ export function generateOutboundRouteConfigurations(snapshot: MeshSnapshot, prox
               total_weight: { value: dest.targets.reduce((sum, t) => sum + t.weight, 0) },
             },
           };
+    const retry = retryPolicyFor(snapshot, proxy.identity, svc);
     const hosts = byPort.get(svc.port) ?? [];
     hosts.push({
       name: `outbound_virtual-host|${serviceFqdn(svc)}`,
       domains,
-      routes: [{ name: `outbound_route|${serviceFqdn(svc)}`, match: { prefix: '/' }, route: action }],
+      routes: [{ name: `outbound_route|${serviceFqdn(svc)}`, match: { prefix: '/' }, route: retry ? { ...action, retry_policy: retry } : action }],
     });
     byPort.set(svc.port, hosts);
   }
@@ -167,8 +189,27 @@ export function generateInboundRouteConfigurations(snapshot: MeshSnapshot, proxy
             }),
           },
         }));
+    const setting = upstreamTrafficSettingFor(snapshot, svc);
+    const statPrefix = `inbound_${localClusterName(svc)}`;
+    for (const route of routes) {
+      // A route whose path regex is exactly an httpRoutes path gets that route's own limit.
+      const perRoute = setting?.httpRoutes.find((r) => r.path === route.match?.safe_regex?.regex);
+      if (perRoute) {
+        route.typed_per_filter_config = {
+          ...route.typed_per_filter_config,
+          [HTTP_LOCAL_RATE_LIMIT_FILTER]: httpLocalRateLimitConfig(`${statPrefix}_route`, perRoute.rateLimit),
+        };
+      }
+    }
     const hosts = byPort.get(svc.targetPort) ?? [];
-    hosts.push({ name: `inbound_virtual-host|${serviceFqdn(svc)}`, domains, routes });
+    hosts.push({
+      name: `inbound_virtual-host|${serviceFqdn(svc)}`,
+      domains,
+      routes,
+      ...(setting?.httpRateLimit
+        ? { typed_per_filter_config: { [HTTP_LOCAL_RATE_LIMIT_FILTER]: httpLocalRateLimitConfig(statPrefix, setting.httpRateLimit) } }
+        : {}),
+    });
     byPort.set(svc.targetPort, hosts);
   }
   return [...byPort.entries()]

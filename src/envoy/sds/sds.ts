@@ -11,6 +11,7 @@ import type { MeshSnapshot } from '../../catalog/types.js';
 import type { Proxy, ServiceIdentity } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
+import { generateIngressSecrets } from './ingress.js';
 
 /** The certificate material SDS serves to one proxy: its identity's service certificate and the mesh root. */
 export interface ProxyCertificates {
@@ -81,5 +82,6 @@ export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: Pro
       },
     });
   }
+  out.push(...generateIngressSecrets(snapshot, proxy, certs));
   return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }

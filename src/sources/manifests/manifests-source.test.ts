@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, mkdir, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
@@ -134,6 +134,26 @@ describe('ManifestsSource', () => {
     assert.deepEqual(source.errors().map(formatManifestError), [
       `${path.join(dir, 'b.yaml')}:7: ServiceAccount bookstore/sa: duplicate object: already defined in ${path.join(dir, 'a.yaml')}:1`,
     ]);
+  });
+
+  it('keeps watching after the directory is renamed away and back, and ignores symlink loops', async () => {
+    await writeFile(path.join(dir, 'split.yaml'), split(50, 50));
+    await mkdir(path.join(dir, 'loop'));
+    await symlink('..', path.join(dir, 'loop', 'up'));
+    await symlink(path.join(dir, 'loop'), path.join(dir, 'loop', 'self'));
+    source = new ManifestsSource({ dir, store, logger });
+    await source.start();
+    assert.deepEqual(weights(store), [50, 50]);
+    const away = `${dir}-away`;
+    await rename(dir, away);
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.deepEqual(weights(store), [50, 50], 'objects kept while the directory is gone');
+    await rename(away, dir);
+    await new Promise((r) => setTimeout(r, 1500));
+    const changed = nextChange(store, touches('bookstore-split'));
+    await writeFile(path.join(dir, 'split.yaml'), split(100, 0));
+    await changed;
+    assert.deepEqual(weights(store), [100, 0]);
   });
 
   it('watches the directory: new files add objects, edits change them, deletions remove them', async () => {

@@ -12,6 +12,9 @@ import type { ManifestError, ManifestWarning, ParsedManifests } from './parse.js
 /** File name endings read as manifests. */
 export const MANIFEST_EXTENSIONS: readonly string[] = ['.yaml', '.yml', '.json'];
 
+/** How often the source checks that its root directory is still the one it watches, in ms. */
+export const ROOT_CHECK_INTERVAL_MS = 1000;
+
 /** Options of {@link ManifestsSource}. */
 export interface ManifestsSourceOptions {
   /** The directory to read, recursively. Errors name files as `path.join(dir, relativePath)`. */
@@ -76,6 +79,10 @@ export class ManifestsSource {
   readonly #loggedIgnored = new Set<string>();
   #loggedProblems = new Set<string>();
   #watcher: FSWatcher | undefined;
+  #rootCheck: NodeJS.Timeout | undefined;
+  #rootIno = 0;
+  #rootMissing = false;
+  #rootChecking = false;
   #timer: NodeJS.Timeout | undefined;
   #chain: Promise<void> = Promise.resolve();
   #started = false;
@@ -122,25 +129,62 @@ export class ManifestsSource {
     });
     if (!info.isDirectory()) throw new Error(`manifests directory ${this.#dir}: not a directory`);
     if (this.#watch) {
-      const root = this.#absoluteDir;
-      const watcher = watch(root, {
-        ignoreInitial: true,
-        // Dot files and folders (editor swap files, .git) below the root don't trigger rescans.
-        ignored: (p: string) => path.relative(root, p).split(path.sep).some((segment) => segment.startsWith('.') && segment !== '..' && segment !== '.'),
-      });
-      this.#watcher = watcher;
-      watcher.on('all', () => this.#schedule());
-      watcher.on('error', (err) => this.#logger.error({ err }, 'watching the manifests directory failed'));
-      await new Promise<void>((resolve) => watcher.once('ready', () => resolve()));
+      this.#rootIno = info.ino;
+      await this.#startWatcher();
+      // The watcher follows the directory it was given; if that directory is renamed away or
+      // deleted and another takes its place, no event ever comes. Check the root's identity.
+      this.#rootCheck = setInterval(() => void this.#checkRoot(), ROOT_CHECK_INTERVAL_MS);
+      this.#rootCheck.unref();
     }
     await this.rescan();
     this.#synced = true;
     this.#logger.info({ files: this.#files.size, errors: this.#errors.length }, 'manifests loaded');
   }
 
+  async #startWatcher(): Promise<void> {
+    const root = this.#absoluteDir;
+    const watcher = watch(root, {
+      ignoreInitial: true,
+      // Symbolic links are not followed: a link loop would make the watcher recurse forever.
+      followSymlinks: false,
+      // Dot files and folders (editor swap files, .git) below the root don't trigger rescans.
+      ignored: (p: string) => path.relative(root, p).split(path.sep).some((segment) => segment.startsWith('.') && segment !== '..' && segment !== '.'),
+    });
+    this.#watcher = watcher;
+    watcher.on('all', () => this.#schedule());
+    watcher.on('error', (err) => this.#logger.error({ err }, 'watching the manifests directory failed'));
+    await new Promise<void>((resolve) => watcher.once('ready', () => resolve()));
+  }
+
+  /** Re-watches and rescans when the root directory was replaced (renamed back, re-created). */
+  async #checkRoot(): Promise<void> {
+    if (this.#stopped || this.#rootChecking) return;
+    this.#rootChecking = true;
+    try {
+      const info = await stat(this.#absoluteDir).catch(() => undefined);
+      if (!info?.isDirectory()) {
+        if (!this.#rootMissing) this.#logger.warn('the manifests directory is gone; keeping the objects loaded from it');
+        this.#rootMissing = true;
+        return;
+      }
+      if (!this.#rootMissing && info.ino === this.#rootIno) return;
+      this.#logger.info('the manifests directory was replaced; watching it again');
+      this.#rootMissing = false;
+      this.#rootIno = info.ino;
+      await this.#watcher?.close();
+      if (this.#stopped) return;
+      await this.#startWatcher();
+      await this.rescan();
+    } finally {
+      this.#rootChecking = false;
+    }
+  }
+
   /** Stops watching and waits for a rescan in progress. Idempotent. */
   async stop(): Promise<void> {
     this.#stopped = true;
+    if (this.#rootCheck) clearInterval(this.#rootCheck);
+    this.#rootCheck = undefined;
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = undefined;
     await this.#watcher?.close();

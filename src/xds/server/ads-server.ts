@@ -4,11 +4,43 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { X509Certificate } from '@peculiar/x509';
 import { pino, type Logger } from 'pino';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Registry } from 'prom-client';
 import { PROTO_LOADER_OPTIONS } from '../../api/codec.js';
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import { parseCommonName, type Proxy } from '../../proxy/types.js';
-import type { DiscoveryRequest__Output, DiscoveryResponse } from './discovery-types.js';
+import type { DeltaDiscoveryRequest__Output, DiscoveryRequest__Output, DiscoveryResponse } from './discovery-types.js';
+import { DeltaStream } from './delta-stream.js';
+import {
+  KNOWN_TYPES,
+  LARGE_RESPONSE_BYTES,
+  createMetrics,
+  errorMessage,
+  isCompleteSetType,
+  type AdsCall,
+  type AdsHooks,
+  type AdsMetrics,
+  type Authenticate,
+  type DeltaAdsCall,
+  type NackDetail,
+  type NackInfo,
+  type ServedStream,
+  type StreamInfo,
+  type TypeStreamInfo,
+} from './stream-common.js';
+
+// The public types of the server live in stream-common.ts (shared with the delta stream).
+export type {
+  AdsCall,
+  AdsHooks,
+  Authenticate,
+  DeltaAdsCall,
+  NackDetail,
+  NackInfo,
+  StreamInfo,
+  StreamMode,
+  TypeStreamInfo,
+} from './stream-common.js';
+export { LARGE_RESPONSE_BYTES } from './stream-common.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import { typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ProxySnapshot, ResourceMap } from '../cache/types.js';
@@ -18,51 +50,6 @@ export const MAX_RECEIVE_MESSAGE_LENGTH = 64 * 1024 * 1024;
 
 /** Fully-qualified name of the ADS service (Envoy `envoy/service/discovery/v3/ads.proto`). */
 export const ADS_SERVICE_NAME = 'envoy.service.discovery.v3.AggregatedDiscoveryService';
-
-/** A server-side `StreamAggregatedResources` call. */
-export type AdsCall = grpc.ServerDuplexStream<DiscoveryRequest__Output, DiscoveryResponse>;
-
-/**
- * Finds out which proxy is on a stream. Called once per stream, with the stream's first
- * request (the only one that carries `node`, Envoy `xds_protocol`, "Basic protocol overview").
- * May be async. Throwing (or rejecting) ends the stream with `UNAUTHENTICATED` and the error's
- * message as status details.
- */
-export type Authenticate = (call: AdsCall, firstRequest: DiscoveryRequest__Output) => Proxy | Promise<Proxy>;
-
-/** The `error_detail` of a NACK (a `google.rpc.Status`): gRPC status code and message. */
-export interface NackDetail {
-  readonly code: number;
-  readonly message: string;
-}
-
-/**
- * What the ADS server tells its owner (the controller). Every hook is optional. Errors thrown
- * by `onStreamClose`, `onAck` and `onNack` are logged and otherwise ignored.
- */
-export interface AdsHooks {
-  /**
-   * A stream's first request arrived and its proxy is authenticated. The server awaits the
-   * returned promise before answering any request of the stream, so this is where the
-   * controller registers the proxy and sets its first snapshot. Rejecting ends the stream with
-   * `UNAVAILABLE` (and `onStreamClose` is still called).
-   */
-  onStreamOpen?(proxy: Proxy, streamId: number): void | Promise<void>;
-  /**
-   * The stream ended (client half-close, cancel, error, server stop): called exactly once per
-   * stream whose onStreamOpen was called, possibly while that onStreamOpen is still pending
-   * (the client went away during it).
-   */
-  onStreamClose?(proxy: Proxy, streamId: number): void;
-  /** The proxy accepted the latest response of `typeUrl`; `versionInfo` is the version it now runs. */
-  onAck?(proxy: Proxy, typeUrl: TypeUrl, versionInfo: string): void;
-  /**
-   * The proxy rejected the latest response of `typeUrl`.
-   * @param versionInfo the version that was rejected (the one sent with the NACKed nonce; the
-   *   request's own `version_info` is the last version the proxy accepted).
-   */
-  onNack?(proxy: Proxy, typeUrl: TypeUrl, versionInfo: string, errorDetail: NackDetail): void;
-}
 
 /** Options of {@link AdsServer}. */
 export interface AdsServerOptions {
@@ -85,41 +72,6 @@ export interface ListenOptions {
   readonly authenticate: Authenticate;
 }
 
-/** The last NACK of a type on a stream, for the debug API. */
-export interface NackInfo {
-  /** The version that was rejected. */
-  readonly version: string;
-  readonly code: number;
-  readonly message: string;
-  readonly at: Date;
-}
-
-/** Per-type state of a stream, for the debug API. */
-export interface TypeStreamInfo {
-  readonly typeUrl: TypeUrl;
-  /** `CDS`, `EDS`, … */
-  readonly type: string;
-  /** Whether the stream subscribed to every resource of the type (LDS/CDS only). */
-  readonly wildcard: boolean;
-  /** Names subscribed explicitly, sorted. */
-  readonly resourceNames: readonly string[];
-  readonly lastVersionSent?: string;
-  readonly lastNonceSent?: string;
-  readonly versionAcked?: string;
-  readonly lastNack?: NackInfo;
-}
-
-/** One connected, authenticated stream, for the debug API. */
-export interface StreamInfo {
-  readonly streamId: number;
-  readonly proxy: Proxy;
-  readonly connectedAt: Date;
-  /** Listening address the stream came in on. */
-  readonly listener: string;
-  /** Types the stream has requested, in {@link PUSH_ORDER}. */
-  readonly types: readonly TypeStreamInfo[];
-}
-
 /**
  * mTLS authentication: the proxy is the CommonName of its verified client certificate
  * (`<uuid>.<kind>.<sa>.<ns>.cluster.local`, as OSM does), never what it says in `node`.
@@ -128,7 +80,10 @@ export interface StreamInfo {
  * @throws Error when the stream has no peer certificate, the certificate has no CN, or the CN
  *   is not a proxy CommonName ({@link parseCommonName}).
  */
-export function authenticateFromPeerCertificate(call: AdsCall, _firstRequest?: DiscoveryRequest__Output): Proxy {
+export function authenticateFromPeerCertificate(
+  call: AdsCall | DeltaAdsCall,
+  _firstRequest?: DiscoveryRequest__Output | DeltaDiscoveryRequest__Output,
+): Proxy {
   const raw = call.getAuthContext()?.sslPeerCertificate?.raw;
   if (!raw || raw.length === 0) throw new Error('no client certificate on the stream (mTLS required)');
   const cert = new X509Certificate(raw);
@@ -143,7 +98,10 @@ export function authenticateFromPeerCertificate(call: AdsCall, _firstRequest?: D
  * so use it only on a listener that is not reachable from workloads.
  * @throws Error when `node.id` is missing or is not a proxy CommonName.
  */
-export function authenticateFromNodeId(_call: AdsCall, firstRequest: DiscoveryRequest__Output): Proxy {
+export function authenticateFromNodeId(
+  _call: AdsCall | DeltaAdsCall,
+  firstRequest: DiscoveryRequest__Output | DeltaDiscoveryRequest__Output,
+): Proxy {
   const id = firstRequest.node?.id;
   if (!id) throw new Error('first request has no node.id');
   return parseCommonName(id);
@@ -162,55 +120,6 @@ function adsServiceDefinition(): grpc.ServiceDefinition {
   // so pre-encoded resources go on the wire without being decoded and encoded again.
   serviceDefinition = def[ADS_SERVICE_NAME] as grpc.ServiceDefinition;
   return serviceDefinition;
-}
-
-interface AdsMetrics {
-  readonly connectedProxies: Gauge;
-  readonly responses: Counter<'type'>;
-  readonly nacks: Counter<'type'>;
-  readonly pushDuration: Histogram;
-  readonly responseBytes: Counter<'type'>;
-}
-
-function createMetrics(registry: Registry): AdsMetrics {
-  return {
-    connectedProxies: new Gauge({
-      name: 'trellis_xds_connected_proxies',
-      help: 'ADS streams open with an authenticated proxy',
-      registers: [registry],
-    }),
-    responses: new Counter({
-      name: 'trellis_xds_responses_total',
-      help: 'DiscoveryResponses sent, by xDS type',
-      labelNames: ['type'],
-      registers: [registry],
-    }),
-    nacks: new Counter({
-      name: 'trellis_xds_nacks_total',
-      help: 'DiscoveryRequests with error_detail (NACKs) received, by xDS type',
-      labelNames: ['type'],
-      registers: [registry],
-    }),
-    pushDuration: new Histogram({
-      name: 'trellis_xds_push_duration_seconds',
-      help: 'Time from a new proxy snapshot to the last response of its push written to the stream',
-      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
-      registers: [registry],
-    }),
-    responseBytes: new Counter({
-      name: 'trellis_xds_response_bytes_total',
-      help: 'Bytes of encoded resources sent in DiscoveryResponses, by xDS type',
-      labelNames: ['type'],
-      registers: [registry],
-    }),
-  };
-}
-
-const KNOWN_TYPES: ReadonlySet<string> = new Set(PUSH_ORDER);
-
-/** LDS and CDS: the only types with wildcard subscriptions, and whose responses are the complete set. */
-function isCompleteSetType(typeUrl: TypeUrl): boolean {
-  return typeUrl === TypeUrl.Listener || typeUrl === TypeUrl.Cluster;
 }
 
 const EMPTY: ResourceMap = new Map();
@@ -297,7 +206,7 @@ class AdsStream {
         lastNack: st.lastNack,
       });
     }
-    return { streamId: this.streamId, proxy: this.proxy, connectedAt: this.connectedAt, listener: this.ctx.listener, types };
+    return { streamId: this.streamId, proxy: this.proxy, connectedAt: this.connectedAt, listener: this.ctx.listener, mode: 'sotw', types };
   }
 
   /** Ends the stream with a status (the client sees it as the call's error). */
@@ -370,7 +279,7 @@ class AdsStream {
     this.ctx.metrics.connectedProxies.inc();
     this.log.info({ peer: this.call.getPeer() }, 'ADS stream opened');
     try {
-      await this.ctx.hooks.onStreamOpen?.(proxy, this.streamId);
+      await this.ctx.hooks.onStreamOpen?.(proxy, this.streamId, first.node);
     } catch (err) {
       this.log.error({ err }, 'onStreamOpen failed');
       this.fail(grpc.status.UNAVAILABLE, `stream setup failed: ${errorMessage(err)}`);
@@ -428,8 +337,13 @@ class AdsStream {
         this.callHook('onAck', () => this.ctx.hooks.onAck?.(this.proxy!, type, existing.versionAcked!));
       }
       // The request also carries the (possibly changed) subscription: answer newly added names.
+      // LDS/CDS answer a newly added name even when it does not exist: the complete set without
+      // it tells the client so (gRPC clients request listeners and clusters by name and would
+      // otherwise wait for their 15 s does-not-exist timer; xds_protocol "Knowing When a
+      // Requested Resource Does Not Exist").
+      const added = names.some((n) => n !== '*' && !existing.names.has(n));
       this.updateSubscription(type, existing, names, false);
-      await this.answer(type, false);
+      await this.answer(type, added && isCompleteSetType(type));
       return;
     }
 
@@ -551,6 +465,9 @@ class AdsStream {
     for (const r of resources) bytes += r.value.length;
     this.ctx.metrics.responses.inc({ type: short });
     this.ctx.metrics.responseBytes.inc({ type: short }, bytes);
+    if (bytes > LARGE_RESPONSE_BYTES) {
+      this.log.warn({ type: short, proxy: this.proxy?.uuid, bytes, resources: resources.length }, 'large xDS response');
+    }
     this.log.debug({ type: short, version, nonce, resources: resources.length, bytes }, 'response sent');
     const flushed = this.call.write(response);
     // Respect backpressure: wait for the stream to drain before writing more.
@@ -605,24 +522,19 @@ function differs(sent: ReadonlyMap<string, string>, selected: ResourceMap, compl
   return completeSet && sent.size !== selected.size;
 }
 
-function errorMessage(err: unknown): string {
-  if (err instanceof Error) return err.message;
-  if (err && typeof err === 'object' && 'details' in err) return String((err as { details: unknown }).details);
-  return String(err);
-}
-
 /**
  * The ADS server: gRPC `envoy.service.discovery.v3.AggregatedDiscoveryService`.
  * `StreamAggregatedResources` serves state-of-the-world xDS (Envoy `xds_protocol`) from the
- * snapshots of a {@link SnapshotWatcher}; `DeltaAggregatedResources` answers `UNIMPLEMENTED`
- * for now. Knows nothing about the mesh. Metrics: `trellis_xds_connected_proxies`,
+ * snapshots of a {@link SnapshotWatcher}; `DeltaAggregatedResources` serves incremental xDS
+ * from the same snapshots on the same listeners ({@link DeltaStream}). Knows nothing about the
+ * mesh. A response over {@link LARGE_RESPONSE_BYTES} is logged as a warning. Metrics: `trellis_xds_connected_proxies`,
  * `trellis_xds_responses_total{type}`, `trellis_xds_nacks_total{type}`,
  * `trellis_xds_push_duration_seconds`, `trellis_xds_response_bytes_total{type}`.
  */
 export class AdsServer {
   private readonly servers: grpc.Server[] = [];
-  private readonly active = new Map<number, AdsStream>();
-  private readonly pendingStreams = new Set<AdsStream>();
+  private readonly active = new Map<number, ServedStream>();
+  private readonly pendingStreams = new Set<ServedStream>();
   private nextStreamId = 1;
   private readonly logger: Logger;
   private readonly metrics: AdsMetrics;
@@ -646,9 +558,7 @@ export class AdsServer {
     const server = new grpc.Server({ 'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_LENGTH });
     const implementation: grpc.UntypedServiceImplementation = {
       StreamAggregatedResources: (call: AdsCall) => this.handleStream(call, listen),
-      DeltaAggregatedResources: (call: grpc.ServerDuplexStream<unknown, unknown>) => {
-        call.emit('error', { code: grpc.status.UNIMPLEMENTED, details: 'DeltaAggregatedResources is not implemented yet; use StreamAggregatedResources' });
-      },
+      DeltaAggregatedResources: (call: DeltaAdsCall) => this.handleDeltaStream(call, listen),
     };
     server.addService(adsServiceDefinition(), implementation);
     const port = await new Promise<number>((resolve, reject) => {
@@ -694,6 +604,27 @@ export class AdsServer {
       if (info) out.push(info);
     }
     return out;
+  }
+
+  /** Serves one `DeltaAggregatedResources` call (incremental xDS, see {@link DeltaStream}). */
+  private handleDeltaStream(call: DeltaAdsCall, listen: ListenOptions): void {
+    const stream = new DeltaStream(this.nextStreamId++, call, {
+      watcher: this.options.watcher,
+      hooks: this.hooks,
+      metrics: this.metrics,
+      logger: this.logger,
+      listener: listen.address,
+      authenticate: listen.authenticate,
+      register: (s) => {
+        this.pendingStreams.delete(s);
+        this.active.set(s.streamId, s);
+      },
+      unregister: (s) => {
+        this.pendingStreams.delete(s);
+        this.active.delete(s.streamId);
+      },
+    });
+    this.pendingStreams.add(stream);
   }
 
   private handleStream(call: AdsCall, listen: ListenOptions): void {

@@ -18,3 +18,19 @@ export type DiscoveryResponse = import('../../api/generated/envoy/service/discov
 /** A `DiscoveryResponse` as received. */
 export type DiscoveryResponse__Output =
   import('../../api/generated/envoy/service/discovery/v3/DiscoveryResponse.js').DiscoveryResponse__Output;
+
+/** A `DeltaDiscoveryRequest` as received (incremental xDS; proto-loader output, snake_case fields, all optional). */
+export type DeltaDiscoveryRequest__Output =
+  import('../../api/generated/envoy/service/discovery/v3/DeltaDiscoveryRequest.js').DeltaDiscoveryRequest__Output;
+
+/** A `DeltaDiscoveryRequest` as sent (proto-loader input). */
+export type DeltaDiscoveryRequest =
+  import('../../api/generated/envoy/service/discovery/v3/DeltaDiscoveryRequest.js').DeltaDiscoveryRequest;
+
+/** A `DeltaDiscoveryResponse` as sent: each `Resource.resource` may be a pre-encoded `{type_url, value: Buffer}` Any. */
+export type DeltaDiscoveryResponse =
+  import('../../api/generated/envoy/service/discovery/v3/DeltaDiscoveryResponse.js').DeltaDiscoveryResponse;
+
+/** A `DeltaDiscoveryResponse` as received. */
+export type DeltaDiscoveryResponse__Output =
+  import('../../api/generated/envoy/service/discovery/v3/DeltaDiscoveryResponse.js').DeltaDiscoveryResponse__Output;

@@ -1,0 +1,297 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { decodeAny, encodeAny } from '../api/codec.js';
+import { TypeUrl } from '../api/type-urls.js';
+import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
+import type { PolicyProblem } from '../catalog/problems.js';
+import { parseCommonName } from '../proxy/types.js';
+import type { KubeObject } from '../store/objects.js';
+import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
+import { memoryStore } from '../../test/helpers/memory-store.js';
+import { generateProxyResources } from './generate.js';
+
+type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+function build(objects: KubeObject[]) {
+  return buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
+}
+
+/** Generates, encodes with the real protos and decodes one proxy's resources. */
+function config(objects: KubeObject[], sa: string, ns: string, allowProblems = false) {
+  const { snapshot, problems } = build(objects);
+  if (!allowProblems) assert.deepEqual(problems, []);
+  const proxy = parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`);
+  const out = new Map<TypeUrl, Map<string, Decoded>>();
+  for (const [type, list] of generateProxyResources(snapshot, proxy, { certChainPem: 'C', privateKeyPem: 'K', caPem: 'R' })) {
+    out.set(type, new Map(list.map((r) => [r.name, decodeAny(encodeAny(type, r.resource))])));
+  }
+  return { get: (type: TypeUrl, name: string) => out.get(type)?.get(name), names: (type: TypeUrl) => [...(out.get(type)?.keys() ?? [])] };
+}
+
+function policy(kind: string, ns: string, name: string, spec: Record<string, unknown>): KubeObject {
+  return { apiVersion: 'policy.openservicemesh.io/v1alpha1', kind: kind as KubeObject['kind'], metadata: { name, namespace: ns }, spec };
+}
+
+function vhost(rds: Decoded | undefined, name: string): Decoded {
+  const v = rds?.virtual_hosts?.find((h: Decoded) => h.name === name);
+  assert.ok(v, `virtual host ${name}`);
+  return v;
+}
+
+const RETRY = policy('Retry', 'bookbuyer', 'retry', {
+  source: { kind: 'ServiceAccount', name: 'bookbuyer', namespace: 'bookbuyer' },
+  destinations: [{ kind: 'Service', name: 'bookstore', namespace: 'bookstore' }],
+  retryPolicy: { retryOn: '5xx,reset', perTryTimeout: '1s', numRetries: 5, retryBackoffBaseInterval: '250ms' },
+});
+
+describe('HTTPRouteGroup matches', () => {
+  const store = (matches: Record<string, unknown>[]) => {
+    const objects = bookstoreMesh().filter((o) => !(o.kind === 'HTTPRouteGroup' && o.metadata.name === 'bookstore-service-routes'));
+    objects.push(k8s.httpRouteGroup('bookstore', 'bookstore-service-routes', matches));
+    return objects;
+  };
+  const routesOf = (matches: Record<string, unknown>[]) =>
+    vhost(config(store(matches), 'bookstore', 'bookstore').get(TypeUrl.RouteConfiguration, 'rds-inbound.14001'), 'inbound_virtual-host|bookstore-v1.bookstore.svc.cluster.local')
+      .routes as Decoded[];
+
+  const table: { name: string; match: Record<string, unknown>; want: Decoded }[] = [
+    { name: 'no path matches every path', match: { name: 'buy-a-book', methods: ['GET'] }, want: { prefix: '/', headers: [[':method', '^(GET)$']] } },
+    { name: 'methods become one matcher', match: { name: 'buy-a-book', pathRegex: '/buy', methods: ['GET', 'POST'] }, want: { regex: '/buy', headers: [[':method', '^(GET|POST)$']] } },
+    { name: '* means any method', match: { name: 'buy-a-book', pathRegex: '/buy', methods: ['*'] }, want: { regex: '/buy', headers: [] } },
+    { name: 'host is matched as :authority', match: { name: 'buy-a-book', headers: [{ host: 'books\\.example' }] }, want: { prefix: '/', headers: [[':authority', 'books\\.example']] } },
+  ];
+  for (const row of table) {
+    it(row.name, () => {
+      const routes = routesOf([row.match, { name: 'books-bought', pathRegex: '/books-bought', methods: ['GET'] }]);
+      const route = routes.find((r) => r.name === 'bookstore/bookstore-service-routes/buy-a-book');
+      assert.ok(route);
+      if (row.want.prefix) assert.equal(route.match.prefix, row.want.prefix);
+      else assert.equal(route.match.safe_regex.regex, row.want.regex);
+      assert.deepEqual((route.match.headers ?? []).map((h: Decoded) => [h.name, h.string_match.safe_regex.regex]), row.want.headers);
+    });
+  }
+});
+
+describe('TCPRoute ports', () => {
+  it('allows only the listed ports, and any port when none is listed', () => {
+    const objects = bookstoreMesh().filter((o) => !(o.kind === 'TCPRoute'));
+    objects.push(k8s.tcpRoute('bookwarehouse', 'mysql', [3307]));
+    assert.deepEqual(config(objects, 'bookwarehouse', 'bookwarehouse').names(TypeUrl.Cluster).filter((n) => n.includes('mysql')), []);
+    const any = bookstoreMesh().filter((o) => !(o.kind === 'TCPRoute'));
+    any.push(k8s.tcpRoute('bookwarehouse', 'mysql', []));
+    assert.ok(config(any, 'bookwarehouse', 'bookwarehouse').names(TypeUrl.Cluster).includes('bookwarehouse/mysql|3306'));
+  });
+});
+
+describe('TrafficSplit edge cases', () => {
+  it('routes to the apex cluster when every weight is 0', () => {
+    const c = config(bookstoreMesh({ split: [0, 0] }), 'bookbuyer', 'bookbuyer');
+    const route = vhost(c.get(TypeUrl.RouteConfiguration, 'rds-outbound.14001'), 'outbound_virtual-host|bookstore.bookstore.svc.cluster.local').routes[0].route;
+    assert.equal(route.cluster, 'bookstore/bookstore|14001');
+    assert.equal(route.weighted_clusters, undefined);
+  });
+
+  it('gives a backend without endpoints a valid, empty ClusterLoadAssignment', () => {
+    // Scaled to zero: the Deployment still tells the service's identity, but no pod runs.
+    const objects = bookstoreMesh().filter((o) => !(o.kind === 'Pod' && o.metadata.name === 'bookstore-v2-1'));
+    objects.push({
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: 'bookstore-v2', namespace: 'bookstore' },
+      spec: { replicas: 0, template: { metadata: { labels: { app: 'bookstore', version: 'v2' } }, spec: { serviceAccountName: 'bookstore-v2' } } },
+    });
+    const c = config(objects, 'bookbuyer', 'bookbuyer');
+    const cla = c.get(TypeUrl.ClusterLoadAssignment, 'bookstore/bookstore-v2|14001');
+    assert.equal(cla?.cluster_name, 'bookstore/bookstore-v2|14001');
+    assert.deepEqual(cla?.endpoints ?? [], []);
+  });
+});
+
+describe('services with several ports', () => {
+  const objects = () => {
+    const o = bookstoreMesh();
+    o.push(
+      k8s.service('bookwarehouse', 'multi', { app: 'bookwarehouse' }, [
+        { port: 80, name: 'http-web', targetPort: 8080 },
+        { port: 9000, name: 'tcp-raw' },
+        { port: 53, name: 'dns', protocol: 'UDP' },
+      ], '10.96.0.30'),
+    );
+    return o;
+  };
+
+  it('has one chain, cluster and route configuration per TCP port, each with its protocol; UDP is ignored', () => {
+    const c = config(objects(), 'bookwarehouse', 'bookwarehouse');
+    const inbound = c.get(TypeUrl.Listener, 'inbound-listener')!;
+    const chains = inbound.filter_chains.map((ch: Decoded) => ch.name).filter((n: string) => n.includes('multi'));
+    assert.deepEqual(chains.sort(), ['inbound_bookwarehouse/multi|8080_http', 'inbound_bookwarehouse/multi|9000_tcp']);
+    assert.ok(c.names(TypeUrl.Cluster).includes('bookwarehouse/multi|8080|local'));
+    assert.ok(c.names(TypeUrl.Cluster).includes('bookwarehouse/multi|9000|local'));
+    assert.ok(!c.names(TypeUrl.Cluster).some((n) => n.includes('|53')));
+    assert.ok(c.names(TypeUrl.RouteConfiguration).includes('rds-inbound.8080'));
+  });
+
+  it('reports a port number listed twice and keeps the first', () => {
+    const o = bookstoreMesh();
+    o.push(k8s.service('bookwarehouse', 'twice', { app: 'bookwarehouse' }, [{ port: 80, name: 'http-a' }, { port: 80, name: 'http-b' }], '10.96.0.31'));
+    const { snapshot, problems } = build(o);
+    assert.deepEqual(problems.map((p) => `${p.kind} ${p.name} ${p.field}`), ['Service twice spec.ports']);
+    assert.equal(snapshot.services.filter((s) => s.name === 'twice').length, 1);
+  });
+});
+
+describe('Retry', () => {
+  it('puts the retry policy on the outbound route from the source to the destination only', () => {
+    const objects = [...bookstoreMesh(), RETRY];
+    const c = config(objects, 'bookbuyer', 'bookbuyer');
+    const rds = c.get(TypeUrl.RouteConfiguration, 'rds-outbound.14001');
+    const retry = vhost(rds, 'outbound_virtual-host|bookstore.bookstore.svc.cluster.local').routes[0].route.retry_policy;
+    assert.equal(retry.retry_on, '5xx,reset');
+    assert.equal(retry.num_retries.value, 5);
+    assert.deepEqual(retry.per_try_timeout, { seconds: '1' });
+    assert.deepEqual(retry.retry_back_off.base_interval, { nanos: 250_000_000 });
+    assert.equal(vhost(rds, 'outbound_virtual-host|bookstore-v1.bookstore.svc.cluster.local').routes[0].route.retry_policy, undefined);
+  });
+
+  it('reports an impossible Retry and skips it', () => {
+    const bad = policy('Retry', 'bookbuyer', 'bad', {
+      ...(RETRY.spec as object),
+      retryPolicy: { retryOn: '5xx', perTryTimeout: 'soon', numRetries: -1, retryBackoffBaseInterval: '1s' },
+    });
+    const { snapshot, problems } = build([...bookstoreMesh(), bad]);
+    assert.deepEqual(
+      problems.map((p: PolicyProblem) => `${p.kind} ${p.namespace}/${p.name} ${p.field}`),
+      ['Retry bookbuyer/bad spec.retryPolicy.numRetries', 'Retry bookbuyer/bad spec.retryPolicy.perTryTimeout'],
+    );
+    assert.deepEqual(snapshot.retryPolicies, []);
+  });
+});
+
+describe('UpstreamTrafficSetting', () => {
+  const ust = (spec: Record<string, unknown>) => policy('UpstreamTrafficSetting', 'bookstore', 'limits', { host: 'bookstore-v1.bookstore.svc.cluster.local', ...spec });
+
+  it('sets circuit breakers, connect timeout and max requests per connection on the upstream cluster', () => {
+    const objects = [
+      ...bookstoreMesh(),
+      ust({
+        connectionSettings: {
+          tcp: { maxConnections: 100, connectTimeout: '5s' },
+          http: { maxRequests: 200, maxRequestsPerConnection: 10, maxPendingRequests: 50, maxRetries: 3 },
+        },
+      }),
+    ];
+    const cluster = config(objects, 'bookbuyer', 'bookbuyer').get(TypeUrl.Cluster, 'bookstore/bookstore-v1|14001')!;
+    const t = cluster.circuit_breakers.thresholds[0];
+    assert.deepEqual(
+      [t.max_connections.value, t.max_pending_requests.value, t.max_requests.value, t.max_retries.value],
+      [100, 50, 200, 3],
+    );
+    assert.deepEqual(cluster.connect_timeout, { seconds: '5' });
+    const options = cluster.typed_extension_protocol_options['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'];
+    assert.equal(options.common_http_protocol_options.max_requests_per_connection.value, 10);
+    const other = config(objects, 'bookbuyer', 'bookbuyer').get(TypeUrl.Cluster, 'bookstore/bookstore-v2|14001')!;
+    assert.equal(other.circuit_breakers, undefined, 'only the named host');
+  });
+
+  it('rate-limits inbound TCP connections with a token bucket', () => {
+    const objects = bookstoreMesh();
+    objects.push(policy('UpstreamTrafficSetting', 'bookwarehouse', 'mysql', {
+      host: 'mysql.bookwarehouse.svc.cluster.local',
+      rateLimit: { local: { tcp: { connections: 10, unit: 'minute', burst: 5 } } },
+    }));
+    const inbound = config(objects, 'mysql', 'bookwarehouse').get(TypeUrl.Listener, 'inbound-listener')!;
+    const filters = inbound.filter_chains[0].filters;
+    assert.deepEqual(filters.map((f: Decoded) => f.name), [
+      'envoy.filters.network.rbac',
+      'envoy.filters.network.local_ratelimit',
+      'envoy.filters.network.tcp_proxy',
+    ]);
+    const bucket = filters[1].typed_config.token_bucket;
+    assert.deepEqual([bucket.max_tokens, bucket.tokens_per_fill.value, bucket.fill_interval.seconds], [15, 10, '60']);
+  });
+
+  it('rate-limits inbound HTTP requests per virtual host and per route, with status and headers', () => {
+    const objects = [
+      ...bookstoreMesh(),
+      ust({
+        rateLimit: { local: { http: { requests: 100, unit: 'second', burst: 20, responseStatusCode: 503, responseHeadersToAdd: [{ name: 'x-limited', value: 'yes' }] } } },
+        httpRoutes: [{ path: '/books-bought', rateLimit: { local: { requests: 1, unit: 'hour' } } }],
+      }),
+    ];
+    const c = config(objects, 'bookstore', 'bookstore');
+    const chain = c.get(TypeUrl.Listener, 'inbound-listener')!.filter_chains.find((ch: Decoded) => ch.name === 'inbound_bookstore/bookstore-v1|14001_http');
+    const hcm = chain.filters.at(-1).typed_config;
+    assert.deepEqual(hcm.http_filters.map((f: Decoded) => f.name), [
+      'envoy.filters.http.rbac',
+      'envoy.filters.http.local_ratelimit',
+      'envoy.filters.http.router',
+    ]);
+    const vh = vhost(c.get(TypeUrl.RouteConfiguration, 'rds-inbound.14001'), 'inbound_virtual-host|bookstore-v1.bookstore.svc.cluster.local');
+    const limit = vh.typed_per_filter_config['envoy.filters.http.local_ratelimit'];
+    assert.deepEqual([limit.token_bucket.max_tokens, limit.token_bucket.tokens_per_fill.value], [120, 100]);
+    assert.equal(limit.status.code, 'ServiceUnavailable');
+    assert.deepEqual(limit.response_headers_to_add.map((h: Decoded) => [h.header.key, h.header.value]), [['x-limited', 'yes']]);
+    assert.equal(limit.filter_enforced.default_value.numerator, 100);
+    const route = vh.routes.find((r: Decoded) => r.name === 'bookstore/bookstore-service-routes/books-bought');
+    const routeLimit = route.typed_per_filter_config['envoy.filters.http.local_ratelimit'];
+    assert.deepEqual([routeLimit.token_bucket.max_tokens, routeLimit.token_bucket.fill_interval.seconds], [1, '3600']);
+    const plain = vh.routes.find((r: Decoded) => r.name === 'bookstore/bookstore-service-routes/buy-a-book');
+    assert.equal(plain.typed_per_filter_config['envoy.filters.http.local_ratelimit'], undefined);
+  });
+
+  it('reports a host that is not a service of its namespace, a conflict and impossible limits', () => {
+    const objects = [
+      ...bookstoreMesh(),
+      ust({ connectionSettings: { tcp: { maxConnections: 1 } } }),
+      policy('UpstreamTrafficSetting', 'bookstore', 'again', { host: 'bookstore-v1.bookstore.svc.cluster.local' }),
+      policy('UpstreamTrafficSetting', 'bookstore', 'elsewhere', { host: 'bookwarehouse.bookwarehouse.svc.cluster.local' }),
+      policy('UpstreamTrafficSetting', 'bookstore', 'zero', { host: 'bookstore.bookstore.svc.cluster.local', connectionSettings: { tcp: { maxConnections: 0 } } }),
+    ];
+    const { snapshot, problems } = build(objects);
+    // Policies are read in name order: "again" claims the host first, so "limits" conflicts.
+    assert.deepEqual(problems.map((p) => `${p.name} ${p.field}`), [
+      'elsewhere spec.host',
+      'limits spec.host',
+      'zero spec.connectionSettings.tcp.maxConnections',
+    ]);
+    assert.deepEqual(snapshot.upstreamTrafficSettings.map((u) => u.name), ['bookstore/again']);
+  });
+});
+
+describe('MeshConfig TLS settings', () => {
+  it('applies TLS versions, cipher suites and curves to upstream and downstream contexts', () => {
+    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
+    objects.push({
+      ...k8s.meshConfig(false),
+      spec: {
+        traffic: { enablePermissiveTrafficPolicyMode: false },
+        sidecar: { tlsMinProtocolVersion: 'TLSv1_3', tlsMaxProtocolVersion: 'TLSv1_3', cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'], ecdhCurves: ['X25519'] },
+      },
+    });
+    const c = config(objects, 'bookbuyer', 'bookbuyer');
+    const up = c.get(TypeUrl.Cluster, 'bookstore/bookstore|14001')!.transport_socket.typed_config.common_tls_context.tls_params;
+    assert.deepEqual(up, {
+      tls_minimum_protocol_version: 'TLSv1_3',
+      tls_maximum_protocol_version: 'TLSv1_3',
+      cipher_suites: ['ECDHE-ECDSA-AES256-GCM-SHA384'],
+      ecdh_curves: ['X25519'],
+    });
+    const down = config(objects, 'bookstore', 'bookstore').get(TypeUrl.Listener, 'inbound-listener')!.filter_chains[0].transport_socket.typed_config;
+    assert.equal(down.common_tls_context.tls_params.tls_minimum_protocol_version, 'TLSv1_3');
+  });
+
+  it('reports an unknown TLS version and a minimum above the maximum, falling back to 1.2–1.3', () => {
+    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
+    objects.push({ ...k8s.meshConfig(false), spec: { sidecar: { tlsMinProtocolVersion: 'TLSv1_3', tlsMaxProtocolVersion: 'TLSv1_2' } } });
+    const { snapshot, problems } = build(objects);
+    assert.deepEqual(problems.map((p) => p.field), ['spec.sidecar.tlsMinProtocolVersion']);
+    assert.equal(snapshot.settings.tlsMinProtocolVersion, 'TLSv1_2');
+    assert.equal(snapshot.settings.tlsMaxProtocolVersion, 'TLSv1_3');
+  });
+
+  it('reads the resync interval, raising it to at least 1 minute', () => {
+    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
+    objects.push({ ...k8s.meshConfig(false), spec: { sidecar: { configResyncInterval: '30s' } } });
+    assert.equal(build(objects).snapshot.settings.configResyncIntervalSeconds, 60);
+  });
+});

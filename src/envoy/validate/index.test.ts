@@ -1,0 +1,247 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { TypeUrl } from '../../api/type-urls.js';
+import { buildMeshSnapshot } from '../../catalog/build-snapshot.js';
+import { parseCommonName, type Proxy } from '../../proxy/types.js';
+import { bookstoreMesh, k8s } from '../../../test/fixtures/mesh.js';
+import { memoryStore } from '../../../test/helpers/memory-store.js';
+import { generateProxyResources, type ProxyResources } from '../generate.js';
+import type { NamedResource } from '../resource.js';
+import { formatViolation, validateProxyResources } from './index.js';
+
+type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+const HCM = 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
+const ROUTER = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router';
+const TCP_PROXY = 'type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy';
+const UPSTREAM_TLS = 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext';
+const ADS = { ads: {}, resource_api_version: 'V3' };
+
+/** A small, complete and consistent resource set (object form). */
+function baseSet(): Record<TypeUrl, Obj[]> {
+  const cluster = (name: string): Obj => ({
+    name,
+    type: 'EDS',
+    connect_timeout: { seconds: 1 },
+    eds_cluster_config: { eds_config: ADS },
+    transport_socket: {
+      name: 'envoy.transport_sockets.tls',
+      typed_config: {
+        '@type': UPSTREAM_TLS,
+        common_tls_context: {
+          tls_certificate_sds_secret_configs: [{ name: 'service-cert:ns/sa', sds_config: ADS }],
+          validation_context_sds_secret_config: { name: 'root', sds_config: ADS },
+        },
+      },
+    },
+  });
+  const cla = (name: string): Obj => ({
+    cluster_name: name,
+    endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: '10.0.0.1', port_value: 80 } } } }] }],
+  });
+  return {
+    [TypeUrl.Cluster]: [cluster('a'), cluster('b')],
+    [TypeUrl.ClusterLoadAssignment]: [cla('a'), cla('b')],
+    [TypeUrl.Listener]: [
+      {
+        name: 'outbound-listener',
+        address: { socket_address: { address: '0.0.0.0', port_value: 15001 } },
+        filter_chains: [
+          {
+            name: 'http',
+            filter_chain_match: { destination_port: { value: 80 } },
+            filters: [
+              {
+                name: 'envoy.filters.network.http_connection_manager',
+                typed_config: {
+                  '@type': HCM,
+                  stat_prefix: 'http',
+                  rds: { route_config_name: 'rds-outbound.80', config_source: ADS },
+                  http_filters: [{ name: 'envoy.filters.http.router', typed_config: { '@type': ROUTER } }],
+                },
+              },
+            ],
+          },
+          {
+            name: 'tcp',
+            filter_chain_match: { destination_port: { value: 3306 } },
+            filters: [{ name: 'envoy.filters.network.tcp_proxy', typed_config: { '@type': TCP_PROXY, stat_prefix: 'tcp', cluster: 'b' } }],
+          },
+        ],
+      },
+    ],
+    [TypeUrl.RouteConfiguration]: [
+      {
+        name: 'rds-outbound.80',
+        virtual_hosts: [
+          { name: 'a', domains: ['a.ns', 'a.ns:80'], routes: [{ match: { prefix: '/' }, route: { cluster: 'a' } }] },
+          {
+            name: 'b',
+            domains: ['b.ns'],
+            routes: [
+              {
+                match: { safe_regex: { regex: '/books.*' } },
+                route: { weighted_clusters: { clusters: [{ name: 'a', weight: { value: 60 } }, { name: 'b', weight: { value: 40 } }], total_weight: { value: 100 } } },
+              },
+            ],
+          },
+        ],
+      },
+    ],
+    [TypeUrl.Secret]: [
+      { name: 'service-cert:ns/sa', tls_certificate: { certificate_chain: { inline_string: 'C' }, private_key: { inline_string: 'K' } } },
+      { name: 'root', validation_context: { trusted_ca: { inline_string: 'R' } } },
+    ],
+  };
+}
+
+function toResources(set: Record<TypeUrl, Obj[]>): ProxyResources {
+  const nameOf = (type: TypeUrl, r: Obj): string => (type === TypeUrl.ClusterLoadAssignment ? r.cluster_name : r.name);
+  return new Map(Object.entries(set).map(([type, list]) => [type as TypeUrl, list.map((r) => ({ name: nameOf(type as TypeUrl, r), resource: r }) as NamedResource)]));
+}
+
+const L = (s: Record<TypeUrl, Obj[]>): Obj => s[TypeUrl.Listener][0]!;
+const RC = (s: Record<TypeUrl, Obj[]>): Obj => s[TypeUrl.RouteConfiguration][0]!;
+const WC = (s: Record<TypeUrl, Obj[]>): Obj => RC(s).virtual_hosts[1].routes[0].route.weighted_clusters;
+
+interface Case {
+  name: string;
+  mutate: (s: Record<TypeUrl, Obj[]>) => void;
+  typeUrl: TypeUrl;
+  resource: string;
+  rule: string;
+  path: string;
+}
+
+const CASES: Case[] = [
+  { name: 'two clusters with one name', mutate: (s) => s[TypeUrl.Cluster].push({ ...s[TypeUrl.Cluster][0] }), typeUrl: TypeUrl.Cluster, resource: 'a', rule: 'name.unique', path: '' },
+  {
+    name: 'duplicate filter_chain_match (absent and empty equal)',
+    mutate: (s) => {
+      L(s).filter_chains[0].filter_chain_match = { destination_port: { value: 80 }, prefix_ranges: [] };
+      L(s).filter_chains[1].filter_chain_match = { destination_port: { value: 80 } };
+    },
+    typeUrl: TypeUrl.Listener,
+    resource: 'outbound-listener',
+    rule: 'listener.unique_filter_chain_match',
+    path: 'filter_chains[1].filter_chain_match',
+  },
+  { name: 'a domain in two virtual hosts', mutate: (s) => RC(s).virtual_hosts[1].domains.push('A.ns'), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'route_configuration.unique_domains', path: 'virtual_hosts[1].domains[1]' },
+  { name: 'route to a missing cluster', mutate: (s) => (RC(s).virtual_hosts[0].routes[0].route.cluster = 'nope'), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'reference.cluster', path: 'virtual_hosts[0].routes[0].route.cluster' },
+  { name: 'weighted cluster missing', mutate: (s) => (WC(s).clusters[1].name = 'nope'), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'reference.cluster', path: 'virtual_hosts[1].routes[0].route.weighted_clusters.clusters[1].name' },
+  {
+    name: 'tcp_proxy to a missing cluster',
+    mutate: (s) => (L(s).filter_chains[1].filters[0].typed_config.cluster = 'nope'),
+    typeUrl: TypeUrl.Listener,
+    resource: 'outbound-listener',
+    rule: 'reference.cluster',
+    path: 'filter_chains[1].filters[0].typed_config<TcpProxy>.cluster',
+  },
+  {
+    name: 'HCM names a missing route configuration',
+    mutate: (s) => (L(s).filter_chains[0].filters[0].typed_config.rds.route_config_name = 'rds-outbound.81'),
+    typeUrl: TypeUrl.Listener,
+    resource: 'outbound-listener',
+    rule: 'reference.route_configuration',
+    path: 'filter_chains[0].filters[0].typed_config<HttpConnectionManager>.rds.route_config_name',
+  },
+  { name: 'EDS cluster without assignment', mutate: (s) => s[TypeUrl.ClusterLoadAssignment].pop(), typeUrl: TypeUrl.Cluster, resource: 'b', rule: 'reference.cluster_load_assignment', path: 'name' },
+  {
+    name: 'missing secret',
+    mutate: (s) => s[TypeUrl.Secret].pop(),
+    typeUrl: TypeUrl.Cluster,
+    resource: 'a',
+    rule: 'reference.secret',
+    path: 'transport_socket.typed_config<UpstreamTlsContext>.common_tls_context.validation_context_sds_secret_config.name',
+  },
+  { name: 'weights not summing to total_weight', mutate: (s) => (WC(s).total_weight = { value: 90 }), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'weighted_clusters.total_weight', path: 'virtual_hosts[1].routes[0].route.weighted_clusters.total_weight' },
+  {
+    name: 'weights summing to 0',
+    mutate: (s) => {
+      WC(s).clusters.forEach((c: Obj) => (c.weight = { value: 0 }));
+      delete WC(s).total_weight;
+    },
+    typeUrl: TypeUrl.RouteConfiguration,
+    resource: 'rds-outbound.80',
+    rule: 'weighted_clusters.zero_sum',
+    path: 'virtual_hosts[1].routes[0].route.weighted_clusters.clusters',
+  },
+  {
+    name: 'hostname endpoint',
+    mutate: (s) => (s[TypeUrl.ClusterLoadAssignment][0]!.endpoints[0].lb_endpoints[0].endpoint.address.socket_address.address = 'a.ns.svc'),
+    typeUrl: TypeUrl.ClusterLoadAssignment,
+    resource: 'a',
+    rule: 'endpoint.ip_literal',
+    path: 'endpoints[0].lb_endpoints[0].endpoint.address.socket_address.address',
+  },
+  { name: 'regex that does not compile', mutate: (s) => (RC(s).virtual_hosts[1].routes[0].match.safe_regex.regex = '/books(['), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'regex.compile', path: 'virtual_hosts[1].routes[0].match.safe_regex.regex' },
+  { name: 'regex RE2 rejects (lookahead)', mutate: (s) => (RC(s).virtual_hosts[1].routes[0].match.safe_regex.regex = '/(?!admin)'), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'regex.re2_unsupported', path: 'virtual_hosts[1].routes[0].match.safe_regex.regex' },
+  { name: 'empty regex (annotation)', mutate: (s) => (RC(s).virtual_hosts[1].routes[0].match.safe_regex.regex = ''), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'string.min_len', path: 'virtual_hosts[1].routes[0].match.safe_regex.regex' },
+  { name: 'virtual host with no domains (annotation)', mutate: (s) => (RC(s).virtual_hosts[1].domains = []), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'repeated.min_items', path: 'virtual_hosts[1].domains' },
+  { name: 'unknown field cannot be encoded', mutate: (s) => (s[TypeUrl.Secret][1]!.bogus = 1), typeUrl: TypeUrl.Secret, resource: 'root', rule: 'encode', path: '' },
+];
+
+describe('validateProxyResources: cross-resource rules', () => {
+  it('finds nothing wrong in the consistent base set, and leaves it whole', () => {
+    const resources = toResources(baseSet());
+    const result = validateProxyResources(resources);
+    assert.deepEqual(result.violations.map(formatViolation), []);
+    assert.deepEqual(result.dropped, []);
+    for (const [type, list] of resources) assert.equal(result.valid.get(type), list);
+  });
+  for (const c of CASES) {
+    it(`reports ${c.rule}: ${c.name}`, () => {
+      const set = baseSet();
+      c.mutate(set);
+      const { violations, valid } = validateProxyResources(toResources(set));
+      assert.ok(
+        violations.some((v) => v.typeUrl === c.typeUrl && v.name === c.resource && v.rule === c.rule && v.path === c.path),
+        `expected ${c.rule} on ${c.resource} at ${c.path}, got ${violations.map(formatViolation).join('; ')}`,
+      );
+      assert.ok(!valid.get(c.typeUrl)!.some((r) => r.name === c.resource), `${c.resource} is left out of valid`);
+    });
+  }
+});
+
+describe('validateProxyResources: what is left out', () => {
+  it('drops what refers to a dropped resource, transitively, and keeps the rest', () => {
+    const set = baseSet();
+    set[TypeUrl.Cluster][0]!.connect_timeout = { seconds: 0 }; // cluster a breaks duration.gt
+    const { violations, valid, dropped } = validateProxyResources(toResources(set));
+    assert.deepEqual(violations.map((v) => [v.name, v.rule, v.path]), [['a', 'duration.gt', 'connect_timeout']]);
+    assert.deepEqual(dropped[0], { typeUrl: TypeUrl.Cluster, name: 'a', reason: 'violation' });
+    const byName = new Map(dropped.map((d) => [d.name, d]));
+    assert.deepEqual(byName.get('rds-outbound.80')?.because, { typeUrl: TypeUrl.Cluster, name: 'a' });
+    assert.deepEqual(byName.get('outbound-listener')?.because, { typeUrl: TypeUrl.RouteConfiguration, name: 'rds-outbound.80' });
+    assert.deepEqual(new Set(dropped.map((d) => d.name)), new Set(['a', 'rds-outbound.80', 'outbound-listener']));
+    assert.deepEqual(valid.get(TypeUrl.Cluster)!.map((r) => r.name), ['b']);
+    assert.deepEqual(valid.get(TypeUrl.Listener), []);
+    assert.deepEqual(valid.get(TypeUrl.RouteConfiguration), []);
+    assert.deepEqual(valid.get(TypeUrl.ClusterLoadAssignment)!.map((r) => r.name), ['a', 'b'], 'an orphan assignment is harmless');
+    const again = validateProxyResources(valid);
+    assert.deepEqual(again.violations, [], 'valid is referentially closed');
+  });
+});
+
+describe('generated configuration of the bookstore fixture', () => {
+  const certs = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
+  for (const permissive of [false, true]) {
+    for (const egress of [false, true]) {
+      it(`has no violations for any identity (${permissive ? 'permissive' : 'SMI'}, egress ${egress ? 'on' : 'off'})`, () => {
+        const objects = bookstoreMesh({ permissive }).map((o) => (o.kind === 'MeshConfig' ? k8s.meshConfig(permissive, egress) : o));
+        const { snapshot } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
+        const identities = [...snapshot.servicesByIdentity.keys(), 'bookbuyer/bookbuyer', 'bookthief/bookthief'];
+        assert.ok(identities.length >= 6);
+        for (const identity of new Set(identities)) {
+          const [ns, sa] = identity.split('/') as [string, string];
+          for (const clientType of [undefined, 'grpc'] as const) {
+            const proxy: Proxy = { ...parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`), ...(clientType ? { clientType } : {}) };
+            const resources = generateProxyResources(snapshot, proxy, certs);
+            const { violations } = validateProxyResources(resources);
+            assert.deepEqual(violations.map(formatViolation), [], `${identity}${clientType ? ' (proxyless)' : ''}`);
+          }
+        }
+      });
+    }
+  }
+});

@@ -1,0 +1,140 @@
+/**
+ * The "correct by construction" check run on every proxy's generated resources before they
+ * are encoded and published: the Envoy protos' own `validate.rules` annotations
+ * (`proto-rules.ts`) plus the cross-resource rules no annotation states
+ * (`cross-resource.ts`).
+ *
+ * Each resource is encoded with the real Envoy protos and decoded back, and THAT decoded form
+ * is validated (it is what goes on the wire: a field protobufjs dropped or coerced is seen as
+ * the proxy will see it). A resource that cannot be encoded is a violation (`encode`).
+ *
+ * Pure: no I/O.
+ */
+import { decodeMessage, encodeMessage } from '../../api/codec.js';
+import type { TypeUrl } from '../../api/type-urls.js';
+import type { ProxyResources } from '../generate.js';
+import type { NamedResource } from '../resource.js';
+import { resourceReferences, validateCrossResource, type DecodedResource } from './cross-resource.js';
+import { validateMessage } from './proto-rules.js';
+
+export { validateMessage, validateEncoded, type RuleViolation } from './proto-rules.js';
+export { validateCrossResource, resourceReferences, type CrossViolation, type DecodedResources, type ResourceReference } from './cross-resource.js';
+
+/**
+ * One broken rule in one resource of a proxy.
+ * - `typeUrl`, `name`: the resource (its xDS type and name).
+ * - `path`: the field, e.g. `filter_chains[0].filters[1].typed_config<TcpProxy>.stat_prefix`
+ *   (`''` for the resource as a whole).
+ * - `rule`: a PGV rule (`string.min_len`, `repeated.min_items`, `oneof.required`, …), a
+ *   cross-resource rule (`reference.cluster`, `weighted_clusters.total_weight`, …), or
+ *   `encode` when the resource could not be encoded at all.
+ */
+export interface Violation {
+  readonly typeUrl: TypeUrl;
+  readonly name: string;
+  readonly path: string;
+  readonly rule: string;
+  readonly message: string;
+}
+
+/** A resource left out of {@link ValidationResult.valid}, and why. */
+export interface DroppedResource {
+  readonly typeUrl: TypeUrl;
+  readonly name: string;
+  /** `violation`: it broke a rule itself; `reference`: it refers to a dropped resource. */
+  readonly reason: 'violation' | 'reference';
+  /** For `reference`: the dropped resource it refers to. */
+  readonly because?: { readonly typeUrl: TypeUrl; readonly name: string };
+}
+
+/** The result of {@link validateProxyResources}. */
+export interface ValidationResult {
+  /** Every violation found, by type (in the input's order), then resource, then field. */
+  readonly violations: readonly Violation[];
+  /**
+   * The input without the dropped resources: every resource that broke a rule, and then,
+   * repeatedly until nothing changes, every resource that refers to a dropped one (a listener
+   * whose HCM names a dropped route configuration, a route configuration or TCP proxy naming a
+   * dropped cluster, anything naming a dropped secret, an EDS cluster whose
+   * ClusterLoadAssignment was dropped). So `valid` is free of violations AND referentially
+   * closed: it never names a resource it lacks. Same objects as the input, same order.
+   */
+  readonly valid: ProxyResources;
+  /** What was left out of `valid`, in the order it was decided. */
+  readonly dropped: readonly DroppedResource[];
+}
+
+function key(typeUrl: TypeUrl, name: string): string {
+  return `${typeUrl}\n${name}`;
+}
+
+/**
+ * Validates one proxy's generated resources (see the module header).
+ *
+ * What the caller should publish (the rule `MeshController` follows): when `violations` is
+ * empty, the resources as they are. Otherwise a proxy that already has a published snapshot
+ * keeps it (the same policy as a generation error: never replace known-good configuration with
+ * a partial one, because a missing listener or cluster in state-of-the-world LDS/CDS is a
+ * deletion); a proxy that has none gets `valid`, which is partial but consistent and breaks no
+ * rule, rather than nothing.
+ * @param resources generated resources by type URL, in the object form the codec encodes.
+ * @returns violations, the resources safe to send, and what was dropped.
+ */
+export function validateProxyResources(resources: ProxyResources): ValidationResult {
+  const violations: Violation[] = [];
+  const decoded = new Map<TypeUrl, DecodedResource[]>();
+  const decodedByKey = new Map<string, Record<string, unknown>>();
+  for (const [typeUrl, list] of resources) {
+    const out: DecodedResource[] = [];
+    for (const r of list) {
+      let d: Record<string, unknown>;
+      try {
+        d = decodeMessage(typeUrl, encodeMessage(typeUrl, r.resource));
+      } catch (err) {
+        violations.push({ typeUrl, name: r.name, path: '', rule: 'encode', message: err instanceof Error ? err.message : String(err) });
+        continue;
+      }
+      out.push({ name: r.name, decoded: d });
+      decodedByKey.set(key(typeUrl, r.name), d);
+      for (const v of validateMessage(typeUrl, d)) violations.push({ typeUrl, name: r.name, ...v });
+    }
+    decoded.set(typeUrl, out);
+  }
+  violations.push(...validateCrossResource(decoded));
+  const order = [...resources.keys()];
+  violations.sort((a, b) => order.indexOf(a.typeUrl) - order.indexOf(b.typeUrl));
+
+  const dropped: DroppedResource[] = [];
+  const droppedKeys = new Set<string>();
+  for (const v of violations) {
+    const k = key(v.typeUrl, v.name);
+    if (droppedKeys.has(k)) continue;
+    droppedKeys.add(k);
+    dropped.push({ typeUrl: v.typeUrl, name: v.name, reason: 'violation' });
+  }
+  for (let changed = droppedKeys.size > 0; changed; ) {
+    changed = false;
+    for (const [typeUrl, list] of resources) {
+      for (const r of list) {
+        const k = key(typeUrl, r.name);
+        if (droppedKeys.has(k)) continue;
+        const d = decodedByKey.get(k);
+        const ref = d && resourceReferences(typeUrl, d).find((x) => droppedKeys.has(key(x.typeUrl, x.name)));
+        if (!ref) continue;
+        droppedKeys.add(k);
+        dropped.push({ typeUrl, name: r.name, reason: 'reference', because: { typeUrl: ref.typeUrl, name: ref.name } });
+        changed = true;
+      }
+    }
+  }
+
+  const valid = new Map<TypeUrl, readonly NamedResource[]>();
+  for (const [typeUrl, list] of resources) valid.set(typeUrl, droppedKeys.size === 0 ? list : list.filter((r) => !droppedKeys.has(key(typeUrl, r.name))));
+  return { violations, valid, dropped };
+}
+
+/** One line for a violation: `<Message> "<name>": <path>: <rule>: <message>`, e.g. `Cluster "a|80": connect_timeout: duration.gt: must be > 0s, got 0s`. */
+export function formatViolation(v: Violation): string {
+  const type = v.typeUrl.slice(v.typeUrl.lastIndexOf('.') + 1);
+  return `${type} "${v.name}"${v.path ? `: ${v.path}` : ''}: ${v.rule}: ${v.message}`;
+}

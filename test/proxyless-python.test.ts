@@ -1,0 +1,179 @@
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { BACKENDS, HELLO_TARGET, ProxylessMesh, pollUntil, sharePercent } from './helpers/proxyless-mesh.js';
+
+/** Debian's interpreter, which sees `python3-grpcio` (not a pyenv `python3` on PATH). */
+const PYTHON = '/usr/bin/python3';
+const CLIENT_SCRIPT = path.resolve(import.meta.dirname, 'python/xds_client.py');
+const TOLERANCE = 5;
+
+/** Why the C-core client cannot run here, or undefined when it can. */
+function grpcioMissing(): string | undefined {
+  const probe = spawnSync(PYTHON, ['-c', 'import grpc; print(grpc.__version__)'], { encoding: 'utf8', timeout: 20_000 });
+  if (probe.error) return `${PYTHON} cannot run: ${probe.error.message}`;
+  if (probe.status !== 0) return `${PYTHON} cannot import grpc (${probe.stderr.trim().split('\n').at(-1)}); install it with: apt-get install -y python3-grpcio`;
+  return undefined;
+}
+
+const missing = grpcioMissing();
+// In CI (.ci/run installs python3-grpcio) a missing client is a failure, not a skip.
+const skip = missing !== undefined && !process.env.CI ? `gRPC C-core client unavailable: ${missing}` : false;
+
+interface Outcome {
+  counts: Record<string, number>;
+  errors: Record<string, number>;
+}
+
+/** test/python/xds_client.py in a child process: one command line in, one JSON line out. */
+class PythonClient {
+  private readonly child: ChildProcessWithoutNullStreams;
+  private buffer = '';
+  private readonly lines: string[] = [];
+  private waiter?: () => void;
+  private stderr = '';
+  private exited = false;
+
+  constructor(bootstrapFile: string) {
+    this.child = spawn(PYTHON, [CLIENT_SCRIPT, HELLO_TARGET], {
+      env: {
+        ...process.env,
+        GRPC_XDS_BOOTSTRAP: bootstrapFile,
+        // C-core idles its poller; poll often so xDS updates are applied promptly.
+        GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS: '100',
+        GRPC_VERBOSITY: 'ERROR',
+      },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    this.child.stdout.setEncoding('utf8');
+    this.child.stdout.on('data', (chunk: string) => {
+      this.buffer += chunk;
+      let i: number;
+      while ((i = this.buffer.indexOf('\n')) >= 0) {
+        const line = this.buffer.slice(0, i).trim();
+        this.buffer = this.buffer.slice(i + 1);
+        if (line) this.lines.push(line);
+      }
+      this.waiter?.();
+    });
+    this.child.stderr.setEncoding('utf8');
+    this.child.stderr.on('data', (chunk: string) => (this.stderr += chunk));
+    this.child.on('exit', () => {
+      this.exited = true;
+      this.waiter?.();
+    });
+  }
+
+  private async nextLine(timeoutMs: number): Promise<string> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.lines.length === 0) {
+      if (this.exited) throw new Error(`python client exited: ${this.stderr.slice(-2000)}`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`python client gave no answer in ${timeoutMs} ms: ${this.stderr.slice(-2000)}`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.waiter = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+    return this.lines.shift()!;
+  }
+
+  /** Waits for the client's start-up line. */
+  async ready(): Promise<void> {
+    const line = JSON.parse(await this.nextLine(20_000)) as { ready?: boolean };
+    assert.equal(line.ready, true);
+  }
+
+  /** Makes `n` RPCs (concurrently, in the client) and returns replies by backend and errors by status. */
+  async run(n: number, options: { timeoutSeconds?: number; waitForReady?: boolean } = {}): Promise<Outcome> {
+    const timeout = options.timeoutSeconds ?? 5;
+    this.child.stdin.write(`${JSON.stringify({ n, timeout, wait_for_ready: options.waitForReady ?? false })}\n`);
+    return JSON.parse(await this.nextLine(timeout * 1000 + 10_000)) as Outcome;
+  }
+
+  /** Ends the client: closes its stdin, then kills it (by its own PID) if it lingers. */
+  async stop(): Promise<void> {
+    if (this.exited) return;
+    this.child.stdin.end();
+    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), 3000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+function within(actual: number, expected: number): boolean {
+  return Math.abs(actual - expected) <= TOLERANCE;
+}
+
+describe('proxyless gRPC C-core (python3-grpcio) through the controller', { skip }, () => {
+  let mesh: ProxylessMesh;
+  const clients: PythonClient[] = [];
+
+  before(async () => {
+    if (missing) throw new Error(`CI is set but the gRPC C-core client cannot run: ${missing}`);
+    mesh = await ProxylessMesh.start([75, 25]);
+  });
+
+  after(async () => {
+    for (const c of clients) await c.stop();
+    await mesh?.stop();
+  });
+
+  async function client(serviceAccount: string): Promise<PythonClient> {
+    const file = path.join(mesh.dir, `bootstrap-${serviceAccount}.json`);
+    await writeFile(file, JSON.stringify(mesh.bootstrap('client', serviceAccount, randomUUID())));
+    const c = new PythonClient(file);
+    clients.push(c);
+    await c.ready();
+    return c;
+  }
+
+  it('splits RPCs by the TrafficSplit, follows a new split within 2 s, and stops using a removed endpoint', async (t) => {
+    const greeter = await client('greeter');
+    const first = await greeter.run(1, { waitForReady: true, timeoutSeconds: 10 });
+    assert.deepEqual(first.errors, {}, 'first RPC succeeds once xDS is applied');
+
+    const initial = await greeter.run(1000);
+    assert.deepEqual(initial.errors, {});
+    const v1 = sharePercent(initial.counts, 'hello-v1');
+    assert.ok(within(v1, 75), `hello-v1 share ${v1.toFixed(1)}% of 1000, want 75 ± ${TOLERANCE}: ${JSON.stringify(initial.counts)}`);
+    assert.ok((initial.counts['v1-a'] ?? 0) > 0 && (initial.counts['v1-b'] ?? 0) > 0, 'both hello-v1 endpoints used');
+
+    const changedAt = Date.now();
+    await mesh.writeSplit(20, 80);
+    const seen = await pollUntil(() => greeter.run(200), (o) => Object.keys(o.errors).length === 0 && within(sharePercent(o.counts, 'hello-v1'), 20), 5000, 'the 20/80 split');
+    t.diagnostic(`new split held ${seen.at - changedAt} ms after the file changed`);
+    assert.ok(seen.at - changedAt <= 2000, `new split held ${seen.at - changedAt} ms after the change (want ≤ 2000)`);
+    const after = await greeter.run(1000);
+    assert.deepEqual(after.errors, {});
+    const v1After = sharePercent(after.counts, 'hello-v1');
+    assert.ok(within(v1After, 20), `hello-v1 share ${v1After.toFixed(1)}% after the change, want 20 ± ${TOLERANCE}`);
+
+    const v1b = BACKENDS.find((b) => b.name === 'v1-b')!;
+    await mesh.writeSplit(50, 50);
+    await mesh.removeEndpoint(v1b);
+    await pollUntil(() => greeter.run(200), (o) => Object.keys(o.errors).length === 0 && !o.counts['v1-b'] && within(sharePercent(o.counts, 'hello-v1'), 50), 5000, 'v1-b removed');
+    const removed = await greeter.run(1000);
+    assert.deepEqual(removed.errors, {});
+    assert.equal(removed.counts['v1-b'] ?? 0, 0, `no RPC reaches the removed endpoint: ${JSON.stringify(removed.counts)}`);
+  });
+
+  it('fails RPCs of a source without a TrafficTarget with UNAVAILABLE', async () => {
+    const stranger = await client('stranger');
+    assert.deepEqual(await stranger.run(5, { timeoutSeconds: 10 }), { counts: {}, errors: { UNAVAILABLE: 5 } });
+  });
+
+  it('registers the clients as proxyless and receives no NACK', async () => {
+    const proxies = await mesh.proxies();
+    assert.ok(proxies.length >= 2);
+    assert.ok(proxies.every((p) => p.clientType === 'grpc'));
+    assert.deepEqual(await mesh.nacks(), []);
+  });
+});
