@@ -138,6 +138,8 @@ describe('proxyless gRPC (grpc-js-xds) through the controller', () => {
 
   it('fails RPCs of a source without a TrafficTarget with UNAVAILABLE (no route), quickly', async () => {
     const stranger = client('client', 'stranger');
+    // Each deadline (10 s) is below grpc-js's 15 s does-not-exist timer: UNAVAILABLE here comes
+    // from the configuration the controller sent, not from the client giving up on a listener.
     const outcome = await stranger.run(5, { deadlineMs: 10_000, concurrency: 1 });
     assert.deepEqual(outcome, { counts: {}, errors: { UNAVAILABLE: 5 } });
   });

@@ -109,6 +109,40 @@ describe('MeshController', () => {
     certificates.stop();
   });
 
+  it('keeps the last good snapshot when a change yields a resource Envoy would reject', async () => {
+    const { store, controller, certificates, cache } = await setup();
+    const STORE_PROXY = parseCommonName('33333333-3333-4333-8333-333333333333.sidecar.bookstore.bookstore.cluster.local');
+    await controller.onStreamOpen(STORE_PROXY, 1);
+    const good = cache.getSnapshot(STORE_PROXY.uuid)!;
+    // A header value with CR LF passes the CRD schema but breaks Envoy's HTTP_HEADER_VALUE rule.
+    store.replaceAll('test', [
+      ...bookstoreMesh(),
+      {
+        apiVersion: 'policy.openservicemesh.io/v1alpha1',
+        kind: 'UpstreamTrafficSetting',
+        metadata: { name: 'limits', namespace: 'bookstore' },
+        spec: {
+          host: 'bookstore-v1.bookstore.svc.cluster.local',
+          rateLimit: { local: { http: { requests: 10, unit: 'second', responseHeadersToAdd: [{ name: 'x-limited', value: 'yes\r\nInjected: 1' }] } } },
+        },
+      },
+    ]);
+    await controller.flush();
+    await until(() => controller.validationFailures().length > 0, 'the violation');
+    const [failure] = controller.validationFailures();
+    assert.equal(failure.proxy.uuid, STORE_PROXY.uuid);
+    assert.ok(failure.violations.some((v) => v.name === 'rds-inbound.14001' && /value/.test(v.path)));
+    assert.equal(cache.getSnapshot(STORE_PROXY.uuid), good, 'the last good snapshot stays');
+
+    const late = parseCommonName('44444444-4444-4444-8444-444444444444.sidecar.bookstore.bookstore.cluster.local');
+    await controller.onStreamOpen(late, 2);
+    const first = cache.getSnapshot(late.uuid)!;
+    assert.equal(first.resources.get(TypeUrl.RouteConfiguration)!.has('rds-inbound.14001'), false, 'the invalid route configuration is left out');
+    assert.ok(first.resources.get(TypeUrl.Cluster)!.has('bookstore/bookstore-v1|14001|local'));
+    controller.stop();
+    certificates.stop();
+  });
+
   it('pushes a config change to every connected proxy once, after the debounce', async () => {
     const { store, controller, certificates, seen } = await setup();
     await controller.onStreamOpen(BUYER, 1);

@@ -14,6 +14,18 @@ import { ProxyRegistry } from '../proxy/registry.js';
 import type { Proxy, ServiceIdentity } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
 import { buildProxySnapshot, type NamedResource as EncodedNamedResource, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
+import type { ProxySnapshot } from '../xds/cache/types.js';
+
+/** One computation of a configuration, shared by the proxies of one identity and client type. */
+interface GeneratedConfig {
+  readonly violations: readonly Violation[];
+  /** `CDS name`, `LDS name`, … of the resources left out of {@link validSnapshot}. */
+  readonly dropped: readonly string[];
+  /** Everything, encoded; undefined when there are violations. */
+  readonly snapshot: ProxySnapshot | undefined;
+  /** The valid subset, encoded, when there are violations. */
+  readonly validSnapshot: ProxySnapshot | undefined;
+}
 
 /** Why a push happens; merged by the debouncer into one {@link PushRequest}. */
 export interface PushRequest {
@@ -73,6 +85,8 @@ export class MeshController {
   private readonly timers: Timers;
   private readonly unsubscribe: (() => void)[] = [];
   private readonly lastErrors = new Map<string, string>();
+  /** Configurations computed for the current generation, by identity, client type and certificate. */
+  private memo: { generation: number; entries: Map<string, GeneratedConfig> } = { generation: -1, entries: new Map() };
   /** Latest validation violations per proxy UUID (only proxies that have some). */
   private readonly violations = new Map<string, { proxy: Proxy; violations: readonly Violation[] }>();
   private readonly metrics: {
@@ -229,18 +243,15 @@ export class MeshController {
   }
 
   /**
-   * Validates a proxy's generated resources (`validateProxyResources`), counts and logs the
-   * violations (each distinct one once, while it persists), and decides what to publish: all
-   * of them when valid; nothing (undefined: the proxy keeps its last good snapshot) when not
-   * and it has one; else the valid, referentially closed subset.
+   * Counts and logs a proxy's validation violations (each distinct one once, while it
+   * persists) and remembers them for {@link validationFailures}.
    */
-  private checkResources(proxy: Proxy, resources: ProxyResources): ProxyResources | undefined {
-    const { violations, valid, dropped } = validateProxyResources(resources);
-    const logged = new Set((this.violations.get(proxy.uuid)?.violations ?? []).map(formatViolation));
+  private recordViolations(proxy: Proxy, violations: readonly Violation[]): void {
     if (violations.length === 0) {
       this.violations.delete(proxy.uuid);
-      return resources;
+      return;
     }
+    const logged = new Set((this.violations.get(proxy.uuid)?.violations ?? []).map(formatViolation));
     this.violations.set(proxy.uuid, { proxy, violations });
     for (const v of violations) {
       const type = TYPE_SHORT_NAME[v.typeUrl];
@@ -253,12 +264,33 @@ export class MeshController {
         `invalid configuration not sent: ${text}`,
       );
     }
-    if (this.options.cache.getSnapshot(proxy.uuid)) return undefined;
-    this.options.logger.warn(
-      { proxy: proxy.uuid, identity: proxy.identity, dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`) },
-      'first configuration of this proxy sent without its invalid resources',
-    );
-    return valid;
+  }
+
+  /**
+   * The generated, validated and encoded configuration for proxies like `proxy`: generation
+   * is a pure function of the MeshSnapshot, the identity, the client type and the identity's
+   * certificate, so proxies that share those share one computation per generation.
+   */
+  private async configFor(proxy: Proxy): Promise<GeneratedConfig> {
+    const cert = await this.options.certificates.getServiceCertificate(proxy.identity);
+    if (this.memo.generation !== this.mesh.generation) this.memo = { generation: this.mesh.generation, entries: new Map() };
+    const key = `${proxy.identity}|${proxy.clientType ?? 'envoy'}|${cert.serialNumber}`;
+    const found = this.memo.entries.get(key);
+    if (found) return found;
+    const resources = generateProxyResources(this.mesh, proxy, {
+      certChainPem: cert.certPem,
+      privateKeyPem: cert.keyPem,
+      caPem: this.options.certificates.caPem,
+    });
+    const { violations, valid, dropped } = validateProxyResources(resources);
+    const config: GeneratedConfig = {
+      violations,
+      dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),
+      snapshot: violations.length === 0 ? buildProxySnapshot(encodeResources(resources)) : undefined,
+      validSnapshot: violations.length === 0 ? undefined : buildProxySnapshot(encodeResources(valid)),
+    };
+    this.memo.entries.set(key, config);
+    return config;
   }
 
   private async push(request: PushRequest): Promise<void> {
@@ -283,16 +315,17 @@ export class MeshController {
    */
   private async updateProxy(proxy: Proxy): Promise<boolean> {
     try {
-      const cert = await this.options.certificates.getServiceCertificate(proxy.identity);
-      const resources = generateProxyResources(this.mesh, proxy, {
-        certChainPem: cert.certPem,
-        privateKeyPem: cert.keyPem,
-        caPem: this.options.certificates.caPem,
-      });
+      const config = await this.configFor(proxy);
       if (!this.registry.get(proxy.uuid)) return true; // disconnected meanwhile
-      const checked = this.checkResources(proxy, resources);
-      if (!checked) return false; // violations: the proxy keeps its last good snapshot
-      const snapshot = buildProxySnapshot(encodeResources(checked));
+      this.recordViolations(proxy, config.violations);
+      let snapshot = config.snapshot;
+      if (!snapshot) {
+        // Violations: a proxy that has a snapshot keeps it (a partial LDS/CDS set would delete
+        // working listeners and clusters); a new one gets the valid, referentially closed subset.
+        if (this.options.cache.getSnapshot(proxy.uuid)) return false;
+        this.options.logger.warn({ proxy: proxy.uuid, identity: proxy.identity, dropped: config.dropped }, 'first configuration of this proxy sent without its invalid resources');
+        snapshot = config.validSnapshot!;
+      }
       this.lastErrors.delete(proxy.uuid);
       this.metrics.proxiesUpdated.inc();
       this.options.cache.setSnapshot(proxy.uuid, snapshot);
