@@ -126,6 +126,8 @@ export async function runController(options: ControllerOptions): Promise<Running
         generation: controller.snapshot.generation,
         trafficTargets: controller.snapshot.trafficTargets,
         trafficSplits: controller.snapshot.trafficSplits,
+        ingressBackends: controller.snapshot.ingressBackends,
+        egressPolicies: controller.snapshot.egressPolicies,
         problems: controller.policyProblems().map((p) => ({ ...p, text: formatProblem(p) })),
         manifestErrors: source.errors().map((e) => ({ ...e, text: formatManifestError(e) })),
         manifestWarnings: source.warnings().map((e) => ({ ...e, text: formatManifestError(e) })),

@@ -113,6 +113,12 @@ describe('proxyless gRPC (grpc-js-xds) through the controller', () => {
     // The client is registered as proxyless, and said so in its node.
     const me = (await mesh.proxies()).find((p) => p.uuid === greeter.uuid);
     assert.equal(me?.clientType, 'grpc');
+    // It was sent (and accepted, see the NACK check) the Retry policy on the apex route.
+    const dump = await mesh.getJson<{ configs: Record<string, any>[] }>(`/debug/config_dump?proxy=${greeter.uuid}`); // eslint-disable-line @typescript-eslint/no-explicit-any
+    const routes = dump.configs.find((c) => String(c['@type']).endsWith('RoutesConfigDump'))!;
+    const rds = routes.dynamic_route_configs.find((r: { route_config: { name: string } }) => r.route_config.name === 'rds-outbound.50051').route_config;
+    const apex = rds.virtual_hosts.find((v: { domains: string[] }) => v.domains.includes('hello.greet:50051'));
+    assert.equal(apex.routes[0].route.retry_policy.num_retries.value, 2);
 
     // New weights: they hold (over a window of 200 RPCs) within 2 s of the file change.
     const changedAt = Date.now();

@@ -381,7 +381,8 @@ function resolveTrafficSplits(
  * MeshService per Service port (UDP ports skipped), endpoints (from Endpoints or
  * EndpointSlices, else from the Pods the selector matches), service identities (the service
  * accounts of those Pods, and of Deployments' pod templates), resolved TrafficTargets and
- * TrafficSplits, and MeshConfig settings (permissive mode when there is no MeshConfig).
+ * TrafficSplits, and MeshConfig settings (permissive mode when there is no MeshConfig),
+ * IngressBackends with their Ingress routes (`ingress.ts`) and Egress policies (`egress.ts`).
  *
  * Pure: reads only `store`. Policies that reference something missing or impossible are
  * left out and listed in `problems`; nothing throws.

@@ -134,6 +134,17 @@ function meshDocuments(port: number, weights: [number, number]): Map<string, Doc
         },
         target('hello-v1'),
         target('hello-v2'),
+        // A retry policy on the apex route, so both clients are sent (and must accept) a retry_policy.
+        {
+          apiVersion: 'policy.openservicemesh.io/v1alpha1',
+          kind: 'Retry',
+          metadata: { name: 'greeter-retry', namespace: 'client' },
+          spec: {
+            source: { kind: 'ServiceAccount', name: 'greeter', namespace: 'client' },
+            destinations: [{ kind: 'Service', name: 'hello', namespace: 'greet' }],
+            retryPolicy: { retryOn: 'unavailable', perTryTimeout: '2s', numRetries: 2, retryBackoffBaseInterval: '25ms' },
+          },
+        },
       ],
     ],
     ['endpoints-v1.yaml', [endpoints('hello-v1', BACKENDS.filter((b) => b.service === 'hello-v1').map((b) => b.ip), port)]],

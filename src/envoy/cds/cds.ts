@@ -105,7 +105,8 @@ export function localCluster(svc: MeshService): Cluster {
 /**
  * CDS for one proxy: an upstream cluster per service it may reach (and per TrafficSplit
  * backend), a local cluster per service it serves, `envoy-metrics-cluster`, and
- * `passthrough-outbound` when egress is on. Names are unique; sorted by name.
+ * `passthrough-outbound` when egress is on, the Egress policies' clusters
+ * ({@link generateEgressClusters}). Names are unique; sorted by name.
  */
 export function generateClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<Cluster>[] {
   const clusters = new Map<string, Cluster>();

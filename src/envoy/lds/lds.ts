@@ -73,7 +73,8 @@ function destinationIps(snapshot: MeshSnapshot, svc: MeshService): string[] {
  * HTTP destinations on it, or the port alone when one of them has no address; HCM with RDS
  * `rds-outbound.<port>`) and one `tcp_proxy` chain per
  * TCP destination (its IPs and port). An (IP, port) pair is claimed by one chain only, so no
- * two chains have the same match. With egress on, unmatched traffic passes through to
+ * two chains have the same match. Then the Egress policies' chains ({@link egressFilterChains},
+ * with `tls_inspector` when one matches TLS). With egress on, unmatched traffic passes through to
  * `passthrough-outbound`. Undefined when the proxy may reach nothing (Envoy rejects a
  * listener without filter chains).
  */
@@ -147,7 +148,8 @@ export function outboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener
  * certificate; HTTP through the HCM with RDS `rds-inbound.<port>` (and the HTTP RBAC filter
  * in SMI mode), TCP through `tcp_proxy` to the local cluster. In SMI mode every chain starts
  * with network RBAC (`l4_rbac`) allowing only the sources of TrafficTargets covering the
- * port. Undefined when the proxy serves no service.
+ * port. Then the IngressBackends' chains ({@link ingressFilterChains}). Undefined when the
+ * proxy serves no service.
  */
 export function inboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener | undefined {
   const smi = !snapshot.settings.permissiveTrafficPolicyMode;

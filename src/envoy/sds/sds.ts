@@ -35,7 +35,8 @@ function sanMatchers(identities: readonly ServiceIdentity[]): NonNullable<
  * - `root-cert-for-mtls-inbound:<ns>/<sa>`: the mesh root, and in SMI mode URI SAN matchers
  *   for the identities TrafficTargets allow in (none allowed → the root alone, RBAC denies);
  * - `root-cert-for-mtls-outbound:<ns>/<svc>` per upstream service: the mesh root and URI SAN
- *   matchers for the identities backing that service.
+ *   matchers for the identities backing that service;
+ * - `root-cert-https:<ns>/<sa>` for HTTPS ingress with client certificates ({@link generateIngressSecrets}).
  * Sorted by name.
  */
 export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: ProxyCertificates): NamedResource<Secret>[] {

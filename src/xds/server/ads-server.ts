@@ -338,9 +338,9 @@ class AdsStream {
       }
       // The request also carries the (possibly changed) subscription: answer newly added names.
       // LDS/CDS answer a newly added name even when it does not exist: the complete set without
-      // it tells the client so (gRPC clients request listeners and clusters by name and would
-      // otherwise wait for their 15 s does-not-exist timer; xds_protocol "Knowing When a
-      // Requested Resource Does Not Exist").
+      // it tells the client so (gRPC clients request listeners and clusters by name; C-core
+      // takes a name missing from a response as not existing, instead of waiting for its 15 s
+      // does-not-exist timer; xds_protocol "Knowing When a Requested Resource Does Not Exist").
       const added = names.some((n) => n !== '*' && !existing.names.has(n));
       this.updateSubscription(type, existing, names, false);
       await this.answer(type, added && isCompleteSetType(type));
