@@ -5,6 +5,7 @@ import pino, { type Logger } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { TYPE_SHORT_NAME } from './api/type-urls.js';
 import { formatProblem } from './catalog/problems.js';
+import { formatViolation } from './envoy/validate/index.js';
 import { CertificateAuthority } from './certificate/authority.js';
 import { CertificateManager } from './certificate/manager.js';
 import { MeshController } from './controller/mesh-controller.js';
@@ -128,6 +129,13 @@ export async function runController(options: ControllerOptions): Promise<Running
         trafficSplits: controller.snapshot.trafficSplits,
         ingressBackends: controller.snapshot.ingressBackends,
         egressPolicies: controller.snapshot.egressPolicies,
+        retryPolicies: controller.snapshot.retryPolicies,
+        upstreamTrafficSettings: controller.snapshot.upstreamTrafficSettings,
+        configValidationFailures: controller.validationFailures().map((f) => ({
+          proxy: f.proxy.uuid,
+          identity: f.proxy.identity,
+          violations: f.violations.map(formatViolation),
+        })),
         problems: controller.policyProblems().map((p) => ({ ...p, text: formatProblem(p) })),
         manifestErrors: source.errors().map((e) => ({ ...e, text: formatManifestError(e) })),
         manifestWarnings: source.warnings().map((e) => ({ ...e, text: formatManifestError(e) })),
