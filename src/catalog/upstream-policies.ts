@@ -140,9 +140,9 @@ export function resolveRetryPolicies(store: StoreReader, namespaces: ReadonlySet
 }
 
 /**
- * Resolves the UpstreamTrafficSettings of monitored namespaces. `host` must be the FQDN of a
- * Service in the policy's namespace (`<svc>.<ns>.svc.cluster.local`, OSM's rule) or an egress
- * host (any other name); two policies for one host conflict (the second is skipped). Limits
+ * Resolves the UpstreamTrafficSettings of monitored namespaces. `host` is the FQDN of a
+ * Service in the policy's namespace (`<svc>.<ns>.svc.cluster.local`), or else an egress host
+ * (OSM's rule); two policies for one host conflict (the second, by name, is skipped). Limits
  * must be positive, durations valid, route paths valid regexes.
  */
 export function resolveUpstreamTrafficSettings(
@@ -164,11 +164,9 @@ export function resolveUpstreamTrafficSettings(
     const { host, connectionSettings, rateLimit, httpRoutes } = ust.spec;
     const fqdn = /^([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local$/.exec(host);
     let service: string | undefined;
-    if (fqdn) {
-      if (fqdn[2] !== ns) report('spec.host', `"${host}" is a service of namespace "${fqdn[2]}", not of the policy's namespace "${ns}"`);
-      else if (!serviceKeys.has(`${ns}/${fqdn[1]}`)) report('spec.host', `Service ${ns}/${fqdn[1]} does not exist`);
-      else service = `${ns}/${fqdn[1]}`;
-    }
+    // OSM's rule: the host is a Service of the policy's own namespace, or else an egress host
+    // (possibly a service FQDN of another namespace reached through an Egress policy).
+    if (fqdn && fqdn[2] === ns && serviceKeys.has(`${ns}/${fqdn[1]}`)) service = `${ns}/${fqdn[1]}`;
     const taken = byHost.get(host);
     if (taken) report('spec.host', `host "${host}" already has UpstreamTrafficSetting ${taken}`);
     const positive = (value: number | undefined, field: string): void => {

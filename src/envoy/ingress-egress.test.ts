@@ -326,6 +326,29 @@ describe('egress (OSM Egress policies)', () => {
     assert.deepEqual([addr.address, addr.port_value], ['httpbin.org', 80]);
   });
 
+  it('applies the UpstreamTrafficSetting of an egress host to its cluster (OSM circuit breaking, mesh external)', () => {
+    const setting: KubeObject = {
+      apiVersion: 'policy.openservicemesh.io/v1alpha1',
+      kind: 'UpstreamTrafficSetting',
+      metadata: { name: 'httpbin-external', namespace: 'bookbuyer' },
+      spec: {
+        host: 'httpbin.org',
+        connectionSettings: { tcp: { maxConnections: 1 }, http: { maxPendingRequests: 1, maxRequestsPerConnection: 1 } },
+      },
+    };
+    const egress = k8s.egress('bookbuyer', 'httpbin-80', {
+      sources: [CURL],
+      hosts: ['httpbin.org'],
+      ports: [{ number: 80, protocol: 'http' }],
+      matches: [{ apiGroup: 'policy.openservicemesh.io/v1alpha1', kind: 'UpstreamTrafficSetting', name: 'httpbin-external' }],
+    });
+    const cluster = configFor(egressMesh(egress, setting), 'bookbuyer', 'bookbuyer').get(TypeUrl.Cluster)!.get('httpbin.org:80')!;
+    const t = cluster.circuit_breakers.thresholds[0];
+    assert.deepEqual([t.max_connections.value, t.max_pending_requests.value], [1, 1]);
+    const options = cluster.typed_extension_protocol_options['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'];
+    assert.equal(options.common_http_protocol_options.max_requests_per_connection.value, 1);
+  });
+
   it('http with an HTTPRouteGroup: one route per match, nothing else', () => {
     const cfg = configFor(
       egressMesh(

@@ -239,7 +239,7 @@ describe('UpstreamTrafficSetting', () => {
     assert.equal(plain.typed_per_filter_config['envoy.filters.http.local_ratelimit'], undefined);
   });
 
-  it('reports a host that is not a service of its namespace, a conflict and impossible limits', () => {
+  it('reports a conflict and impossible limits; a host outside the namespace is an egress host', () => {
     const objects = [
       ...bookstoreMesh(),
       ust({ connectionSettings: { tcp: { maxConnections: 1 } } }),
@@ -249,12 +249,14 @@ describe('UpstreamTrafficSetting', () => {
     ];
     const { snapshot, problems } = build(objects);
     // Policies are read in name order: "again" claims the host first, so "limits" conflicts.
-    assert.deepEqual(problems.map((p) => `${p.name} ${p.field}`), [
-      'elsewhere spec.host',
-      'limits spec.host',
-      'zero spec.connectionSettings.tcp.maxConnections',
-    ]);
-    assert.deepEqual(snapshot.upstreamTrafficSettings.map((u) => u.name), ['bookstore/again']);
+    assert.deepEqual(problems.map((p) => `${p.name} ${p.field}`), ['limits spec.host', 'zero spec.connectionSettings.tcp.maxConnections']);
+    assert.deepEqual(
+      snapshot.upstreamTrafficSettings.map((u) => [u.name, u.service]),
+      [
+        ['bookstore/again', 'bookstore/bookstore-v1'],
+        ['bookstore/elsewhere', undefined],
+      ],
+    );
   });
 });
 

@@ -1,13 +1,14 @@
 import type { Cluster } from '../../api/generated/envoy/config/cluster/v3/Cluster.js';
-import { clusterName, localClusterName, serviceKey } from '../../catalog/names.js';
+import { clusterName, localClusterName } from '../../catalog/names.js';
 import { inboundServices } from '../../catalog/traffic-policy.js';
-import type { MeshService, MeshSnapshot, UpstreamTrafficSettingPolicy } from '../../catalog/types.js';
+import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
 import type { Proxy } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
 import { tlsTransportSocket, upstreamTlsContext } from '../tls.js';
 import { ADS_CONFIG_SOURCE, durationMs, ExtensionType, typedConfig } from '../typed-config.js';
 import { generateEgressClusters } from './egress.js';
+import { circuitBreakers, upstreamTrafficSettingFor } from '../upstream-settings.js';
 
 /** Name of the cluster that points at Envoy's own admin port for Prometheus scraping (OSM). */
 export const ENVOY_METRICS_CLUSTER = 'envoy-metrics-cluster';
@@ -30,29 +31,6 @@ function httpProtocolOptions(svc: MeshService, maxRequestsPerConnection?: number
         : {}),
     }),
   };
-}
-
-/** The UpstreamTrafficSetting of a service, if any. */
-export function upstreamTrafficSettingFor(snapshot: MeshSnapshot, svc: MeshService): UpstreamTrafficSettingPolicy | undefined {
-  return snapshot.upstreamTrafficSettings.find((u) => u.service === serviceKey(svc));
-}
-
-/**
- * Circuit breakers from an UpstreamTrafficSetting's connection settings (OSM v1.2
- * `connectionSettings`): `tcp.maxConnections` → `max_connections`, `http.maxPendingRequests`
- * → `max_pending_requests`, `http.maxRequests` → `max_requests`, `http.maxRetries` →
- * `max_retries` (Envoy `config.cluster.v3.CircuitBreakers.Thresholds`, default priority).
- * Undefined when the setting has none of these.
- */
-export function circuitBreakers(setting: UpstreamTrafficSettingPolicy | undefined): Cluster['circuit_breakers'] {
-  if (!setting) return undefined;
-  const thresholds = {
-    ...(setting.tcp?.maxConnections !== undefined ? { max_connections: { value: setting.tcp.maxConnections } } : {}),
-    ...(setting.http?.maxPendingRequests !== undefined ? { max_pending_requests: { value: setting.http.maxPendingRequests } } : {}),
-    ...(setting.http?.maxRequests !== undefined ? { max_requests: { value: setting.http.maxRequests } } : {}),
-    ...(setting.http?.maxRetries !== undefined ? { max_retries: { value: setting.http.maxRetries } } : {}),
-  };
-  return Object.keys(thresholds).length > 0 ? { thresholds: [thresholds] } : undefined;
 }
 
 /**

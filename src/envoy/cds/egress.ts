@@ -1,8 +1,9 @@
 import type { Cluster } from '../../api/generated/envoy/config/cluster/v3/Cluster.js';
-import type { MeshSnapshot } from '../../catalog/types.js';
+import type { MeshSnapshot, UpstreamTrafficSettingPolicy } from '../../catalog/types.js';
 import type { Proxy } from '../../proxy/types.js';
 import { egressPlan, type EgressCluster } from '../egress-plan.js';
-import { durationMs } from '../typed-config.js';
+import { durationMs, ExtensionType, typedConfig } from '../typed-config.js';
+import { circuitBreakers } from '../upstream-settings.js';
 
 /** Connect timeout of egress clusters, in ms (OSM v1.2's cluster default, 1 s). */
 export const EGRESS_CONNECT_TIMEOUT_MS = 1000;
@@ -16,11 +17,25 @@ export const EGRESS_CONNECT_TIMEOUT_MS = 1000;
  * - `<port>`: ORIGINAL_DST with CLUSTER_PROVIDED load balancing (to the address the
  *   application dialled).
  */
-export function egressCluster(c: EgressCluster): Cluster {
+export function egressCluster(c: EgressCluster, setting?: UpstreamTrafficSettingPolicy): Cluster {
   const common = { name: c.name, alt_stat_name: c.name, connect_timeout: durationMs(EGRESS_CONNECT_TIMEOUT_MS) };
   if (c.kind === 'original-dst') return { ...common, type: 'ORIGINAL_DST', lb_policy: 'CLUSTER_PROVIDED' };
+  const breakers = circuitBreakers(setting);
+  const perConnection = setting?.http?.maxRequestsPerConnection;
   return {
     ...common,
+    ...(setting?.tcp?.connectTimeoutMs !== undefined ? { connect_timeout: durationMs(setting.tcp.connectTimeoutMs) } : {}),
+    ...(breakers ? { circuit_breakers: breakers } : {}),
+    ...(perConnection !== undefined
+      ? {
+          typed_extension_protocol_options: {
+            'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': typedConfig(ExtensionType.HttpProtocolOptions, {
+              explicit_http_config: { http_protocol_options: {} },
+              common_http_protocol_options: { max_requests_per_connection: { value: perConnection } },
+            }),
+          },
+        }
+      : {}),
     type: 'LOGICAL_DNS',
     dns_lookup_family: 'V4_PREFERRED',
     lb_policy: 'ROUND_ROBIN',
@@ -31,7 +46,12 @@ export function egressCluster(c: EgressCluster): Cluster {
   };
 }
 
-/** The egress clusters of a proxy: those its Egress chains and routes name ({@link egressPlan}), sorted by name. */
+/**
+ * The egress clusters of a proxy: those its Egress chains and routes name ({@link egressPlan}),
+ * sorted by name, with the circuit breakers of the UpstreamTrafficSetting of their host.
+ */
 export function generateEgressClusters(snapshot: MeshSnapshot, proxy: Proxy): Cluster[] {
-  return egressPlan(snapshot, proxy).clusters.map(egressCluster);
+  // An UpstreamTrafficSetting whose host is not a mesh service applies to the egress host of that name.
+  const forHost = (host: string) => snapshot.upstreamTrafficSettings.find((u) => u.service === undefined && u.host === host);
+  return egressPlan(snapshot, proxy).clusters.map((c) => egressCluster(c, c.kind === 'dns' ? forHost(c.host) : undefined));
 }

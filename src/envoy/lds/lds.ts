@@ -6,7 +6,8 @@ import { clusterName, localClusterName, serviceFqdn } from '../../catalog/names.
 import { inboundServices, inboundTrafficTargets, targetCoversPort } from '../../catalog/traffic-policy.js';
 import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
 import type { Proxy } from '../../proxy/types.js';
-import { PASSTHROUGH_OUTBOUND_CLUSTER, upstreamTrafficSettingFor } from '../cds/cds.js';
+import { PASSTHROUGH_OUTBOUND_CLUSTER } from '../cds/cds.js';
+import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, networkLocalRateLimitFilter } from '../rate-limit.js';
 import { outboundView, type OutboundDestination } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';

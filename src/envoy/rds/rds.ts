@@ -11,7 +11,7 @@ import { outboundView } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import type { NamedResource } from '../resource.js';
 import { durationMs, ExtensionType, typedConfig } from '../typed-config.js';
-import { upstreamTrafficSettingFor } from '../cds/cds.js';
+import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, httpLocalRateLimitConfig } from '../rate-limit.js';
 import { serviceHostnames } from './hosts.js';
 
