@@ -2,48 +2,17 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
 import { pino } from 'pino';
-import { Registry } from 'prom-client';
 import { encodeAny } from '../src/api/codec.js';
 import { TypeUrl } from '../src/api/type-urls.js';
-import { parseCommonName, type Proxy } from '../src/proxy/types.js';
-import { SnapshotCache, buildProxySnapshot, type NamedResource } from '../src/xds/cache/snapshot-cache.js';
-import type { ProxySnapshot } from '../src/xds/cache/types.js';
-import { AdsServer, LARGE_RESPONSE_BYTES, authenticateFromNodeId, type NackDetail } from '../src/xds/server/ads-server.js';
+import { SnapshotCache, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
+import { AdsServer, LARGE_RESPONSE_BYTES, authenticateFromNodeId } from '../src/xds/server/ads-server.js';
 import type { DeltaDiscoveryResponse__Output } from '../src/xds/server/discovery-types.js';
 import { AdsTestClient, TEST_NODE_ID } from './helpers/ads-client.js';
+import { PROXY, startAdsHarness, type AdsHarness, type Spec } from './helpers/ads-harness.js';
 import { decodeDeltaResources, deltaNames, openDeltaTestStream, type DeltaTestStream } from './helpers/delta-client.js';
+import { eventually } from './helpers/wait.js';
 
-const PROXY: Proxy = parseCommonName(TEST_NODE_ID);
 const { Cluster: CDS, ClusterLoadAssignment: EDS, Listener: LDS, RouteConfiguration: RDS, Secret: SDS } = TypeUrl;
-
-/** Content of a test snapshot: resource name → a number that changes the resource's bytes. */
-interface Spec {
-  clusters?: Record<string, number>;
-  endpoints?: Record<string, number>;
-  listeners?: Record<string, number>;
-  routes?: Record<string, number>;
-  secrets?: Record<string, number>;
-}
-
-function snapshot(spec: Spec): ProxySnapshot {
-  const make = (typeUrl: string, m: Record<string, number> | undefined, build: (name: string, n: number) => object): NamedResource[] =>
-    Object.entries(m ?? {}).map(([name, n]) => ({ name, resource: encodeAny(typeUrl, build(name, n)) }));
-  return buildProxySnapshot(
-    new Map([
-      [CDS, make(CDS, spec.clusters, (name, n) => ({ name, connect_timeout: { seconds: n } }))],
-      [
-        EDS,
-        make(EDS, spec.endpoints, (cluster_name, n) => ({
-          cluster_name,
-          endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: `10.0.0.${n}`, port_value: 80 } } } }] }],
-        })),
-      ],
-      [LDS, make(LDS, spec.listeners, (name, n) => ({ name, address: { socket_address: { address: '0.0.0.0', port_value: 15000 + n } } }))],
-      [RDS, make(RDS, spec.routes, (name, n) => ({ name, virtual_hosts: [{ name: `vh${n}`, domains: ['*'] }] }))],
-      [SDS, make(SDS, spec.secrets, (name, n) => ({ name, validation_context: { trust_chain_verification: n } }))],
-    ]),
-  );
-}
 
 const BASE: Spec = {
   clusters: { 'bookstore/bookstore|14001': 1, 'bookwarehouse/bookwarehouse|14001': 1 },
@@ -55,78 +24,16 @@ const BASE: Spec = {
 const STORE = 'bookstore/bookstore|14001';
 const WAREHOUSE = 'bookwarehouse/bookwarehouse|14001';
 
-interface Harness {
-  cache: SnapshotCache;
-  server: AdsServer;
-  client: AdsTestClient;
-  registry: Registry;
-  events: string[];
-  acks: Array<{ typeUrl: string; version: string }>;
-  nacks: Array<{ typeUrl: string; version: string; detail: NackDetail }>;
-  streams: DeltaTestStream[];
-  open(resumeFrom?: DeltaTestStream): DeltaTestStream;
-  set(spec: Spec): ProxySnapshot;
-}
+type Harness = AdsHarness<DeltaTestStream, [resumeFrom?: DeltaTestStream]>;
 
 let h: Harness;
 
 /** Starts a plaintext server; `initial`, when given, is the proxy's snapshot set in onStreamOpen if it has none yet. */
-async function setup(initial?: Spec): Promise<Harness> {
-  const cache = new SnapshotCache();
-  const registry = new Registry();
-  const events: string[] = [];
-  const acks: Harness['acks'] = [];
-  const nacks: Harness['nacks'] = [];
-  const server = new AdsServer({
-    watcher: cache,
-    metrics: registry,
-    hooks: {
-      onStreamOpen: async (proxy, streamId) => {
-        events.push(`open ${proxy.uuid} ${streamId}`);
-        await new Promise((r) => setImmediate(r));
-        if (initial && !cache.getSnapshot(proxy.uuid)) cache.setSnapshot(proxy.uuid, snapshot(initial));
-      },
-      onStreamClose: (proxy, streamId) => events.push(`close ${proxy.uuid} ${streamId}`),
-      onAck: (_p, typeUrl, version) => acks.push({ typeUrl, version }),
-      onNack: (_p, typeUrl, version, detail) => nacks.push({ typeUrl, version, detail }),
-    },
-  });
-  const port = await server.start({
-    address: '127.0.0.1:0',
-    credentials: grpc.ServerCredentials.createInsecure(),
-    authenticate: authenticateFromNodeId,
-  });
-  const client = new AdsTestClient(`127.0.0.1:${port}`);
-  const streams: DeltaTestStream[] = [];
-  return {
-    cache,
-    server,
-    client,
-    registry,
-    events,
-    acks,
-    nacks,
-    streams,
-    open(resumeFrom?: DeltaTestStream) {
-      const s = openDeltaTestStream(client, TEST_NODE_ID, resumeFrom);
-      streams.push(s);
-      return s;
-    },
-    set(spec: Spec) {
-      const snap = snapshot(spec);
-      cache.setSnapshot(PROXY.uuid, snap);
-      return snap;
-    },
-  };
-}
-
-/** Waits until `cond` holds (polling server state, which has no event to wait on). */
-async function eventually(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
+function setup(initial?: Spec): Promise<Harness> {
+  return startAdsHarness(
+    (client, resumeFrom?: DeltaTestStream) => openDeltaTestStream(client, TEST_NODE_ID, resumeFrom),
+    initial && { spec: initial, unlessSet: true },
+  );
 }
 
 let barriers = 0;
@@ -152,11 +59,6 @@ async function nextOf(s: DeltaTestStream, typeUrl: string): Promise<DeltaDiscove
   assert.equal(r.type_url, typeUrl, `expected a ${typeUrl} response, got ${r.type_url} ${JSON.stringify(deltaNames(r))} removed ${JSON.stringify(r.removed_resources)}`);
   s.ack(r);
   return r;
-}
-
-function typeInfo(typeUrl: string) {
-  const [s] = h.server.streams();
-  return s?.types.find((t) => t.typeUrl === typeUrl);
 }
 
 /** Invariants of every delta response: fresh nonce, type URL, resource types, names and versions. */
@@ -206,13 +108,13 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
       const decoded = decodeDeltaResources(r);
       assert.deepEqual(decoded.map((c) => c.name).sort(), [STORE, WAREHOUSE]);
       assert.deepEqual(s.held(CDS), Object.fromEntries([...snap.resources.get(CDS)!].map(([n, c]) => [n, c.version]).sort()));
-      await eventually(() => typeInfo(CDS)?.versionAcked === r.system_version_info, 'the ACK');
+      await eventually(() => h.typeInfo(CDS)?.versionAcked === r.system_version_info, 'the ACK');
       assert.deepEqual(h.acks, [{ typeUrl: CDS, version: r.system_version_info }]);
       const [info] = h.server.streams();
       assert.equal(info.mode, 'delta');
       assert.equal(info.proxy.uuid, PROXY.uuid);
-      assert.equal(typeInfo(CDS)?.wildcard, true);
-      assert.equal(typeInfo(CDS)?.lastNonceSent, r.nonce);
+      assert.equal(h.typeInfo(CDS)?.wildcard, true);
+      assert.equal(h.typeInfo(CDS)?.lastNonceSent, r.nonce);
     });
 
     it('sends only the subscribed ClusterLoadAssignment to a named EDS subscription', async () => {
@@ -221,8 +123,8 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
       const r = await nextOf(s, EDS);
       assert.deepEqual(deltaNames(r), [STORE]);
       assert.equal(decodeDeltaResources(r)[0].cluster_name, STORE);
-      assert.deepEqual(typeInfo(EDS)?.resourceNames, [STORE]);
-      assert.equal(typeInfo(EDS)?.wildcard, false);
+      assert.deepEqual(h.typeInfo(EDS)?.resourceNames, [STORE]);
+      assert.equal(h.typeInfo(EDS)?.wildcard, false);
       // A change to a CLA not subscribed sends nothing.
       h.set({ ...BASE, endpoints: { ...BASE.endpoints, [WAREHOUSE]: 2 } });
       await assertNothingMoreSent(s);
@@ -245,7 +147,7 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
       const r = await nextOf(s, EDS);
       assert.deepEqual(deltaNames(r).sort(), [STORE, WAREHOUSE]);
       s.unsubscribe(EDS, [STORE]);
-      await eventually(() => typeInfo(EDS)?.resourceNames.length === 1, 'the unsubscribe');
+      await eventually(() => h.typeInfo(EDS)?.resourceNames.length === 1, 'the unsubscribe');
       assert.deepEqual(s.held(EDS), { [WAREHOUSE]: r.resources!.find((x) => x.name === WAREHOUSE)!.version! });
       h.set({ ...BASE, endpoints: { ...BASE.endpoints, [STORE]: 7 } });
       await assertNothingMoreSent(s);
@@ -319,7 +221,7 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
       const eds = await nextOf(s2, EDS);
       assert.deepEqual(deltaNames(eds), [STORE]);
       await assertNothingMoreSent(s2);
-      assert.deepEqual(typeInfo(EDS)?.resourceNames, [STORE, WAREHOUSE]);
+      assert.deepEqual(h.typeInfo(EDS)?.resourceNames, [STORE, WAREHOUSE]);
       assert.deepEqual(Object.keys(s2.held(CDS)).sort(), [STORE, 'bookthief/bookthief|14001']);
     });
 
@@ -332,8 +234,8 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
       assert.equal(h.nacks[0].typeUrl, CDS);
       assert.equal(h.nacks[0].version, r.system_version_info);
       assert.equal(h.nacks[0].detail.message, 'cluster bookstore: invalid connect_timeout');
-      assert.equal(typeInfo(CDS)?.lastNack?.message, 'cluster bookstore: invalid connect_timeout');
-      assert.equal(typeInfo(CDS)?.versionAcked, undefined);
+      assert.equal(h.typeInfo(CDS)?.lastNack?.message, 'cluster bookstore: invalid connect_timeout');
+      assert.equal(h.typeInfo(CDS)?.versionAcked, undefined);
       const metrics = await h.registry.getMetricsAsJSON();
       const nacks = metrics.find((m) => m.name === 'trellis_xds_nacks_total')!;
       assert.deepEqual(
@@ -347,7 +249,7 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
       h.set({ ...BASE, clusters: { ...BASE.clusters, [STORE]: 9 } });
       const fixed = await nextOf(s, CDS);
       assert.deepEqual(deltaNames(fixed), [STORE]);
-      await eventually(() => typeInfo(CDS)?.versionAcked === fixed.system_version_info, 'the ACK of the fix');
+      await eventually(() => h.typeInfo(CDS)?.versionAcked === fixed.system_version_info, 'the ACK of the fix');
     });
 
     it('applies a subscription change whatever its nonce; only ACK bookkeeping uses the nonce', async () => {
@@ -367,7 +269,7 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
         h.acks.map((a) => a.typeUrl),
         [EDS, EDS],
       );
-      assert.equal(typeInfo(EDS)?.lastNonceSent, r3.nonce);
+      assert.equal(h.typeInfo(EDS)?.lastNonceSent, r3.nonce);
     });
 
     it('resends a cluster’s ClusterLoadAssignment after the cluster changes, even if the CLA is unchanged', async () => {
@@ -389,12 +291,12 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
       const s = h.open();
       s.subscribe(CDS, [STORE]);
       assert.deepEqual(deltaNames(await nextOf(s, CDS)), [STORE]);
-      assert.equal(typeInfo(CDS)?.wildcard, false);
+      assert.equal(h.typeInfo(CDS)?.wildcard, false);
       s.subscribe(CDS, ['*']);
       assert.deepEqual(deltaNames(await nextOf(s, CDS)).sort(), [STORE, WAREHOUSE]);
-      assert.equal(typeInfo(CDS)?.wildcard, true);
+      assert.equal(h.typeInfo(CDS)?.wildcard, true);
       s.unsubscribe(CDS, ['*']);
-      await eventually(() => typeInfo(CDS)?.wildcard === false, 'the unsubscribe of *');
+      await eventually(() => h.typeInfo(CDS)?.wildcard === false, 'the unsubscribe of *');
       assert.deepEqual(Object.keys(s.held(CDS)), [STORE]);
       h.set({ ...BASE, clusters: { [STORE]: 3, [WAREHOUSE]: 3 } });
       assert.deepEqual(deltaNames(await nextOf(s, CDS)), [STORE]);

@@ -1,126 +1,21 @@
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
-import { Registry } from 'prom-client';
-import { encodeAny } from '../src/api/codec.js';
 import { TypeUrl } from '../src/api/type-urls.js';
-import { parseCommonName, type Proxy } from '../src/proxy/types.js';
-import { SnapshotCache, buildProxySnapshot, type NamedResource } from '../src/xds/cache/snapshot-cache.js';
-import type { ProxySnapshot } from '../src/xds/cache/types.js';
-import { AdsServer, authenticateFromNodeId, type NackDetail } from '../src/xds/server/ads-server.js';
-import { AdsTestClient, TEST_NODE_ID, resourceNames, type AdsTestStream } from './helpers/ads-client.js';
+import { resourceNames, type AdsTestStream } from './helpers/ads-client.js';
+import { PROXY, snapshot, startAdsHarness, type AdsHarness, type Spec } from './helpers/ads-harness.js';
+import { eventually } from './helpers/wait.js';
 import type { DiscoveryResponse__Output } from '../src/xds/server/discovery-types.js';
 
-const PROXY: Proxy = parseCommonName(TEST_NODE_ID);
 const { Cluster: CDS, ClusterLoadAssignment: EDS, Listener: LDS, RouteConfiguration: RDS, Secret: SDS } = TypeUrl;
 
-/** Content of a test snapshot: resource name → a number that changes the resource's bytes. */
-interface Spec {
-  clusters?: Record<string, number>;
-  endpoints?: Record<string, number>;
-  listeners?: Record<string, number>;
-  routes?: Record<string, number>;
-  secrets?: Record<string, number>;
-}
-
-function snapshot(spec: Spec): ProxySnapshot {
-  const make = (typeUrl: string, m: Record<string, number> | undefined, build: (name: string, n: number) => object): NamedResource[] =>
-    Object.entries(m ?? {}).map(([name, n]) => ({ name, resource: encodeAny(typeUrl, build(name, n)) }));
-  return buildProxySnapshot(
-    new Map([
-      [CDS, make(CDS, spec.clusters, (name, n) => ({ name, connect_timeout: { seconds: n } }))],
-      [
-        EDS,
-        make(EDS, spec.endpoints, (cluster_name, n) => ({
-          cluster_name,
-          endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: `10.0.0.${n}`, port_value: 80 } } } }] }],
-        })),
-      ],
-      [LDS, make(LDS, spec.listeners, (name, n) => ({ name, address: { socket_address: { address: '0.0.0.0', port_value: 15000 + n } } }))],
-      [RDS, make(RDS, spec.routes, (name, n) => ({ name, virtual_hosts: [{ name: `vh${n}`, domains: ['*'] }] }))],
-      [SDS, make(SDS, spec.secrets, (name, n) => ({ name, validation_context: { trust_chain_verification: n } }))],
-    ]),
-  );
-}
-
-interface Harness {
-  cache: SnapshotCache;
-  server: AdsServer;
-  client: AdsTestClient;
-  registry: Registry;
-  events: string[];
-  acks: Array<{ typeUrl: string; version: string }>;
-  nacks: Array<{ typeUrl: string; version: string; detail: NackDetail }>;
-  closed: Promise<number>;
-  streams: AdsTestStream[];
-  open(nodeId?: string): AdsTestStream;
-}
+type Harness = AdsHarness<AdsTestStream, [nodeId?: string]>;
 
 let h: Harness;
 
 /** Starts a plaintext server; `initial`, when given, is set as the proxy's snapshot in onStreamOpen (as the controller does). */
-async function setup(initial?: Spec): Promise<Harness> {
-  const cache = new SnapshotCache();
-  const registry = new Registry();
-  const events: string[] = [];
-  const acks: Harness['acks'] = [];
-  const nacks: Harness['nacks'] = [];
-  let resolveClosed!: (id: number) => void;
-  const closed = new Promise<number>((r) => (resolveClosed = r));
-  const server = new AdsServer({
-    watcher: cache,
-    metrics: registry,
-    hooks: {
-      onStreamOpen: async (proxy, streamId) => {
-        events.push(`open ${proxy.uuid} ${streamId}`);
-        await new Promise((r) => setImmediate(r)); // async on purpose: the server must await it
-        if (initial) cache.setSnapshot(proxy.uuid, snapshot(initial));
-      },
-      onStreamClose: (proxy, streamId) => {
-        events.push(`close ${proxy.uuid} ${streamId}`);
-        resolveClosed(streamId);
-      },
-      onAck: (_p, typeUrl, version) => acks.push({ typeUrl, version }),
-      onNack: (_p, typeUrl, version, detail) => nacks.push({ typeUrl, version, detail }),
-    },
-  });
-  const port = await server.start({
-    address: '127.0.0.1:0',
-    credentials: grpc.ServerCredentials.createInsecure(),
-    authenticate: authenticateFromNodeId,
-  });
-  const client = new AdsTestClient(`127.0.0.1:${port}`);
-  const streams: AdsTestStream[] = [];
-  return {
-    cache,
-    server,
-    client,
-    registry,
-    events,
-    acks,
-    nacks,
-    closed,
-    streams,
-    open(nodeId?: string) {
-      const s = client.openStream(nodeId);
-      streams.push(s);
-      return s;
-    },
-  };
-}
-
-/** Waits until `cond` holds (polling the server state, which has no event to wait on). */
-async function eventually(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
-
-function typeInfo(typeUrl: string) {
-  const [s] = h.server.streams();
-  return s?.types.find((t) => t.typeUrl === typeUrl);
+function setup(initial?: Spec): Promise<Harness> {
+  return startAdsHarness((client, nodeId?: string) => client.openStream(nodeId), initial && { spec: initial });
 }
 
 /** Invariants of every response of every stream: fresh nonce, and resources of the response's type. */
@@ -178,7 +73,7 @@ describe('ADS server, state of the world', () => {
       s.ack(r);
       await eventually(() => h.acks.length === 1, 'onAck');
       assert.deepEqual(h.acks, [{ typeUrl: CDS, version: r.version_info }]);
-      const info = typeInfo(CDS)!;
+      const info = h.typeInfo(CDS)!;
       assert.equal(info.versionAcked, r.version_info);
       assert.equal(info.lastVersionSent, r.version_info);
       assert.equal(info.lastNonceSent, r.nonce);
@@ -207,10 +102,10 @@ describe('ADS server, state of the world', () => {
         version: cds1.version_info,
         detail: { code: grpc.status.INVALID_ARGUMENT, message: 'cluster a: bad connect_timeout' },
       });
-      const nack = typeInfo(CDS)!.lastNack!;
+      const nack = h.typeInfo(CDS)!.lastNack!;
       assert.equal(nack.version, cds1.version_info);
       assert.equal(nack.message, 'cluster a: bad connect_timeout');
-      assert.equal(typeInfo(CDS)!.versionAcked, undefined);
+      assert.equal(h.typeInfo(CDS)!.versionAcked, undefined);
       const nacks = (await h.registry.getMetricsAsJSON()).find((m) => m.name === 'trellis_xds_nacks_total')!;
       assert.deepEqual(nacks.values.map((v) => [v.labels.type, v.value]), [['CDS', 1]]);
 
@@ -243,10 +138,10 @@ describe('ADS server, state of the world', () => {
       s.nack(cds1, 'old complaint');
       assert.deepEqual(await barrier(s, { ...spec, clusters: { a: 3, b: 1 } }, 1), []);
       assert.equal(h.nacks.length, 0);
-      assert.equal(typeInfo(CDS)!.lastNack, undefined);
+      assert.equal(h.typeInfo(CDS)!.lastNack, undefined);
       s.ack(cds2);
       await eventually(() => h.acks.some((a) => a.typeUrl === CDS), 'ACK of the latest CDS');
-      assert.equal(typeInfo(CDS)!.versionAcked, cds2.version_info);
+      assert.equal(h.typeInfo(CDS)!.versionAcked, cds2.version_info);
     });
 
     it('treats a nonce the stream never sent as a first request (reconnect after a restart)', async () => {

@@ -3,22 +3,16 @@ import * as xds from '@grpc/grpc-js-xds';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import { BACKENDS, HELLO_METHOD, HELLO_TARGET, ProxylessMesh, pollUntil, sharePercent } from './helpers/proxyless-mesh.js';
+import { HELLO_METHOD, HELLO_TARGET, ProxylessMesh, assertSplitScenario, type Outcome } from './helpers/proxyless-mesh.js';
 
 /**
  * grpc-js-xds reads its bootstrap from this channel option when set, so each channel can be a
  * different client identity in one process (the option's name says test only: it is).
  */
 const BOOTSTRAP_OPTION = 'grpc.TEST_ONLY_DO_NOT_USE_IN_PROD.xds_bootstrap_config';
-const TOLERANCE = 5;
 const raw = (b: Buffer): Buffer => b;
 
 xds.register();
-
-interface Outcome {
-  counts: Record<string, number>;
-  errors: Record<string, number>;
-}
 
 /** A proxyless grpc-js client of one identity, dialing `xds:///hello.greet:50051`. */
 class Client {
@@ -70,10 +64,6 @@ class Client {
   }
 }
 
-function within(actual: number, expected: number): boolean {
-  return Math.abs(actual - expected) <= TOLERANCE;
-}
-
 describe('proxyless gRPC (grpc-js-xds) through the controller', () => {
   let mesh: ProxylessMesh;
   const clients: Client[] = [];
@@ -101,44 +91,25 @@ describe('proxyless gRPC (grpc-js-xds) through the controller', () => {
 
   it('splits RPCs by the TrafficSplit, follows a new split within 2 s, and stops using a removed endpoint', async (t) => {
     const greeter = client('client', 'greeter');
-    const first = await greeter.run(1, { waitForReady: true, deadlineMs: 10_000, concurrency: 1 });
-    assert.deepEqual(first.errors, {}, 'first RPC succeeds once xDS is applied');
-
-    const initial = await greeter.run(1000);
-    assert.deepEqual(initial.errors, {});
-    const v1 = sharePercent(initial.counts, 'hello-v1');
-    assert.ok(within(v1, 75), `hello-v1 share ${v1.toFixed(1)}% of 1000, want 75 ± ${TOLERANCE}: ${JSON.stringify(initial.counts)}`);
-    assert.ok((initial.counts['v1-a'] ?? 0) > 0 && (initial.counts['v1-b'] ?? 0) > 0, 'both hello-v1 endpoints used');
-
-    // The client is registered as proxyless, and said so in its node.
-    const me = (await mesh.proxies()).find((p) => p.uuid === greeter.uuid);
-    assert.equal(me?.clientType, 'grpc');
-    // It was sent (and accepted, see the NACK check) the Retry policy on the apex route.
-    const dump = await mesh.getJson<{ configs: Record<string, any>[] }>(`/debug/config_dump?proxy=${greeter.uuid}`); // eslint-disable-line @typescript-eslint/no-explicit-any
-    const routes = dump.configs.find((c) => String(c['@type']).endsWith('RoutesConfigDump'))!;
-    const rds = routes.dynamic_route_configs.find((r: { route_config: { name: string } }) => r.route_config.name === 'rds-outbound.50051').route_config;
-    const apex = rds.virtual_hosts.find((v: { domains: string[] }) => v.domains.includes('hello.greet:50051'));
-    assert.equal(apex.routes[0].route.retry_policy.num_retries.value, 2);
-
-    // New weights: they hold (over a window of 200 RPCs) within 2 s of the file change.
-    const changedAt = Date.now();
-    await mesh.writeSplit(20, 80);
-    const seen = await pollUntil(() => greeter.run(200), (o) => Object.keys(o.errors).length === 0 && within(sharePercent(o.counts, 'hello-v1'), 20), 5000, 'the 20/80 split');
-    t.diagnostic(`new split held ${seen.at - changedAt} ms after the file changed`);
-    assert.ok(seen.at - changedAt <= 2000, `new split held ${seen.at - changedAt} ms after the change (want ≤ 2000)`);
-    const after = await greeter.run(1000);
-    assert.deepEqual(after.errors, {});
-    const v1After = sharePercent(after.counts, 'hello-v1');
-    assert.ok(within(v1After, 20), `hello-v1 share ${v1After.toFixed(1)}% after the change, want 20 ± ${TOLERANCE}`);
-
-    // Remove v1-b's endpoint: once the client has the new assignment, nothing reaches it.
-    const v1b = BACKENDS.find((b) => b.name === 'v1-b')!;
-    await mesh.writeSplit(50, 50);
-    await mesh.removeEndpoint(v1b);
-    await pollUntil(() => greeter.run(200), (o) => Object.keys(o.errors).length === 0 && !o.counts['v1-b'] && within(sharePercent(o.counts, 'hello-v1'), 50), 5000, 'v1-b removed');
-    const removed = await greeter.run(1000);
-    assert.deepEqual(removed.errors, {});
-    assert.equal(removed.counts['v1-b'] ?? 0, 0, `no RPC reaches the removed endpoint: ${JSON.stringify(removed.counts)}`);
+    const removed = await assertSplitScenario(
+      mesh,
+      {
+        first: () => greeter.run(1, { waitForReady: true, deadlineMs: 10_000, concurrency: 1 }),
+        run: (n) => greeter.run(n),
+        afterInitialSplit: async () => {
+          // The client is registered as proxyless, and said so in its node.
+          const me = (await mesh.proxies()).find((p) => p.uuid === greeter.uuid);
+          assert.equal(me?.clientType, 'grpc');
+          // It was sent (and accepted, see the NACK check) the Retry policy on the apex route.
+          const dump = await mesh.getJson<{ configs: Record<string, any>[] }>(`/debug/config_dump?proxy=${greeter.uuid}`); // eslint-disable-line @typescript-eslint/no-explicit-any
+          const routes = dump.configs.find((c) => String(c['@type']).endsWith('RoutesConfigDump'))!;
+          const rds = routes.dynamic_route_configs.find((r: { route_config: { name: string } }) => r.route_config.name === 'rds-outbound.50051').route_config;
+          const apex = rds.virtual_hosts.find((v: { domains: string[] }) => v.domains.includes('hello.greet:50051'));
+          assert.equal(apex.routes[0].route.retry_policy.num_retries.value, 2);
+        },
+      },
+      t,
+    );
     assert.ok((removed.counts['v1-a'] ?? 0) > 0 && (removed.counts['v2-a'] ?? 0) > 0);
   });
 

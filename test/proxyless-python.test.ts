@@ -4,12 +4,11 @@ import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { BACKENDS, HELLO_TARGET, ProxylessMesh, pollUntil, sharePercent } from './helpers/proxyless-mesh.js';
+import { HELLO_TARGET, ProxylessMesh, assertSplitScenario, type Outcome } from './helpers/proxyless-mesh.js';
 
 /** Debian's interpreter, which sees `python3-grpcio` (not a pyenv `python3` on PATH). */
 const PYTHON = '/usr/bin/python3';
 const CLIENT_SCRIPT = path.resolve(import.meta.dirname, 'python/xds_client.py');
-const TOLERANCE = 5;
 
 /** Why the C-core client cannot run here, or undefined when it can. */
 function grpcioMissing(): string | undefined {
@@ -22,11 +21,6 @@ function grpcioMissing(): string | undefined {
 const missing = grpcioMissing();
 // In CI (.ci/run installs python3-grpcio) a missing client is a failure, not a skip.
 const skip = missing !== undefined && !process.env.CI ? `gRPC C-core client unavailable: ${missing}` : false;
-
-interface Outcome {
-  counts: Record<string, number>;
-  errors: Record<string, number>;
-}
 
 /** test/python/xds_client.py in a child process: one command line in, one JSON line out. */
 class PythonClient {
@@ -108,10 +102,6 @@ class PythonClient {
   }
 }
 
-function within(actual: number, expected: number): boolean {
-  return Math.abs(actual - expected) <= TOLERANCE;
-}
-
 describe('proxyless gRPC C-core (python3-grpcio) through the controller', { skip }, () => {
   let mesh: ProxylessMesh;
   const clients: PythonClient[] = [];
@@ -137,32 +127,7 @@ describe('proxyless gRPC C-core (python3-grpcio) through the controller', { skip
 
   it('splits RPCs by the TrafficSplit, follows a new split within 2 s, and stops using a removed endpoint', async (t) => {
     const greeter = await client('greeter');
-    const first = await greeter.run(1, { waitForReady: true, timeoutSeconds: 10 });
-    assert.deepEqual(first.errors, {}, 'first RPC succeeds once xDS is applied');
-
-    const initial = await greeter.run(1000);
-    assert.deepEqual(initial.errors, {});
-    const v1 = sharePercent(initial.counts, 'hello-v1');
-    assert.ok(within(v1, 75), `hello-v1 share ${v1.toFixed(1)}% of 1000, want 75 ± ${TOLERANCE}: ${JSON.stringify(initial.counts)}`);
-    assert.ok((initial.counts['v1-a'] ?? 0) > 0 && (initial.counts['v1-b'] ?? 0) > 0, 'both hello-v1 endpoints used');
-
-    const changedAt = Date.now();
-    await mesh.writeSplit(20, 80);
-    const seen = await pollUntil(() => greeter.run(200), (o) => Object.keys(o.errors).length === 0 && within(sharePercent(o.counts, 'hello-v1'), 20), 5000, 'the 20/80 split');
-    t.diagnostic(`new split held ${seen.at - changedAt} ms after the file changed`);
-    assert.ok(seen.at - changedAt <= 2000, `new split held ${seen.at - changedAt} ms after the change (want ≤ 2000)`);
-    const after = await greeter.run(1000);
-    assert.deepEqual(after.errors, {});
-    const v1After = sharePercent(after.counts, 'hello-v1');
-    assert.ok(within(v1After, 20), `hello-v1 share ${v1After.toFixed(1)}% after the change, want 20 ± ${TOLERANCE}`);
-
-    const v1b = BACKENDS.find((b) => b.name === 'v1-b')!;
-    await mesh.writeSplit(50, 50);
-    await mesh.removeEndpoint(v1b);
-    await pollUntil(() => greeter.run(200), (o) => Object.keys(o.errors).length === 0 && !o.counts['v1-b'] && within(sharePercent(o.counts, 'hello-v1'), 50), 5000, 'v1-b removed');
-    const removed = await greeter.run(1000);
-    assert.deepEqual(removed.errors, {});
-    assert.equal(removed.counts['v1-b'] ?? 0, 0, `no RPC reaches the removed endpoint: ${JSON.stringify(removed.counts)}`);
+    await assertSplitScenario(mesh, { first: () => greeter.run(1, { waitForReady: true, timeoutSeconds: 10 }), run: (n) => greeter.run(n) }, t);
   });
 
   it('fails RPCs of a source without a TrafficTarget with UNAVAILABLE', async () => {

@@ -1,41 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { decodeAny, encodeAny } from '../api/codec.js';
 import { TypeUrl } from '../api/type-urls.js';
-import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
-import { parseCommonName, type Proxy } from '../proxy/types.js';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
-import { memoryStore } from '../../test/helpers/memory-store.js';
-import type { KubeObject } from '../store/objects.js';
-import { generateProxyResources } from './generate.js';
-
-const CERTS = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
-
-function proxyOf(sa: string, ns: string): Proxy {
-  return parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`);
-}
-
-type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
-
-/** Generates a proxy's resources, encodes each with the real Envoy protos and decodes it back. */
-function configFor(objects: KubeObject[], sa: string, ns: string): Map<TypeUrl, Map<string, Decoded>> {
-  const { snapshot, problems } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
-  assert.deepEqual(problems, []);
-  const out = new Map<TypeUrl, Map<string, Decoded>>();
-  for (const [type, list] of generateProxyResources(snapshot, proxyOf(sa, ns), CERTS)) {
-    const names = list.map((r) => r.name);
-    assert.equal(new Set(names).size, names.length, `duplicate ${type} names: ${names.join(', ')}`);
-    out.set(type, new Map(list.map((r) => [r.name, decodeAny(encodeAny(type, r.resource))])));
-  }
-  return out;
-}
-
-function names(config: Map<TypeUrl, Map<string, Decoded>>, type: TypeUrl): string[] {
-  return [...(config.get(type)?.keys() ?? [])].sort();
-}
+import { generateConfig, names, type Decoded } from '../../test/helpers/generate-config.js';
 
 describe('generators on the bookstore mesh (SMI mode)', () => {
-  const buyer = configFor(bookstoreMesh(), 'bookbuyer', 'bookbuyer');
+  const buyer = generateConfig(bookstoreMesh(), 'bookbuyer', 'bookbuyer');
 
   it('gives bookbuyer clusters for the bookstore apex and both split backends, and nothing else upstream', () => {
     assert.deepEqual(names(buyer, TypeUrl.Cluster), [
@@ -117,7 +87,7 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
   });
 
   it('gives bookstore an inbound listener with mTLS, SNI and l4_rbac allowing only bookbuyer', () => {
-    const store = configFor(bookstoreMesh(), 'bookstore', 'bookstore');
+    const store = generateConfig(bookstoreMesh(), 'bookstore', 'bookstore');
     const inbound = store.get(TypeUrl.Listener)!.get('inbound-listener')!;
     assert.equal(inbound.address.socket_address.port_value, 15003);
     assert.deepEqual(inbound.listener_filters.map((f: Decoded) => f.name), [
@@ -141,7 +111,7 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
   });
 
   it('has one inbound route per HTTPRouteGroup match with per-route RBAC', () => {
-    const store = configFor(bookstoreMesh(), 'bookstore', 'bookstore');
+    const store = generateConfig(bookstoreMesh(), 'bookstore', 'bookstore');
     const rds = store.get(TypeUrl.RouteConfiguration)!.get('rds-inbound.14001')!;
     const vh = rds.virtual_hosts.find((v: Decoded) => v.name === 'inbound_virtual-host|bookstore-v1.bookstore.svc.cluster.local');
     const byName = new Map<string, Decoded>(vh.routes.map((r: Decoded) => [r.name, r]));
@@ -166,31 +136,31 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
   });
 
   it('sends bookwarehouse → mysql through tcp_proxy to the headless service pod IPs', () => {
-    const wh = configFor(bookstoreMesh(), 'bookwarehouse', 'bookwarehouse');
+    const wh = generateConfig(bookstoreMesh(), 'bookwarehouse', 'bookwarehouse');
     const out = wh.get(TypeUrl.Listener)!.get('outbound-listener')!;
     const chain = out.filter_chains.find((c: Decoded) => c.name === 'outbound_bookwarehouse/mysql|3306_tcp');
     assert.equal(chain.filter_chain_match.destination_port.value, 3306);
     assert.deepEqual(chain.filter_chain_match.prefix_ranges.map((r: Decoded) => r.address_prefix), ['10.244.3.20']);
     assert.equal(chain.filters[0].typed_config.cluster, 'bookwarehouse/mysql|3306');
-    const mysql = configFor(bookstoreMesh(), 'mysql', 'bookwarehouse');
+    const mysql = generateConfig(bookstoreMesh(), 'mysql', 'bookwarehouse');
     const inChain = mysql.get(TypeUrl.Listener)!.get('inbound-listener')!.filter_chains[0];
     assert.equal(inChain.filters.at(-1).typed_config.cluster, 'bookwarehouse/mysql|3306|local');
     assert.deepEqual(names(mysql, TypeUrl.Cluster), ['bookwarehouse/mysql|3306|local', 'envoy-metrics-cluster']);
   });
 
   it('gives bookthief nothing to reach in SMI mode, and everything in permissive mode', () => {
-    const thief = configFor(bookstoreMesh(), 'bookthief', 'bookthief');
+    const thief = generateConfig(bookstoreMesh(), 'bookthief', 'bookthief');
     assert.deepEqual(names(thief, TypeUrl.Cluster), ['envoy-metrics-cluster']);
     assert.deepEqual(names(thief, TypeUrl.Listener), []);
     assert.deepEqual(names(thief, TypeUrl.RouteConfiguration), []);
-    const open = configFor(bookstoreMesh({ permissive: true }), 'bookthief', 'bookthief');
+    const open = generateConfig(bookstoreMesh({ permissive: true }), 'bookthief', 'bookthief');
     assert.ok(names(open, TypeUrl.Cluster).includes('bookstore/bookstore|14001'));
     assert.ok(names(open, TypeUrl.Cluster).includes('bookwarehouse/mysql|3306'));
     assert.ok(names(open, TypeUrl.RouteConfiguration).includes('rds-outbound.14001'));
   });
 
   it('leaves a weight-0 backend out and routes 100 % to the other', () => {
-    const cfg = configFor(bookstoreMesh({ split: [100, 0] }), 'bookbuyer', 'bookbuyer');
+    const cfg = generateConfig(bookstoreMesh({ split: [100, 0] }), 'bookbuyer', 'bookbuyer');
     const rds = cfg.get(TypeUrl.RouteConfiguration)!.get('rds-outbound.14001')!;
     const vh = rds.virtual_hosts.find((v: Decoded) => v.name === 'outbound_virtual-host|bookstore.bookstore.svc.cluster.local');
     assert.deepEqual(vh.routes[0].route.weighted_clusters.clusters.map((c: Decoded) => c.name), ['bookstore/bookstore-v1|14001']);
@@ -202,7 +172,7 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
   it('adds passthrough-outbound and a default chain when egress is on', () => {
     const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
     objects.push(k8s.meshConfig(false, true));
-    const thief = configFor(objects, 'bookthief', 'bookthief');
+    const thief = generateConfig(objects, 'bookthief', 'bookthief');
     const cluster = thief.get(TypeUrl.Cluster)!.get('passthrough-outbound')!;
     assert.equal(cluster.type, 'ORIGINAL_DST');
     assert.equal(cluster.lb_policy, 'CLUSTER_PROVIDED');
@@ -214,7 +184,7 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
     const objects = bookstoreMesh().map((o) =>
       o.kind === 'Service' && o.metadata.name === 'bookstore-v1' ? { ...o, spec: { ...(o.spec as object), clusterIP: undefined } } : o,
     );
-    const cfg = configFor(objects, 'bookbuyer', 'bookbuyer');
+    const cfg = generateConfig(objects, 'bookbuyer', 'bookbuyer');
     const chain = cfg.get(TypeUrl.Listener)!.get('outbound-listener')!.filter_chains.find((c: Decoded) => c.name === 'outbound_http_14001');
     assert.equal(chain.filter_chain_match.destination_port.value, 14001);
     assert.equal(chain.filter_chain_match.prefix_ranges, undefined);

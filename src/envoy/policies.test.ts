@@ -1,16 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { decodeAny, encodeAny } from '../api/codec.js';
 import { TypeUrl } from '../api/type-urls.js';
 import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
 import type { PolicyProblem } from '../catalog/problems.js';
-import { parseCommonName } from '../proxy/types.js';
 import type { KubeObject } from '../store/objects.js';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
+import { generateConfig, type Decoded } from '../../test/helpers/generate-config.js';
 import { memoryStore } from '../../test/helpers/memory-store.js';
-import { generateProxyResources } from './generate.js';
-
-type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
 function build(objects: KubeObject[]) {
   return buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
@@ -18,13 +14,7 @@ function build(objects: KubeObject[]) {
 
 /** Generates, encodes with the real protos and decodes one proxy's resources. */
 function config(objects: KubeObject[], sa: string, ns: string, allowProblems = false) {
-  const { snapshot, problems } = build(objects);
-  if (!allowProblems) assert.deepEqual(problems, []);
-  const proxy = parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`);
-  const out = new Map<TypeUrl, Map<string, Decoded>>();
-  for (const [type, list] of generateProxyResources(snapshot, proxy, { certChainPem: 'C', privateKeyPem: 'K', caPem: 'R' })) {
-    out.set(type, new Map(list.map((r) => [r.name, decodeAny(encodeAny(type, r.resource))])));
-  }
+  const out = generateConfig(objects, sa, ns, { allowProblems });
   return { get: (type: TypeUrl, name: string) => out.get(type)?.get(name), names: (type: TypeUrl) => [...(out.get(type)?.keys() ?? [])] };
 }
 

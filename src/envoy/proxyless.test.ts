@@ -1,37 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { decodeAny, encodeAny } from '../api/codec.js';
 import { TypeUrl } from '../api/type-urls.js';
-import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
-import { parseCommonName, type Proxy } from '../proxy/types.js';
+import type { Proxy } from '../proxy/types.js';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
-import { memoryStore } from '../../test/helpers/memory-store.js';
+import { generateConfig, names, type Decoded, type DecodedConfig } from '../../test/helpers/generate-config.js';
 import type { KubeObject } from '../store/objects.js';
-import { generateProxyResources } from './generate.js';
 import { NO_ROUTE_CLUSTER, NO_ROUTE_CONFIG, proxylessTargetNames } from './proxyless.js';
 
-const CERTS = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
-type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
-
-function proxyOf(sa: string, ns: string, clientType: Proxy['clientType']): Proxy {
-  return { ...parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`), clientType };
-}
-
-/** Generates a proxy's resources, encodes each with the real Envoy protos and decodes it back. */
-function configFor(objects: KubeObject[], sa: string, ns: string, clientType: Proxy['clientType'] = 'grpc'): Map<TypeUrl, Map<string, Decoded>> {
-  const { snapshot, problems } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
-  assert.deepEqual(problems, []);
-  const out = new Map<TypeUrl, Map<string, Decoded>>();
-  for (const [type, list] of generateProxyResources(snapshot, proxyOf(sa, ns, clientType), CERTS)) {
-    const names = list.map((r) => r.name);
-    assert.equal(new Set(names).size, names.length, `duplicate ${type} names: ${names.join(', ')}`);
-    out.set(type, new Map(list.map((r) => [r.name, decodeAny(encodeAny(type, r.resource))])));
-  }
-  return out;
-}
-
-function names(config: Map<TypeUrl, Map<string, Decoded>>, type: TypeUrl): string[] {
-  return [...(config.get(type)?.keys() ?? [])].sort();
+/** The decoded resources of `<ns>/<sa>` as a proxyless gRPC client (or as `clientType`). */
+function configFor(objects: KubeObject[], sa: string, ns: string, clientType: Proxy['clientType'] = 'grpc'): DecodedConfig {
+  return generateConfig(objects, sa, ns, { clientType });
 }
 
 describe('proxyless gRPC generation (gRFC A27) on the bookstore mesh', () => {

@@ -2,6 +2,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { PROTO_LOADER_OPTIONS, decodeAny } from '../../src/api/codec.js';
 import type { DiscoveryRequest, DiscoveryResponse__Output } from '../../src/xds/server/discovery-types.js';
+import { RecordedStream } from './recorded-stream.js';
 
 /** A node.id that is a valid proxy CommonName (for `authenticateFromNodeId`). */
 export const TEST_NODE_ID = '6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.bookbuyer.bookbuyer.cluster.local';
@@ -51,53 +52,14 @@ export class AdsTestClient {
 }
 
 /** One ADS stream of {@link AdsTestClient}: sends requests, records every response in order. */
-export class AdsTestStream {
-  /** Every response received, in order. */
-  readonly responses: DiscoveryResponse__Output[] = [];
-  /** The stream's final status, once it ended (from the `status` event, or the error). */
-  status?: grpc.StatusObject;
-  /** Index in {@link responses} of the next response {@link next} returns. */
-  private cursor = 0;
-  private firstSent = false;
-  private waiters: Array<() => void> = [];
+export class AdsTestStream extends RecordedStream<DiscoveryRequest, DiscoveryResponse__Output> {
   /** Last version accepted (ACKed) by type, used as `version_info` of ACKs and NACKs. */
   private readonly accepted = new Map<string, string>();
   /** Names last requested by type, repeated in ACKs and NACKs unless new ones are given. */
   private readonly subscribed = new Map<string, string[]>();
 
-  constructor(
-    readonly call: grpc.ClientDuplexStream<DiscoveryRequest, DiscoveryResponse__Output>,
-    private readonly nodeId: string,
-  ) {
-    call.on('data', (r: DiscoveryResponse__Output) => {
-      this.responses.push(r);
-      this.wake();
-    });
-    call.on('status', (s: grpc.StatusObject) => {
-      this.status = s;
-      this.wake();
-    });
-    call.on('error', (e: grpc.ServiceError) => {
-      this.status ??= { code: e.code, details: e.details, metadata: e.metadata };
-      this.wake();
-    });
-  }
-
-  private wake(): void {
-    const ws = this.waiters;
-    this.waiters = [];
-    for (const w of ws) w();
-  }
-
-  /** Sends a raw request; the first one on the stream gets `node.id` added. */
-  send(request: DiscoveryRequest): void {
-    const req: DiscoveryRequest = { ...request };
-    if (!this.firstSent) {
-      req.node ??= { id: this.nodeId };
-      this.firstSent = true;
-    }
+  protected sending(req: DiscoveryRequest): void {
     if (req.type_url && req.resource_names) this.subscribed.set(req.type_url, [...req.resource_names]);
-    this.call.write(req);
   }
 
   /** Sends a first request (no nonce) for `typeUrl` with `names` (empty: wildcard for LDS/CDS). */
@@ -136,47 +98,6 @@ export class AdsTestStream {
   async waitFor(predicate: (r: DiscoveryResponse__Output) => boolean, timeoutMs = 5000): Promise<DiscoveryResponse__Output> {
     await this.until(() => this.responses.some(predicate), timeoutMs, 'a matching response');
     return this.responses.find(predicate)!;
-  }
-
-  /**
-   * Resolves with the next response not yet returned by `next` (responses in order).
-   * @throws Error after `timeoutMs` milliseconds, or when the stream ended first.
-   */
-  async next(timeoutMs = 5000): Promise<DiscoveryResponse__Output> {
-    await this.until(() => this.responses.length > this.cursor, timeoutMs, 'the next response');
-    return this.responses[this.cursor++];
-  }
-
-  /** Responses received and not yet returned by {@link next}. */
-  unread(): DiscoveryResponse__Output[] {
-    return this.responses.slice(this.cursor);
-  }
-
-  /** Resolves with the final status of the stream. @throws Error after `timeoutMs`. */
-  async ended(timeoutMs = 5000): Promise<grpc.StatusObject> {
-    await this.until(() => this.status !== undefined, timeoutMs, 'the end of the stream', false);
-    return this.status!;
-  }
-
-  private async until(cond: () => boolean, timeoutMs: number, what: string, failOnEnd = true): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (!cond()) {
-      if (failOnEnd && this.status) throw new Error(`stream ended (${this.status.code} ${this.status.details}) before ${what}`);
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, left);
-        this.waiters.push(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
-    }
-  }
-
-  /** Cancels the stream from the client side. */
-  cancel(): void {
-    this.call.cancel();
   }
 
   /** Half-closes the stream (no more requests). */

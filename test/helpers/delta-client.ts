@@ -2,6 +2,7 @@ import type * as grpc from '@grpc/grpc-js';
 import { decodeAny } from '../../src/api/codec.js';
 import type { DeltaDiscoveryRequest, DeltaDiscoveryResponse__Output } from '../../src/xds/server/discovery-types.js';
 import { TEST_NODE_ID, type AdsTestClient } from './ads-client.js';
+import { RecordedStream } from './recorded-stream.js';
 
 /** A raw `DeltaAggregatedResources` client call. */
 export type DeltaClientCall = grpc.ClientDuplexStream<DeltaDiscoveryRequest, DeltaDiscoveryResponse__Output>;
@@ -39,34 +40,9 @@ export function openDeltaTestStream(client: AdsTestClient, nodeId: string = TEST
  * to a local map of name → version (updates and `removed_resources`), ACKs and NACKs by nonce,
  * and records every response in order.
  */
-export class DeltaTestStream {
-  /** Every response received, in order. */
-  readonly responses: DeltaDiscoveryResponse__Output[] = [];
+export class DeltaTestStream extends RecordedStream<DeltaDiscoveryRequest, DeltaDiscoveryResponse__Output> {
   /** The subscription and held resources of each type URL. */
   readonly types = new Map<string, DeltaTypeView>();
-  /** The stream's final status, once it ended. */
-  status?: grpc.StatusObject;
-  private cursor = 0;
-  private firstSent = false;
-  private waiters: Array<() => void> = [];
-
-  constructor(
-    readonly call: DeltaClientCall,
-    private readonly nodeId: string,
-  ) {
-    call.on('data', (r: DeltaDiscoveryResponse__Output) => {
-      this.responses.push(r);
-      this.wake();
-    });
-    call.on('status', (s: grpc.StatusObject) => {
-      this.status = s;
-      this.wake();
-    });
-    call.on('error', (e: grpc.ServiceError) => {
-      this.status ??= { code: e.code, details: e.details, metadata: e.metadata };
-      this.wake();
-    });
-  }
 
   /** The view of `typeUrl` (created empty on first use). */
   view(typeUrl: string): DeltaTypeView {
@@ -83,15 +59,8 @@ export class DeltaTestStream {
     return Object.fromEntries([...this.view(typeUrl).held].sort(([a], [b]) => a.localeCompare(b)));
   }
 
-  /** Sends a raw request; the first one on the stream gets `node.id` added. */
-  send(request: DeltaDiscoveryRequest): void {
-    const req: DeltaDiscoveryRequest = { ...request };
-    if (!this.firstSent) {
-      req.node ??= { id: this.nodeId };
-      this.firstSent = true;
-    }
+  protected sending(req: DeltaDiscoveryRequest): void {
     if (req.type_url) this.view(req.type_url).requested = true;
-    this.call.write(req);
   }
 
   /**
@@ -166,53 +135,6 @@ export class DeltaTestStream {
       response_nonce: response.nonce,
       error_detail: { code: 3 /* INVALID_ARGUMENT */, message },
     });
-  }
-
-  /**
-   * Resolves with the next response not yet returned by `next` (responses in order).
-   * @throws Error after `timeoutMs` milliseconds, or when the stream ended first.
-   */
-  async next(timeoutMs = 5000): Promise<DeltaDiscoveryResponse__Output> {
-    await this.until(() => this.responses.length > this.cursor, timeoutMs, 'the next response');
-    return this.responses[this.cursor++];
-  }
-
-  /** Responses received and not yet returned by {@link next}. */
-  unread(): DeltaDiscoveryResponse__Output[] {
-    return this.responses.slice(this.cursor);
-  }
-
-  /** Resolves with the final status of the stream. @throws Error after `timeoutMs`. */
-  async ended(timeoutMs = 5000): Promise<grpc.StatusObject> {
-    await this.until(() => this.status !== undefined, timeoutMs, 'the end of the stream', false);
-    return this.status!;
-  }
-
-  private wake(): void {
-    const ws = this.waiters;
-    this.waiters = [];
-    for (const w of ws) w();
-  }
-
-  private async until(cond: () => boolean, timeoutMs: number, what: string, failOnEnd = true): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (!cond()) {
-      if (failOnEnd && this.status) throw new Error(`stream ended (${this.status.code} ${this.status.details}) before ${what}`);
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, left);
-        this.waiters.push(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
-    }
-  }
-
-  /** Cancels the stream from the client side. */
-  cancel(): void {
-    this.call.cancel();
   }
 }
 

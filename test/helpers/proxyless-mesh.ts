@@ -1,7 +1,9 @@
 import * as grpc from '@grpc/grpc-js';
 import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
+import assert from 'node:assert/strict';
 import os from 'node:os';
 import path from 'node:path';
+import type { TestContext } from 'node:test';
 import pino from 'pino';
 import { stringify } from 'yaml';
 import { runController, type RunningController } from '../../src/main.js';
@@ -280,4 +282,67 @@ export async function pollUntil<T>(probe: () => Promise<T>, done: (v: T) => bool
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; last: ${JSON.stringify(last)}`);
     await new Promise((r) => setTimeout(r, 10));
   }
+}
+
+/** What a batch of a proxyless client's RPCs came to: replies by backend name, errors by status name. */
+export interface Outcome {
+  counts: Record<string, number>;
+  errors: Record<string, number>;
+}
+
+/** How far (in percentage points) a measured share may be from its TrafficSplit weight. */
+export const SPLIT_TOLERANCE = 5;
+
+/** Whether the share `actual` is within {@link SPLIT_TOLERANCE} of the weight `expected`. */
+export function within(actual: number, expected: number): boolean {
+  return Math.abs(actual - expected) <= SPLIT_TOLERANCE;
+}
+
+/** One proxyless client of identity `client/greeter`, as {@link assertSplitScenario} drives it. */
+export interface SplitScenarioClient {
+  /** Makes the first RPC, waiting for the client to be ready (xDS applied), with a 10 s deadline. */
+  first(): Promise<Outcome>;
+  /** Makes `n` RPCs with the client's default deadline. */
+  run(n: number): Promise<Outcome>;
+  /** Checks to make once the initial split is measured (before it changes). */
+  afterInitialSplit?(): Promise<void>;
+}
+
+/**
+ * What every proxyless client must do on a mesh started with the split 75/25: split RPCs by the
+ * TrafficSplit, follow a new split within 2 s of the file change, and stop using a removed
+ * endpoint.
+ * @returns the outcome of 1000 RPCs after v1-b's endpoint was removed.
+ */
+export async function assertSplitScenario(mesh: ProxylessMesh, client: SplitScenarioClient, t: TestContext): Promise<Outcome> {
+  const first = await client.first();
+  assert.deepEqual(first.errors, {}, 'first RPC succeeds once xDS is applied');
+
+  const initial = await client.run(1000);
+  assert.deepEqual(initial.errors, {});
+  const v1 = sharePercent(initial.counts, 'hello-v1');
+  assert.ok(within(v1, 75), `hello-v1 share ${v1.toFixed(1)}% of 1000, want 75 ± ${SPLIT_TOLERANCE}: ${JSON.stringify(initial.counts)}`);
+  assert.ok((initial.counts['v1-a'] ?? 0) > 0 && (initial.counts['v1-b'] ?? 0) > 0, 'both hello-v1 endpoints used');
+  await client.afterInitialSplit?.();
+
+  // New weights: they hold (over a window of 200 RPCs) within 2 s of the file change.
+  const changedAt = Date.now();
+  await mesh.writeSplit(20, 80);
+  const seen = await pollUntil(() => client.run(200), (o) => Object.keys(o.errors).length === 0 && within(sharePercent(o.counts, 'hello-v1'), 20), 5000, 'the 20/80 split');
+  t.diagnostic(`new split held ${seen.at - changedAt} ms after the file changed`);
+  assert.ok(seen.at - changedAt <= 2000, `new split held ${seen.at - changedAt} ms after the change (want ≤ 2000)`);
+  const after = await client.run(1000);
+  assert.deepEqual(after.errors, {});
+  const v1After = sharePercent(after.counts, 'hello-v1');
+  assert.ok(within(v1After, 20), `hello-v1 share ${v1After.toFixed(1)}% after the change, want 20 ± ${SPLIT_TOLERANCE}`);
+
+  // Remove v1-b's endpoint: once the client has the new assignment, nothing reaches it.
+  const v1b = BACKENDS.find((b) => b.name === 'v1-b')!;
+  await mesh.writeSplit(50, 50);
+  await mesh.removeEndpoint(v1b);
+  await pollUntil(() => client.run(200), (o) => Object.keys(o.errors).length === 0 && !o.counts['v1-b'] && within(sharePercent(o.counts, 'hello-v1'), 50), 5000, 'v1-b removed');
+  const removed = await client.run(1000);
+  assert.deepEqual(removed.errors, {});
+  assert.equal(removed.counts['v1-b'] ?? 0, 0, `no RPC reaches the removed endpoint: ${JSON.stringify(removed.counts)}`);
+  return removed;
 }

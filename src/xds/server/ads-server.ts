@@ -1,5 +1,4 @@
 import 'reflect-metadata';
-import { randomBytes } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { X509Certificate } from '@peculiar/x509';
@@ -11,21 +10,18 @@ import { parseCommonName, type Proxy } from '../../proxy/types.js';
 import type { DeltaDiscoveryRequest__Output, DiscoveryRequest__Output, DiscoveryResponse } from './discovery-types.js';
 import { DeltaStream } from './delta-stream.js';
 import {
-  KNOWN_TYPES,
-  LARGE_RESPONSE_BYTES,
+  StreamBase,
   createMetrics,
-  errorMessage,
   isCompleteSetType,
   type AdsCall,
   type AdsHooks,
   type AdsMetrics,
   type Authenticate,
   type DeltaAdsCall,
-  type NackDetail,
-  type NackInfo,
   type ServedStream,
+  type StreamContext,
   type StreamInfo,
-  type TypeStreamInfo,
+  type TypeStateBase,
 } from './stream-common.js';
 
 // The public types of the server live in stream-common.ts (shared with the delta stream).
@@ -43,7 +39,7 @@ export type {
 export { LARGE_RESPONSE_BYTES } from './stream-common.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import { typeVersion } from '../cache/snapshot-cache.js';
-import type { CachedResource, ProxySnapshot, ResourceMap } from '../cache/types.js';
+import type { CachedResource, ResourceMap } from '../cache/types.js';
 
 /** Largest request message the server accepts, in bytes (gRPC's default of 4 MiB is too small for big meshes). */
 export const MAX_RECEIVE_MESSAGE_LENGTH = 64 * 1024 * 1024;
@@ -125,187 +121,20 @@ function adsServiceDefinition(): grpc.ServiceDefinition {
 const EMPTY: ResourceMap = new Map();
 
 /** Per stream, per type: the subscription and what was sent, acked and nacked. */
-interface TypeState {
-  wildcard: boolean;
-  names: Set<string>;
+interface TypeState extends TypeStateBase {
   /** Version of each resource the client was last sent (and, as far as we know, holds): per-resource state, since clients apply the valid part of a response they NACK. */
   sent: Map<string, string>;
   /** A first request not answered yet (e.g. it came before the proxy had a snapshot). */
   needsAnswer: boolean;
-  lastNonceSent?: string;
-  lastVersionSent?: string;
-  versionAcked?: string;
-  lastNack?: NackInfo;
 }
 
-/** Context the server gives each stream. */
-interface StreamContext {
-  readonly watcher: SnapshotWatcher;
-  readonly hooks: AdsHooks;
-  readonly metrics: AdsMetrics;
-  readonly logger: Logger;
-  readonly listener: string;
-  readonly authenticate: Authenticate;
-  register(stream: AdsStream): void;
-  unregister(stream: AdsStream): void;
-}
-
-/** One SotW ADS stream: its state machine, run one job at a time. */
-class AdsStream {
-  proxy?: Proxy;
-  connectedAt = new Date();
-  private readonly types = new Map<TypeUrl, TypeState>();
-  private snapshot?: ProxySnapshot;
-  private pendingSnapshot?: { snapshot: ProxySnapshot; receivedAt: bigint };
-  private pushQueued = false;
-  private readonly jobs: Array<() => Promise<void>> = [];
-  private running = false;
-  private started = false;
-  private opened = false;
-  private closed = false;
-  private cancelWatch?: () => void;
-  private log: Logger;
-  /** Random per stream, so a nonce from another stream or an earlier controller process is recognised as unknown. */
-  private readonly noncePrefix = `${randomBytes(6).toString('base64url')}-`;
-  private nonceCounter = 0;
-  private drainWaiters: Array<() => void> = [];
-
-  constructor(
-    readonly streamId: number,
-    private readonly call: AdsCall,
-    private readonly ctx: StreamContext,
-  ) {
-    this.log = ctx.logger.child({ streamId });
-    call.on('data', (req: DiscoveryRequest__Output) => this.onRequest(req));
-    call.on('drain', () => this.wakeDrainWaiters());
-    // The client half-closed: finish our side with OK.
-    call.on('end', () => {
-      if (!this.closed) call.end();
-      this.close('client closed the stream');
-    });
-    call.on('cancelled', () => this.close('cancelled'));
-    call.on('error', (err: unknown) => this.close(`error: ${errorMessage(err)}`));
-    call.on('close', () => this.close('closed'));
+/** One SotW ADS stream: its state machine, run one job at a time (the plumbing is {@link StreamBase}'s). */
+class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, TypeState> {
+  constructor(streamId: number, call: AdsCall, ctx: StreamContext) {
+    super(streamId, call, ctx, 'sotw');
   }
 
-  /** Debug view of the stream; `undefined` before it is authenticated. */
-  info(): StreamInfo | undefined {
-    if (!this.proxy) return undefined;
-    const types: TypeStreamInfo[] = [];
-    for (const typeUrl of PUSH_ORDER) {
-      const st = this.types.get(typeUrl);
-      if (!st) continue;
-      types.push({
-        typeUrl,
-        type: TYPE_SHORT_NAME[typeUrl],
-        wildcard: st.wildcard,
-        resourceNames: [...st.names].sort(),
-        lastVersionSent: st.lastVersionSent,
-        lastNonceSent: st.lastNonceSent,
-        versionAcked: st.versionAcked,
-        lastNack: st.lastNack,
-      });
-    }
-    return { streamId: this.streamId, proxy: this.proxy, connectedAt: this.connectedAt, listener: this.ctx.listener, mode: 'sotw', types };
-  }
-
-  /** Ends the stream with a status (the client sees it as the call's error). */
-  fail(code: grpc.status, details: string): void {
-    if (this.closed) return;
-    this.log.info({ code: grpc.status[code], details }, 'ending ADS stream');
-    // ServerDuplexStream turns an 'error' event into the call's final status.
-    this.call.emit('error', { code, details });
-    this.close(details);
-  }
-
-  private onRequest(req: DiscoveryRequest__Output): void {
-    if (this.closed) return;
-    if (!this.started) {
-      this.started = true;
-      this.enqueue(() => this.open(req));
-    }
-    this.enqueue(() => this.handleRequest(req));
-  }
-
-  private onSnapshot(snapshot: ProxySnapshot): void {
-    if (this.closed) return;
-    // Coalesce: only the latest snapshot matters; one push job at a time per stream, so two
-    // pushes never interleave on the wire (make-before-break order holds within each push).
-    this.pendingSnapshot = { snapshot, receivedAt: process.hrtime.bigint() };
-    if (this.pushQueued) return;
-    this.pushQueued = true;
-    this.enqueue(() => this.push());
-  }
-
-  private enqueue(job: () => Promise<void>): void {
-    this.jobs.push(job);
-    if (!this.running) void this.runJobs();
-  }
-
-  private async runJobs(): Promise<void> {
-    this.running = true;
-    try {
-      while (this.jobs.length > 0 && !this.closed) {
-        const job = this.jobs.shift()!;
-        try {
-          await job();
-        } catch (err) {
-          this.log.error({ err }, 'ADS stream job failed');
-          this.fail(grpc.status.INTERNAL, `internal error: ${errorMessage(err)}`);
-        }
-      }
-    } finally {
-      this.running = false;
-    }
-  }
-
-  /** Authenticates the proxy from the first request, starts watching its snapshot and runs onStreamOpen. */
-  private async open(first: DiscoveryRequest__Output): Promise<void> {
-    let proxy: Proxy;
-    try {
-      proxy = await this.ctx.authenticate(this.call, first);
-    } catch (err) {
-      this.fail(grpc.status.UNAUTHENTICATED, `authentication failed: ${errorMessage(err)}`);
-      return;
-    }
-    if (this.closed) return;
-    this.proxy = proxy;
-    this.connectedAt = new Date();
-    this.log = this.log.child({ proxy: proxy.uuid, identity: proxy.identity });
-    // Watch before onStreamOpen, which typically sets the first snapshot: that set must not be missed.
-    this.cancelWatch = this.ctx.watcher.watch(proxy.uuid, (s) => this.onSnapshot(s));
-    this.opened = true;
-    this.ctx.register(this);
-    this.ctx.metrics.connectedProxies.inc();
-    this.log.info({ peer: this.call.getPeer() }, 'ADS stream opened');
-    try {
-      await this.ctx.hooks.onStreamOpen?.(proxy, this.streamId, first.node);
-    } catch (err) {
-      this.log.error({ err }, 'onStreamOpen failed');
-      this.fail(grpc.status.UNAVAILABLE, `stream setup failed: ${errorMessage(err)}`);
-      return;
-    }
-    if (this.closed) return;
-    // The push job queued by a set during onStreamOpen finds the same snapshot and sends only what is still due.
-    this.snapshot = this.pendingSnapshot?.snapshot ?? this.ctx.watcher.getSnapshot(proxy.uuid);
-  }
-
-  private isOwnNonce(nonce: string): boolean {
-    if (!nonce.startsWith(this.noncePrefix)) return false;
-    const n = Number(nonce.slice(this.noncePrefix.length));
-    return Number.isInteger(n) && n >= 1 && n <= this.nonceCounter;
-  }
-
-  private async handleRequest(req: DiscoveryRequest__Output): Promise<void> {
-    if (!this.proxy) return;
-    const typeUrl = req.type_url ?? '';
-    if (!KNOWN_TYPES.has(typeUrl)) {
-      // Unknown type URL: nothing to serve. Ignore rather than end the stream, so a client
-      // asking for an optional type (e.g. RTDS, ECDS) keeps its other subscriptions.
-      this.log.warn({ typeUrl }, 'request for an unknown type URL ignored');
-      return;
-    }
-    const type = typeUrl as TypeUrl;
+  protected async handleRequest(type: TypeUrl, req: DiscoveryRequest__Output): Promise<void> {
     const names = req.resource_names ?? [];
     const nonce = req.response_nonce ?? '';
     const existing = this.types.get(type);
@@ -324,17 +153,12 @@ class AdsStream {
         // config (gRPC clients also apply the valid part of this response). Record it, but do
         // not resend the same thing, which would loop ("When to send an update"): the
         // per-resource `sent` state stays as sent, so only a changed snapshot sends again.
-        const detail: NackDetail = { code: req.error_detail.code ?? 0, message: req.error_detail.message ?? '' };
-        const version = existing.lastVersionSent ?? '';
-        existing.lastNack = { version, code: detail.code, message: detail.message, at: new Date() };
-        this.ctx.metrics.nacks.inc({ type: TYPE_SHORT_NAME[type] });
-        this.log.warn({ type: TYPE_SHORT_NAME[type], version, error: detail.message }, 'NACK');
-        this.callHook('onNack', () => this.ctx.hooks.onNack?.(this.proxy!, type, version, detail));
+        // The version rejected is the one sent with the nonce (the request's own version_info
+        // is the last one the client accepted).
+        this.recordNack(type, existing, existing.lastVersionSent ?? '', req.error_detail);
       } else {
         // ACK of the latest response.
-        existing.versionAcked = req.version_info ?? '';
-        this.log.debug({ type: TYPE_SHORT_NAME[type], version: existing.versionAcked }, 'ACK');
-        this.callHook('onAck', () => this.ctx.hooks.onAck?.(this.proxy!, type, existing.versionAcked!));
+        this.recordAck(type, existing, req.version_info ?? '');
       }
       // The request also carries the (possibly changed) subscription: answer newly added names.
       // LDS/CDS answer a newly added name even when it does not exist: the complete set without
@@ -393,20 +217,18 @@ class AdsStream {
     if (sent && type === TypeUrl.Cluster) await this.sendIfNeeded(TypeUrl.ClusterLoadAssignment, true);
   }
 
-  /** Sends the latest snapshot's changes, type by type in make-before-break order. */
-  private async push(): Promise<void> {
-    this.pushQueued = false;
-    const pending = this.pendingSnapshot;
-    this.pendingSnapshot = undefined;
-    if (!pending || !this.proxy) return;
-    this.snapshot = pending.snapshot;
+  /**
+   * Sends the latest snapshot's changes, type by type in make-before-break order.
+   * @returns whether any response was written (false when the stream closed during the push).
+   */
+  protected async pushSnapshot(): Promise<boolean> {
     let cdsSent = false;
     let anySent = false;
     // xds_protocol "Eventual consistency considerations": CDS, EDS, LDS, RDS, SDS, so nothing
     // refers to a resource the proxy doesn't have yet. No waiting for ACKs between types: Envoy
     // pauses the dependent types itself while it warms clusters and listeners.
     for (const type of PUSH_ORDER) {
-      if (this.closed) return;
+      if (this.closed) return false;
       const st = this.types.get(type);
       if (!st) continue;
       const force = st.needsAnswer || (type === TypeUrl.ClusterLoadAssignment && cdsSent);
@@ -414,9 +236,7 @@ class AdsStream {
       if (sent && type === TypeUrl.Cluster) cdsSent = true;
       anySent ||= sent;
     }
-    if (anySent) {
-      this.ctx.metrics.pushDuration.observe(Number(process.hrtime.bigint() - pending.receivedAt) / 1e9);
-    }
+    return anySent;
   }
 
   /** The resources of `type` the stream should have, from the current snapshot. */
@@ -452,7 +272,7 @@ class AdsStream {
       st.wildcard && this.snapshot.versions.get(type) !== undefined
         ? this.snapshot.versions.get(type)!
         : typeVersion(selected.values());
-    const nonce = `${this.noncePrefix}${++this.nonceCounter}`;
+    const nonce = this.nextNonce();
     const resources = [...selected.values()].map((r) => r.resource);
     const response: DiscoveryResponse = { version_info: version, resources, type_url: type, nonce };
     st.lastNonceSent = nonce;
@@ -460,57 +280,10 @@ class AdsStream {
     st.sent = new Map([...selected.values()].map((r) => [r.name, r.version]));
     st.needsAnswer = false;
 
-    const short = TYPE_SHORT_NAME[type];
     let bytes = 0;
     for (const r of resources) bytes += r.value.length;
-    this.ctx.metrics.responses.inc({ type: short });
-    this.ctx.metrics.responseBytes.inc({ type: short }, bytes);
-    if (bytes > LARGE_RESPONSE_BYTES) {
-      this.log.warn({ type: short, proxy: this.proxy?.uuid, bytes, resources: resources.length }, 'large xDS response');
-    }
-    this.log.debug({ type: short, version, nonce, resources: resources.length, bytes }, 'response sent');
-    const flushed = this.call.write(response);
-    // Respect backpressure: wait for the stream to drain before writing more.
-    if (!flushed) await this.waitForDrain();
+    await this.write(type, response, bytes, { version, nonce, resources: resources.length });
     return true;
-  }
-
-  private waitForDrain(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    return new Promise((resolve) => this.drainWaiters.push(resolve));
-  }
-
-  private wakeDrainWaiters(): void {
-    const waiters = this.drainWaiters;
-    this.drainWaiters = [];
-    for (const w of waiters) w();
-  }
-
-  private callHook(name: string, fn: () => void): void {
-    try {
-      fn();
-    } catch (err) {
-      this.log.error({ err, hook: name }, 'ADS hook failed');
-    }
-  }
-
-  /** Cleans up once, whatever ended the stream; calls onStreamClose if onStreamOpen was called. */
-  close(reason: string): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.jobs.length = 0;
-    this.wakeDrainWaiters();
-    this.cancelWatch?.();
-    this.cancelWatch = undefined;
-    this.ctx.unregister(this);
-    if (!this.opened || !this.proxy) {
-      this.log.debug({ reason }, 'ADS stream ended before authentication');
-      return;
-    }
-    this.ctx.metrics.connectedProxies.dec();
-    this.log.info({ reason }, 'ADS stream closed');
-    const proxy = this.proxy;
-    this.callHook('onStreamClose', () => this.ctx.hooks.onStreamClose?.(proxy, this.streamId));
   }
 }
 
@@ -608,28 +381,20 @@ export class AdsServer {
 
   /** Serves one `DeltaAggregatedResources` call (incremental xDS, see {@link DeltaStream}). */
   private handleDeltaStream(call: DeltaAdsCall, listen: ListenOptions): void {
-    const stream = new DeltaStream(this.nextStreamId++, call, {
-      watcher: this.options.watcher,
-      hooks: this.hooks,
-      metrics: this.metrics,
-      logger: this.logger,
-      listener: listen.address,
-      authenticate: listen.authenticate,
-      register: (s) => {
-        this.pendingStreams.delete(s);
-        this.active.set(s.streamId, s);
-      },
-      unregister: (s) => {
-        this.pendingStreams.delete(s);
-        this.active.delete(s.streamId);
-      },
-    });
-    this.pendingStreams.add(stream);
+    this.pendingStreams.add(new DeltaStream(this.nextStreamId++, call, this.streamContext(listen)));
   }
 
+  /** Serves one `StreamAggregatedResources` call (state of the world, see {@link AdsStream}). */
   private handleStream(call: AdsCall, listen: ListenOptions): void {
-    const streamId = this.nextStreamId++;
-    const stream: AdsStream = new AdsStream(streamId, call, {
+    this.pendingStreams.add(new AdsStream(this.nextStreamId++, call, this.streamContext(listen)));
+  }
+
+  /**
+   * What a stream accepted on `listen` is given: a stream is pending (ended by {@link stop},
+   * not listed) until it is authenticated, then active (listed in {@link streams}) until it ends.
+   */
+  private streamContext(listen: ListenOptions): StreamContext {
+    return {
       watcher: this.options.watcher,
       hooks: this.hooks,
       metrics: this.metrics,
@@ -644,7 +409,6 @@ export class AdsServer {
         this.pendingStreams.delete(s);
         this.active.delete(s.streamId);
       },
-    });
-    this.pendingStreams.add(stream);
+    };
   }
 }

@@ -1,27 +1,8 @@
-import { randomBytes } from 'node:crypto';
-import * as grpc from '@grpc/grpc-js';
-import type { Logger } from 'pino';
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
-import type { Proxy } from '../../proxy/types.js';
-import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import { typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ProxySnapshot, ResourceMap } from '../cache/types.js';
 import type { DeltaDiscoveryRequest__Output, DeltaDiscoveryResponse } from './discovery-types.js';
-import {
-  KNOWN_TYPES,
-  LARGE_RESPONSE_BYTES,
-  errorMessage,
-  isCompleteSetType,
-  type AdsHooks,
-  type AdsMetrics,
-  type Authenticate,
-  type DeltaAdsCall,
-  type NackDetail,
-  type NackInfo,
-  type ServedStream,
-  type StreamInfo,
-  type TypeStreamInfo,
-} from './stream-common.js';
+import { StreamBase, isCompleteSetType, type DeltaAdsCall, type StreamContext, type TypeStateBase } from './stream-common.js';
 
 /**
  * How many responses of one type may wait for their ACK/NACK before the oldest is forgotten
@@ -30,31 +11,16 @@ import {
  */
 export const MAX_OUTSTANDING_NONCES = 32;
 
-/** What the server gives each {@link DeltaStream}. */
-export interface DeltaStreamContext {
-  /** Where the proxy's snapshots come from. */
-  readonly watcher: SnapshotWatcher;
-  readonly hooks: AdsHooks;
-  readonly metrics: AdsMetrics;
-  readonly logger: Logger;
-  /** Listening address the stream came in on (debug API). */
-  readonly listener: string;
-  readonly authenticate: Authenticate;
-  /** The stream is authenticated: list it in the server's streams. */
-  register(stream: ServedStream): void;
-  /** The stream ended: forget it. */
-  unregister(stream: ServedStream): void;
-}
+/** What the server gives each {@link DeltaStream} (the same as a SotW stream gets). */
+export type DeltaStreamContext = StreamContext;
 
 const EMPTY: ResourceMap = new Map();
 const NO_NAMES: ReadonlySet<string> = new Set();
 
 /** Per stream, per type: the subscription and what the client holds, was sent, acked and nacked. */
-interface DeltaTypeState {
+interface DeltaTypeState extends TypeStateBase {
   /** Subscribed to every resource of the type (LDS/CDS only): `*`, or a first request with no names. */
   wildcard: boolean;
-  /** Names subscribed explicitly (never `*`). */
-  names: Set<string>;
   /**
    * Name → version of every resource the client holds as far as we know: what we sent it (also
    * when it NACKed: clients apply the valid part of a response), or what it said it had in
@@ -69,10 +35,6 @@ interface DeltaTypeState {
   needsAnswer: boolean;
   /** Responses sent and not yet ACKed or NACKed: nonce → `system_version_info`, oldest first. */
   outstanding: Map<string, string>;
-  lastNonceSent?: string;
-  lastVersionSent?: string;
-  versionAcked?: string;
-  lastNack?: NackInfo;
 }
 
 /** What one type has to send in a push: resources to add or update, names to remove. */
@@ -113,27 +75,11 @@ function removalsGoLast(type: TypeUrl): boolean {
  *   updates, then CDS and EDS removals last; after a cluster is added or changed its
  *   ClusterLoadAssignment (the EDS resource of the same name) is sent again even if unchanged,
  *   since Envoy keeps the cluster warming until it gets one ("Resource warming").
+ *
+ * The stream plumbing (job queue, authentication on the first request, backpressure, close) is
+ * {@link StreamBase}'s.
  */
-export class DeltaStream implements ServedStream {
-  /** The authenticated proxy; `undefined` until the first request is authenticated. */
-  proxy?: Proxy;
-  /** When the stream was authenticated (until then, when it was accepted). */
-  connectedAt = new Date();
-  private readonly types = new Map<TypeUrl, DeltaTypeState>();
-  private snapshot?: ProxySnapshot;
-  private pendingSnapshot?: { snapshot: ProxySnapshot; receivedAt: bigint };
-  private pushQueued = false;
-  private readonly jobs: Array<() => Promise<void>> = [];
-  private running = false;
-  private started = false;
-  private opened = false;
-  private closed = false;
-  private cancelWatch?: () => void;
-  private log: Logger;
-  /** Random per stream, so nonces of other streams or earlier processes are never taken for ours. */
-  private readonly noncePrefix = `d${randomBytes(6).toString('base64url')}-`;
-  private nonceCounter = 0;
-  private drainWaiters: Array<() => void> = [];
+export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, DeltaDiscoveryResponse, DeltaTypeState> {
   /**
    * Names of clusters sent (added or changed) whose ClusterLoadAssignment was not sent since:
    * EDS sends them even if unchanged as soon as its subscription covers them, also when EDS is
@@ -143,138 +89,11 @@ export class DeltaStream implements ServedStream {
   private readonly warm = new Set<string>();
 
   /** Starts serving `call`: the first request authenticates the proxy. */
-  constructor(
-    readonly streamId: number,
-    private readonly call: DeltaAdsCall,
-    private readonly ctx: DeltaStreamContext,
-  ) {
-    this.log = ctx.logger.child({ streamId, mode: 'delta' });
-    call.on('data', (req: DeltaDiscoveryRequest__Output) => this.onRequest(req));
-    call.on('drain', () => this.wakeDrainWaiters());
-    call.on('end', () => {
-      if (!this.closed) call.end();
-      this.close('client closed the stream');
-    });
-    call.on('cancelled', () => this.close('cancelled'));
-    call.on('error', (err: unknown) => this.close(`error: ${errorMessage(err)}`));
-    call.on('close', () => this.close('closed'));
+  constructor(streamId: number, call: DeltaAdsCall, ctx: DeltaStreamContext) {
+    super(streamId, call, ctx, 'delta');
   }
 
-  /** {@inheritDoc ServedStream.info} */
-  info(): StreamInfo | undefined {
-    if (!this.proxy) return undefined;
-    const types: TypeStreamInfo[] = [];
-    for (const typeUrl of PUSH_ORDER) {
-      const st = this.types.get(typeUrl);
-      if (!st) continue;
-      types.push({
-        typeUrl,
-        type: TYPE_SHORT_NAME[typeUrl],
-        wildcard: st.wildcard,
-        resourceNames: [...st.names].sort(),
-        lastVersionSent: st.lastVersionSent,
-        lastNonceSent: st.lastNonceSent,
-        versionAcked: st.versionAcked,
-        lastNack: st.lastNack,
-      });
-    }
-    return {
-      streamId: this.streamId,
-      proxy: this.proxy,
-      connectedAt: this.connectedAt,
-      listener: this.ctx.listener,
-      mode: 'delta',
-      types,
-    };
-  }
-
-  /** {@inheritDoc ServedStream.fail} */
-  fail(code: grpc.status, details: string): void {
-    if (this.closed) return;
-    this.log.info({ code: grpc.status[code], details }, 'ending delta ADS stream');
-    this.call.emit('error', { code, details });
-    this.close(details);
-  }
-
-  private onRequest(req: DeltaDiscoveryRequest__Output): void {
-    if (this.closed) return;
-    if (!this.started) {
-      this.started = true;
-      this.enqueue(() => this.open(req));
-    }
-    this.enqueue(() => this.handleRequest(req));
-  }
-
-  private onSnapshot(snapshot: ProxySnapshot): void {
-    if (this.closed) return;
-    // Coalesce: only the latest snapshot matters, and one push runs at a time.
-    this.pendingSnapshot = { snapshot, receivedAt: process.hrtime.bigint() };
-    if (this.pushQueued) return;
-    this.pushQueued = true;
-    this.enqueue(() => this.push());
-  }
-
-  private enqueue(job: () => Promise<void>): void {
-    this.jobs.push(job);
-    if (!this.running) void this.runJobs();
-  }
-
-  private async runJobs(): Promise<void> {
-    this.running = true;
-    try {
-      while (this.jobs.length > 0 && !this.closed) {
-        const job = this.jobs.shift()!;
-        try {
-          await job();
-        } catch (err) {
-          this.log.error({ err }, 'delta ADS stream job failed');
-          this.fail(grpc.status.INTERNAL, `internal error: ${errorMessage(err)}`);
-        }
-      }
-    } finally {
-      this.running = false;
-    }
-  }
-
-  /** Authenticates the proxy from the first request, watches its snapshot, runs onStreamOpen. */
-  private async open(first: DeltaDiscoveryRequest__Output): Promise<void> {
-    let proxy: Proxy;
-    try {
-      proxy = await this.ctx.authenticate(this.call, first);
-    } catch (err) {
-      this.fail(grpc.status.UNAUTHENTICATED, `authentication failed: ${errorMessage(err)}`);
-      return;
-    }
-    if (this.closed) return;
-    this.proxy = proxy;
-    this.connectedAt = new Date();
-    this.log = this.log.child({ proxy: proxy.uuid, identity: proxy.identity });
-    // Watch before onStreamOpen, which typically sets the first snapshot.
-    this.cancelWatch = this.ctx.watcher.watch(proxy.uuid, (s) => this.onSnapshot(s));
-    this.opened = true;
-    this.ctx.register(this);
-    this.ctx.metrics.connectedProxies.inc();
-    this.log.info({ peer: this.call.getPeer() }, 'delta ADS stream opened');
-    try {
-      await this.ctx.hooks.onStreamOpen?.(proxy, this.streamId, first.node);
-    } catch (err) {
-      this.log.error({ err }, 'onStreamOpen failed');
-      this.fail(grpc.status.UNAVAILABLE, `stream setup failed: ${errorMessage(err)}`);
-      return;
-    }
-    if (this.closed) return;
-    this.snapshot = this.pendingSnapshot?.snapshot ?? this.ctx.watcher.getSnapshot(proxy.uuid);
-  }
-
-  private async handleRequest(req: DeltaDiscoveryRequest__Output): Promise<void> {
-    if (!this.proxy) return;
-    const typeUrl = req.type_url ?? '';
-    if (!KNOWN_TYPES.has(typeUrl)) {
-      // Nothing to serve (e.g. RTDS, or resource locators only): ignore, keep the other types.
-      this.log.warn({ typeUrl }, 'delta request for an unknown type URL ignored');
-      return;
-    }
-    const type = typeUrl as TypeUrl;
+  protected async handleRequest(type: TypeUrl, req: DeltaDiscoveryRequest__Output): Promise<void> {
     let st = this.types.get(type);
     const first = st === undefined;
     if (!st) {
@@ -291,12 +110,11 @@ export class DeltaStream implements ServedStream {
 
   /** Records the ACK or NACK of the response with `nonce`, if it is one still waiting for it. */
   private ackOrNack(type: TypeUrl, st: DeltaTypeState, nonce: string, req: DeltaDiscoveryRequest__Output): void {
-    const short = TYPE_SHORT_NAME[type];
     const version = st.outstanding.get(nonce);
     if (version === undefined) {
       // Not a response of this stream waiting for an answer (another stream's or process's
       // nonce, or one already superseded by a later ACK): nothing to record.
-      this.log.debug({ type: short, nonce }, 'unknown or already answered nonce: no ACK/NACK recorded');
+      this.log.debug({ type: TYPE_SHORT_NAME[type], nonce }, 'unknown or already answered nonce: no ACK/NACK recorded');
       return;
     }
     // Responses are answered in order: this answer settles the older ones too.
@@ -308,15 +126,9 @@ export class DeltaStream implements ServedStream {
       // NACK: the client keeps its last good resources (gRPC clients also apply the valid part).
       // Do not resend (xds_protocol "ACK and NACK semantics summary"): `known` already holds the
       // sent versions, so only a later change to a resource sends it again.
-      const detail: NackDetail = { code: req.error_detail.code ?? 0, message: req.error_detail.message ?? '' };
-      st.lastNack = { version, code: detail.code, message: detail.message, at: new Date() };
-      this.ctx.metrics.nacks.inc({ type: short });
-      this.log.warn({ type: short, version, error: detail.message }, 'NACK');
-      this.callHook('onNack', () => this.ctx.hooks.onNack?.(this.proxy!, type, version, detail));
+      this.recordNack(type, st, version, req.error_detail);
     } else {
-      st.versionAcked = version;
-      this.log.debug({ type: short, version }, 'ACK');
-      this.callHook('onAck', () => this.ctx.hooks.onAck?.(this.proxy!, type, version));
+      this.recordAck(type, st, version);
     }
   }
 
@@ -366,15 +178,9 @@ export class DeltaStream implements ServedStream {
     }
   }
 
-  /** Sends the latest snapshot's changes (the push of a new snapshot). */
-  private async push(): Promise<void> {
-    this.pushQueued = false;
-    const pending = this.pendingSnapshot;
-    this.pendingSnapshot = undefined;
-    if (!pending || !this.proxy) return;
-    this.snapshot = pending.snapshot;
-    const sent = await this.sync();
-    if (sent) this.ctx.metrics.pushDuration.observe(Number(process.hrtime.bigint() - pending.receivedAt) / 1e9);
+  /** Sends the latest snapshot's changes (the push of a new snapshot). @returns whether any response was written. */
+  protected pushSnapshot(): Promise<boolean> {
+    return this.sync();
   }
 
   /**
@@ -432,7 +238,7 @@ export class DeltaStream implements ServedStream {
   ): Promise<boolean> {
     if (this.closed) return false;
     const version = snapshot.versions.get(type) ?? typeVersion([]);
-    const nonce = `${this.noncePrefix}${++this.nonceCounter}`;
+    const nonce = this.nextNonce();
     const response: DeltaDiscoveryResponse = {
       system_version_info: version,
       type_url: type,
@@ -447,56 +253,10 @@ export class DeltaStream implements ServedStream {
     st.outstanding.set(nonce, version);
     if (st.outstanding.size > MAX_OUTSTANDING_NONCES) st.outstanding.delete(st.outstanding.keys().next().value!);
 
-    const short = TYPE_SHORT_NAME[type];
     let bytes = 0;
     for (const r of updates) bytes += r.resource.value.length;
-    this.ctx.metrics.responses.inc({ type: short });
-    this.ctx.metrics.responseBytes.inc({ type: short }, bytes);
-    if (bytes > LARGE_RESPONSE_BYTES) {
-      this.log.warn({ type: short, proxy: this.proxy?.uuid, bytes, resources: updates.length }, 'large delta xDS response');
-    }
-    this.log.debug({ type: short, version, nonce, resources: updates.length, removed: removals.length, bytes }, 'delta response sent');
-    const flushed = this.call.write(response);
-    if (!flushed) await this.waitForDrain();
+    await this.write(type, response, bytes, { version, nonce, resources: updates.length, removed: removals.length });
     return true;
-  }
-
-  private waitForDrain(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    return new Promise((resolve) => this.drainWaiters.push(resolve));
-  }
-
-  private wakeDrainWaiters(): void {
-    const waiters = this.drainWaiters;
-    this.drainWaiters = [];
-    for (const w of waiters) w();
-  }
-
-  private callHook(name: string, fn: () => void): void {
-    try {
-      fn();
-    } catch (err) {
-      this.log.error({ err, hook: name }, 'ADS hook failed');
-    }
-  }
-
-  /** Cleans up once, whatever ended the stream; calls onStreamClose if onStreamOpen was called. */
-  close(reason: string): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.jobs.length = 0;
-    this.wakeDrainWaiters();
-    this.cancelWatch?.();
-    this.cancelWatch = undefined;
-    this.ctx.unregister(this);
-    if (!this.opened || !this.proxy) {
-      this.log.debug({ reason }, 'delta ADS stream ended before authentication');
-      return;
-    }
-    this.ctx.metrics.connectedProxies.dec();
-    this.log.info({ reason }, 'delta ADS stream closed');
-    const proxy = this.proxy;
-    this.callHook('onStreamClose', () => this.ctx.hooks.onStreamClose?.(proxy, this.streamId));
   }
 }
 

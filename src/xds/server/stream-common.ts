@@ -1,13 +1,18 @@
 /**
  * What the state-of-the-world stream (`ads-server.ts`) and the incremental stream
  * (`delta-stream.ts`) share: the public types of the ADS server (hooks, authentication, the
- * debug view of a stream), its metrics, and a few small helpers. Kept apart so that the two
- * stream implementations and the server import it without importing each other in a circle.
+ * debug view of a stream), its metrics, a few small helpers, and {@link StreamBase}, the stream
+ * plumbing both protocols run on. Kept apart so that the two stream implementations and the
+ * server import it without importing each other in a circle.
  */
-import type * as grpc from '@grpc/grpc-js';
+import { randomBytes } from 'node:crypto';
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { PUSH_ORDER, TypeUrl } from '../../api/type-urls.js';
+import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import type { Proxy } from '../../proxy/types.js';
+import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
+import type { ProxySnapshot } from '../cache/types.js';
 import type {
   DeltaDiscoveryRequest__Output,
   DeltaDiscoveryResponse,
@@ -190,4 +195,340 @@ export function errorMessage(err: unknown): string {
   if (err instanceof Error) return err.message;
   if (err && typeof err === 'object' && 'details' in err) return String((err as { details: unknown }).details);
   return String(err);
+}
+
+/** What the server gives each stream (SotW or delta). */
+export interface StreamContext {
+  /** Where the proxy's snapshots come from. */
+  readonly watcher: SnapshotWatcher;
+  readonly hooks: AdsHooks;
+  readonly metrics: AdsMetrics;
+  readonly logger: Logger;
+  /** Listening address the stream came in on (debug API). */
+  readonly listener: string;
+  readonly authenticate: Authenticate;
+  /** The stream is authenticated: list it in the server's streams. */
+  register(stream: ServedStream): void;
+  /** The stream ended: forget it. */
+  unregister(stream: ServedStream): void;
+}
+
+/** What every per-type state of a stream keeps, SotW or delta (and shows in the debug API). */
+export interface TypeStateBase {
+  /** Subscribed to every resource of the type (LDS/CDS only). */
+  wildcard: boolean;
+  /** Names subscribed explicitly (never `*`). */
+  names: Set<string>;
+  lastNonceSent?: string;
+  lastVersionSent?: string;
+  versionAcked?: string;
+  lastNack?: NackInfo;
+}
+
+/** What a response logs at debug level besides its type and size. */
+export interface ResponseLog {
+  readonly version: string;
+  readonly nonce: string;
+  /** How many resources it carries. */
+  readonly resources: number;
+  /** Delta only: how many names it removes. */
+  readonly removed?: number;
+}
+
+/**
+ * The plumbing of one ADS stream, whatever its protocol: requests and snapshot pushes run one
+ * job at a time, in order; the first request authenticates the proxy and opens the stream
+ * (watch, register, onStreamOpen); writes respect backpressure; close cleans up once, whatever
+ * ended the stream. The protocol (state of the world in `ads-server.ts`, incremental in
+ * `delta-stream.ts`) is in the subclass: {@link handleRequest} for each request of a known
+ * type, {@link pushSnapshot} for each new snapshot.
+ * @typeParam Req the request message, @typeParam Res the response message,
+ *   @typeParam S the per-type state.
+ */
+export abstract class StreamBase<
+  Req extends DiscoveryRequest__Output | DeltaDiscoveryRequest__Output,
+  Res,
+  S extends TypeStateBase,
+> implements ServedStream {
+  /** The authenticated proxy; `undefined` until the first request is authenticated. */
+  proxy?: Proxy;
+  /** When the stream was authenticated (until then, when it was accepted). */
+  connectedAt = new Date();
+  /** Per type requested: the subscription and what was sent, acked and nacked. */
+  protected readonly types = new Map<TypeUrl, S>();
+  /** The snapshot the stream serves; `undefined` until the proxy has one. */
+  protected snapshot?: ProxySnapshot;
+  /** Whether the stream ended (set only by {@link close}): nothing more is written. */
+  protected closed = false;
+  protected log: Logger;
+  private pendingSnapshot?: { snapshot: ProxySnapshot; receivedAt: bigint };
+  private pushQueued = false;
+  private readonly jobs: Array<() => Promise<void>> = [];
+  private running = false;
+  private started = false;
+  private opened = false;
+  private cancelWatch?: () => void;
+  /**
+   * Random per stream, so a nonce from another stream or an earlier controller process is
+   * recognised as unknown (never taken for ours); delta nonces start with `d`.
+   */
+  private readonly noncePrefix: string;
+  private nonceCounter = 0;
+  private drainWaiters: Array<() => void> = [];
+  /** `delta ` in the log messages of delta streams, nothing in SotW ones. */
+  private readonly logPrefix: string;
+
+  /** Starts serving `call`: the first request authenticates the proxy. */
+  constructor(
+    readonly streamId: number,
+    private readonly call: grpc.ServerDuplexStream<Req, Res>,
+    protected readonly ctx: StreamContext,
+    private readonly mode: StreamMode,
+  ) {
+    this.logPrefix = mode === 'delta' ? 'delta ' : '';
+    this.noncePrefix = `${mode === 'delta' ? 'd' : ''}${randomBytes(6).toString('base64url')}-`;
+    this.log = ctx.logger.child(mode === 'delta' ? { streamId, mode } : { streamId });
+    call.on('data', (req: Req) => this.onRequest(req));
+    call.on('drain', () => this.wakeDrainWaiters());
+    // The client half-closed: finish our side with OK.
+    call.on('end', () => {
+      if (!this.closed) call.end();
+      this.close('client closed the stream');
+    });
+    call.on('cancelled', () => this.close('cancelled'));
+    call.on('error', (err: unknown) => this.close(`error: ${errorMessage(err)}`));
+    call.on('close', () => this.close('closed'));
+  }
+
+  /**
+   * Answers one request of a known type (authenticated stream), in the stream's job order.
+   * @param type the request's `type_url`, one of {@link KNOWN_TYPES}.
+   */
+  protected abstract handleRequest(type: TypeUrl, req: Req): Promise<void>;
+
+  /**
+   * Sends what the new {@link snapshot} changes (the push of a new snapshot).
+   * @returns whether any response was written (only such a push is timed in the metrics).
+   */
+  protected abstract pushSnapshot(): Promise<boolean>;
+
+  /** {@inheritDoc ServedStream.info} */
+  info(): StreamInfo | undefined {
+    if (!this.proxy) return undefined;
+    const types: TypeStreamInfo[] = [];
+    for (const typeUrl of PUSH_ORDER) {
+      const st = this.types.get(typeUrl);
+      if (!st) continue;
+      types.push({
+        typeUrl,
+        type: TYPE_SHORT_NAME[typeUrl],
+        wildcard: st.wildcard,
+        resourceNames: [...st.names].sort(),
+        lastVersionSent: st.lastVersionSent,
+        lastNonceSent: st.lastNonceSent,
+        versionAcked: st.versionAcked,
+        lastNack: st.lastNack,
+      });
+    }
+    return {
+      streamId: this.streamId,
+      proxy: this.proxy,
+      connectedAt: this.connectedAt,
+      listener: this.ctx.listener,
+      mode: this.mode,
+      types,
+    };
+  }
+
+  /** {@inheritDoc ServedStream.fail} */
+  fail(code: grpc.status, details: string): void {
+    if (this.closed) return;
+    this.log.info({ code: grpc.status[code], details }, `ending ${this.logPrefix}ADS stream`);
+    // ServerDuplexStream turns an 'error' event into the call's final status.
+    this.call.emit('error', { code, details });
+    this.close(details);
+  }
+
+  /** A fresh nonce for the next response. */
+  protected nextNonce(): string {
+    return `${this.noncePrefix}${++this.nonceCounter}`;
+  }
+
+  /** Whether `nonce` is one this stream sent. */
+  protected isOwnNonce(nonce: string): boolean {
+    if (!nonce.startsWith(this.noncePrefix)) return false;
+    const n = Number(nonce.slice(this.noncePrefix.length));
+    return Number.isInteger(n) && n >= 1 && n <= this.nonceCounter;
+  }
+
+  /** Records an ACK of `type` at `version`: debug view, log, onAck hook. */
+  protected recordAck(type: TypeUrl, st: S, version: string): void {
+    st.versionAcked = version;
+    this.log.debug({ type: TYPE_SHORT_NAME[type], version }, 'ACK');
+    this.callHook('onAck', () => this.ctx.hooks.onAck?.(this.proxy!, type, version));
+  }
+
+  /** Records a NACK of the response of `type` at `version`: debug view, metric, log, onNack hook. */
+  protected recordNack(type: TypeUrl, st: S, version: string, error: { code?: number; message?: string }): void {
+    const short = TYPE_SHORT_NAME[type];
+    const detail: NackDetail = { code: error.code ?? 0, message: error.message ?? '' };
+    st.lastNack = { version, code: detail.code, message: detail.message, at: new Date() };
+    this.ctx.metrics.nacks.inc({ type: short });
+    this.log.warn({ type: short, version, error: detail.message }, 'NACK');
+    this.callHook('onNack', () => this.ctx.hooks.onNack?.(this.proxy!, type, version, detail));
+  }
+
+  /**
+   * Counts and logs a response of `type` whose resources are `bytes` long (a warning over
+   * {@link LARGE_RESPONSE_BYTES}), writes it, and respects backpressure: waits for the stream
+   * to drain before anything more is written.
+   */
+  protected async write(type: TypeUrl, response: Res, bytes: number, what: ResponseLog): Promise<void> {
+    const short = TYPE_SHORT_NAME[type];
+    this.ctx.metrics.responses.inc({ type: short });
+    this.ctx.metrics.responseBytes.inc({ type: short }, bytes);
+    if (bytes > LARGE_RESPONSE_BYTES) {
+      this.log.warn({ type: short, proxy: this.proxy?.uuid, bytes, resources: what.resources }, `large ${this.logPrefix}xDS response`);
+    }
+    this.log.debug({ type: short, ...what, bytes }, `${this.logPrefix}response sent`);
+    const flushed = this.call.write(response);
+    if (!flushed) await this.waitForDrain();
+  }
+
+  /** Logs a hook's error instead of letting it end the stream. */
+  protected callHook(name: string, fn: () => void): void {
+    try {
+      fn();
+    } catch (err) {
+      this.log.error({ err, hook: name }, 'ADS hook failed');
+    }
+  }
+
+  private onRequest(req: Req): void {
+    if (this.closed) return;
+    if (!this.started) {
+      this.started = true;
+      this.enqueue(() => this.open(req));
+    }
+    this.enqueue(() => this.request(req));
+  }
+
+  private onSnapshot(snapshot: ProxySnapshot): void {
+    if (this.closed) return;
+    // Coalesce: only the latest snapshot matters; one push job at a time per stream, so two
+    // pushes never interleave on the wire (make-before-break order holds within each push).
+    this.pendingSnapshot = { snapshot, receivedAt: process.hrtime.bigint() };
+    if (this.pushQueued) return;
+    this.pushQueued = true;
+    this.enqueue(() => this.push());
+  }
+
+  private enqueue(job: () => Promise<void>): void {
+    this.jobs.push(job);
+    if (!this.running) void this.runJobs();
+  }
+
+  private async runJobs(): Promise<void> {
+    this.running = true;
+    try {
+      while (this.jobs.length > 0 && !this.closed) {
+        const job = this.jobs.shift()!;
+        try {
+          await job();
+        } catch (err) {
+          this.log.error({ err }, `${this.logPrefix}ADS stream job failed`);
+          this.fail(grpc.status.INTERNAL, `internal error: ${errorMessage(err)}`);
+        }
+      }
+    } finally {
+      this.running = false;
+    }
+  }
+
+  /** Authenticates the proxy from the first request, starts watching its snapshot and runs onStreamOpen. */
+  private async open(first: Req): Promise<void> {
+    let proxy: Proxy;
+    try {
+      // `call` is an AdsCall with SotW requests, a DeltaAdsCall with delta ones.
+      proxy = await this.ctx.authenticate(this.call as unknown as AdsCall | DeltaAdsCall, first);
+    } catch (err) {
+      this.fail(grpc.status.UNAUTHENTICATED, `authentication failed: ${errorMessage(err)}`);
+      return;
+    }
+    if (this.closed) return;
+    this.proxy = proxy;
+    this.connectedAt = new Date();
+    this.log = this.log.child({ proxy: proxy.uuid, identity: proxy.identity });
+    // Watch before onStreamOpen, which typically sets the first snapshot: that set must not be missed.
+    this.cancelWatch = this.ctx.watcher.watch(proxy.uuid, (s) => this.onSnapshot(s));
+    this.opened = true;
+    this.ctx.register(this);
+    this.ctx.metrics.connectedProxies.inc();
+    this.log.info({ peer: this.call.getPeer() }, `${this.logPrefix}ADS stream opened`);
+    try {
+      await this.ctx.hooks.onStreamOpen?.(proxy, this.streamId, first.node);
+    } catch (err) {
+      this.log.error({ err }, 'onStreamOpen failed');
+      this.fail(grpc.status.UNAVAILABLE, `stream setup failed: ${errorMessage(err)}`);
+      return;
+    }
+    if (this.closed) return;
+    // The push job queued by a set during onStreamOpen finds the same snapshot and sends only what is still due.
+    this.snapshot = this.pendingSnapshot?.snapshot ?? this.ctx.watcher.getSnapshot(proxy.uuid);
+  }
+
+  /** The job of one request: requests before authentication, or of an unknown type, are not answered. */
+  private async request(req: Req): Promise<void> {
+    if (!this.proxy) return;
+    const typeUrl = req.type_url ?? '';
+    if (!KNOWN_TYPES.has(typeUrl)) {
+      // Unknown type URL: nothing to serve (e.g. RTDS, ECDS, or resource locators only). Ignore
+      // rather than end the stream, so a client asking for an optional type keeps its other
+      // subscriptions.
+      this.log.warn({ typeUrl }, `${this.logPrefix}request for an unknown type URL ignored`);
+      return;
+    }
+    await this.handleRequest(typeUrl as TypeUrl, req);
+  }
+
+  /** The push job of a new snapshot: sends its changes, times the push when anything went out. */
+  private async push(): Promise<void> {
+    this.pushQueued = false;
+    const pending = this.pendingSnapshot;
+    this.pendingSnapshot = undefined;
+    if (!pending || !this.proxy) return;
+    this.snapshot = pending.snapshot;
+    const sent = await this.pushSnapshot();
+    if (sent) this.ctx.metrics.pushDuration.observe(Number(process.hrtime.bigint() - pending.receivedAt) / 1e9);
+  }
+
+  private waitForDrain(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    return new Promise((resolve) => this.drainWaiters.push(resolve));
+  }
+
+  private wakeDrainWaiters(): void {
+    const waiters = this.drainWaiters;
+    this.drainWaiters = [];
+    for (const w of waiters) w();
+  }
+
+  /** Cleans up once, whatever ended the stream; calls onStreamClose if onStreamOpen was called. */
+  close(reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.jobs.length = 0;
+    this.wakeDrainWaiters();
+    this.cancelWatch?.();
+    this.cancelWatch = undefined;
+    this.ctx.unregister(this);
+    if (!this.opened || !this.proxy) {
+      this.log.debug({ reason }, `${this.logPrefix}ADS stream ended before authentication`);
+      return;
+    }
+    this.ctx.metrics.connectedProxies.dec();
+    this.log.info({ reason }, `${this.logPrefix}ADS stream closed`);
+    const proxy = this.proxy;
+    this.callHook('onStreamClose', () => this.ctx.hooks.onStreamClose?.(proxy, this.streamId));
+  }
 }
