@@ -117,7 +117,9 @@ export function planMesh(options: MeshOptions): MeshPlan {
   }
   const splits: BenchSplit[] = [];
   for (let k = 0; k < splitCount; k++) {
-    const apex = Math.floor((k * S) / splitCount);
+    // +1: with N < S the proxies run as identities ⌊j·S/N⌋, and the sources of apex a are
+    // a − 1 − m·⌊S/K⌋; the offset makes some of them connected proxies.
+    const apex = (Math.floor((k * S) / splitCount) + 1) % S;
     splits.push({ name: `split-${pad(apex)}`, apex, weights: [50, 50] });
   }
   return { options: full, namespaces, services, splits, reachOf, sourcesOf };

@@ -8,9 +8,12 @@ import { formatProblem } from './catalog/problems.js';
 import { formatViolation } from './envoy/validate/index.js';
 import { CertificateAuthority } from './certificate/authority.js';
 import { CertificateManager } from './certificate/manager.js';
+import { defaultControllerNamespace, startReplicaCoordination, type ReplicaCoordination } from './controller/kubernetes-replica.js';
 import { MeshController } from './controller/mesh-controller.js';
 import { configDump } from './debug/config-dump.js';
 import { OpsServer } from './debug/ops-server.js';
+import { KubernetesSource, loadKubeConfig } from './sources/kubernetes/kubernetes-source.js';
+import type { BackoffOptions } from './sources/kubernetes/reflector.js';
 import { ManifestsSource } from './sources/manifests/manifests-source.js';
 import { formatManifestError } from './sources/manifests/parse.js';
 import { ObjectStore } from './store/object-store.js';
@@ -19,8 +22,14 @@ import { AdsServer, authenticateFromNodeId, authenticateFromPeerCertificate } fr
 
 /** Options of {@link runController}; the CLI's `trellis controller` flags. */
 export interface ControllerOptions {
-  /** Directory of manifests to load and watch. */
-  readonly manifests: string;
+  /** Directory of manifests to load and watch (exclusive with {@link ControllerOptions.kubernetes}). */
+  readonly manifests?: string;
+  /**
+   * Watch a Kubernetes API server instead of a manifests directory: `kubeconfig` (else
+   * in-cluster credentials, else the default kubeconfig); `backoff` and `watchTimeoutSeconds`
+   * tune the reflectors (tests).
+   */
+  readonly kubernetes?: { readonly kubeconfig?: string; readonly backoff?: BackoffOptions; readonly watchTimeoutSeconds?: number };
   readonly meshName: string;
   /** Where the CA's root certificate and key persist. */
   readonly stateDir: string;
@@ -38,6 +47,16 @@ export interface ControllerOptions {
   readonly certValiditySeconds?: number;
   /** Push debounce quiet period, in ms. */
   readonly debounceQuietMs?: number;
+  /** Kubernetes mode: namespace of the CA Secret and the leader Lease (default `$POD_NAMESPACE`, else `osm-system`). */
+  readonly controllerNamespace?: string;
+  /** Kubernetes mode: name of the CA Secret (default `trellis-ca`). */
+  readonly caSecretName?: string;
+  /** Kubernetes mode: name of the leader Lease (default `trellis-controller-leader`). */
+  readonly leaseName?: string;
+  /** Kubernetes mode: this replica's Lease holder identity (default `$POD_NAME`, else hostname and pid). */
+  readonly replicaIdentity?: string;
+  /** Kubernetes mode: how long a proxy whose pod is not in the store yet is held before it is refused, in ms. */
+  readonly podIdentityGraceMs?: number;
   readonly logger?: Logger;
 }
 
@@ -47,6 +66,8 @@ export interface RunningController {
   readonly xdsPlaintextPort: number | undefined;
   readonly httpPort: number;
   readonly controller: MeshController;
+  /** Kubernetes mode: the shared CA and the leader election. */
+  readonly replica?: ReplicaCoordination;
   /** Stops every listener, watcher and timer. */
   stop(): Promise<void>;
 }
@@ -81,10 +102,39 @@ export async function runController(options: ControllerOptions): Promise<Running
   const metrics = new Registry();
   collectDefaultMetrics({ register: metrics });
 
-  const ca = await CertificateAuthority.loadOrCreate(options.stateDir);
-  const certificates = new CertificateManager({ ca, validitySeconds: options.certValiditySeconds, logger: logger.child({ component: 'certificate' }) });
+  // Kubernetes mode: every replica shares the CA root (a Secret) and issues service certificates
+  // deterministically, so a proxy gets the same configuration from any replica.
+  const replica = options.kubernetes
+    ? await startReplicaCoordination({
+        kubeConfig: loadKubeConfig(options.kubernetes.kubeconfig),
+        namespace: options.controllerNamespace ?? defaultControllerNamespace(),
+        caSecretName: options.caSecretName,
+        leaseName: options.leaseName,
+        identity: options.replicaIdentity,
+        logger: logger.child({ component: 'replica' }),
+      })
+    : undefined;
+  const ca = replica?.ca ?? (await CertificateAuthority.loadOrCreate(options.stateDir));
+  const certificates = new CertificateManager({
+    ca,
+    validitySeconds: options.certValiditySeconds,
+    logger: logger.child({ component: 'certificate' }),
+    deterministic: replica !== undefined,
+  });
   const store = new ObjectStore({ logger });
-  const source = new ManifestsSource({ dir: options.manifests, store, logger: logger.child({ component: 'manifests' }) });
+  if ((options.manifests === undefined) === (options.kubernetes === undefined)) throw new Error('give exactly one of manifests and kubernetes');
+  // The Kubernetes source syncs in the background (/readyz says when); proxies wait for it.
+  const kube = options.kubernetes
+    ? new KubernetesSource({
+        store,
+        kubeConfig: loadKubeConfig(options.kubernetes.kubeconfig),
+        meshName: options.meshName,
+        logger: logger.child({ component: 'kubernetes' }),
+        backoff: options.kubernetes.backoff,
+        watchTimeoutSeconds: options.kubernetes.watchTimeoutSeconds,
+      })
+    : undefined;
+  const source = kube ?? new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }) });
   await source.start();
 
   const cache = new SnapshotCache();
@@ -97,6 +147,8 @@ export async function runController(options: ControllerOptions): Promise<Running
     meshName: options.meshName,
     resyncIntervalMs: options.resyncIntervalMs,
     debounceQuietMs: options.debounceQuietMs,
+    verifyPodIdentity: options.kubernetes !== undefined,
+    podIdentityGraceMs: options.podIdentityGraceMs,
   });
   controller.start();
 
@@ -105,7 +157,10 @@ export async function runController(options: ControllerOptions): Promise<Running
     logger: logger.child({ component: 'ads' }),
     metrics,
     hooks: {
-      onStreamOpen: (proxy, streamId, node) => controller.onStreamOpen(proxy, streamId, node ?? null),
+      onStreamOpen: async (proxy, streamId, node) => {
+        await kube?.whenSynced();
+        return controller.onStreamOpen(proxy, streamId, node ?? null);
+      },
       onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
       onNack: (proxy, typeUrl, version, detail) =>
         logger.warn({ proxy: proxy.uuid, identity: proxy.identity, type: TYPE_SHORT_NAME[typeUrl], version, error: detail.message }, 'NACK'),
@@ -137,8 +192,9 @@ export async function runController(options: ControllerOptions): Promise<Running
           violations: f.violations.map(formatViolation),
         })),
         problems: controller.policyProblems().map((p) => ({ ...p, text: formatProblem(p) })),
-        manifestErrors: source.errors().map((e) => ({ ...e, text: formatManifestError(e) })),
-        manifestWarnings: source.warnings().map((e) => ({ ...e, text: formatManifestError(e) })),
+        manifestErrors: source instanceof ManifestsSource ? source.errors().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
+        manifestWarnings: source instanceof ManifestsSource ? source.warnings().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
+        ...(kube ? { kubernetes: kube.status() } : {}),
       }),
     },
     logger.child({ component: 'ops' }),
@@ -149,6 +205,7 @@ export async function runController(options: ControllerOptions): Promise<Running
     await ops.stop();
     await source.stop();
     certificates.stop();
+    await replica?.stop();
   };
   const listen = async <T>(flag: string, address: string, start: () => Promise<T>): Promise<T> => {
     try {
@@ -184,7 +241,7 @@ export async function runController(options: ControllerOptions): Promise<Running
 
   const httpPort = await listen('--http-address', options.httpAddress, () => ops.start(options.httpAddress));
   logger.info(
-    { manifests: path.resolve(options.manifests), xdsPort, xdsPlaintextPort, httpPort, mesh: options.meshName, services: controller.snapshot.services.length },
+    { ...(options.manifests !== undefined ? { manifests: path.resolve(options.manifests) } : { kubernetes: true }), xdsPort, xdsPlaintextPort, httpPort, mesh: options.meshName, services: controller.snapshot.services.length },
     'controller started',
   );
 
@@ -193,6 +250,7 @@ export async function runController(options: ControllerOptions): Promise<Running
     xdsPlaintextPort,
     httpPort,
     controller,
+    replica,
     stop,
   };
 }

@@ -1,8 +1,9 @@
 import 'reflect-metadata';
-import { createPrivateKey, createPublicKey, randomBytes, webcrypto } from 'node:crypto';
+import { createHash, createPrivateKey, createPublicKey, randomBytes, webcrypto } from 'node:crypto';
 import { chmod, link, mkdir, readFile, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as x509 from '@peculiar/x509';
+import { deriveP256PrivateKey, deterministicSigningCrypto, jwkScalar } from './deterministic.js';
 
 x509.cryptoProvider.set(webcrypto as unknown as Crypto);
 
@@ -92,6 +93,7 @@ export class CertificateAuthority {
     private readonly rootKey: CryptoKey,
     private readonly rootPem: string,
     clock: Clock,
+    private readonly rootKeyPem: string,
   ) {
     this.clock = clock;
   }
@@ -126,6 +128,35 @@ export class CertificateAuthority {
   }
 
   private static async create(stateDir: string, clock: Clock): Promise<CertificateAuthority> {
+    const { cert, keys, certPem, keyPem } = await CertificateAuthority.generateRoot(clock);
+    await mkdir(stateDir, { recursive: true, mode: 0o700 });
+    // Key first: a crash between the two writes leaves only the key, which loadOrCreate reports.
+    await writeFileAtomic(path.join(stateDir, CA_KEY_FILE), keyPem, 0o600);
+    await writeFileAtomic(path.join(stateDir, CA_CERT_FILE), certPem, 0o644);
+    return new CertificateAuthority(cert, keys.privateKey, certPem, clock, keyPem);
+  }
+
+  /**
+   * Creates a new root in memory (CN {@link ROOT_COMMON_NAME}, valid {@link ROOT_VALIDITY_SECONDS} s),
+   * persisted nowhere: the caller stores {@link exportPem} where it wants (e.g. a Kubernetes Secret).
+   */
+  static async generate(options: CertificateAuthorityOptions = {}): Promise<CertificateAuthority> {
+    const clock = options.clock ?? systemClock;
+    const { cert, keys, certPem, keyPem } = await CertificateAuthority.generateRoot(clock);
+    return new CertificateAuthority(cert, keys.privateKey, certPem, clock, keyPem);
+  }
+
+  /**
+   * Builds the CA from a root certificate and its private key, both PEM (as {@link exportPem}
+   * gives them), with the checks of {@link loadOrCreate}.
+   * @param source names where the PEMs come from, in error messages (e.g. `secret osm-system/trellis-ca`).
+   * @throws Error naming `source` when the certificate or key is invalid, mismatched or expired.
+   */
+  static async fromPem(certPem: string, keyPem: string, source: string, options: CertificateAuthorityOptions = {}): Promise<CertificateAuthority> {
+    return CertificateAuthority.load(`${source} ${CA_CERT_FILE}`, certPem, `${source} ${CA_KEY_FILE}`, keyPem, options.clock ?? systemClock);
+  }
+
+  private static async generateRoot(clock: Clock): Promise<{ cert: x509.X509Certificate; keys: CryptoKeyPair; certPem: string; keyPem: string }> {
     const keys = (await webcrypto.subtle.generateKey(EC_KEY_ALGORITHM, true, ['sign', 'verify'])) as CryptoKeyPair;
     const now = clock.now();
     const cert = await x509.X509CertificateGenerator.createSelfSigned({
@@ -144,12 +175,7 @@ export class CertificateAuthority {
     const certPem = cert.toString('pem') + '\n';
     const pkcs8 = await webcrypto.subtle.exportKey('pkcs8', keys.privateKey);
     const keyPem = x509.PemConverter.encode(pkcs8, 'PRIVATE KEY') + '\n';
-
-    await mkdir(stateDir, { recursive: true, mode: 0o700 });
-    // Key first: a crash between the two writes leaves only the key, which loadOrCreate reports.
-    await writeFileAtomic(path.join(stateDir, CA_KEY_FILE), keyPem, 0o600);
-    await writeFileAtomic(path.join(stateDir, CA_CERT_FILE), certPem, 0o644);
-    return new CertificateAuthority(cert, keys.privateKey, certPem, clock);
+    return { cert, keys, certPem, keyPem };
   }
 
   private static async load(
@@ -189,7 +215,8 @@ export class CertificateAuthority {
     }
     const key = await webcrypto.subtle.importKey('pkcs8', pkcs8, EC_KEY_ALGORITHM, false, ['sign']);
     const rootPem = cert.toString('pem') + '\n';
-    return new CertificateAuthority(cert, key, rootPem, clock);
+    const rootKeyPem = x509.PemConverter.encode(new Uint8Array(pkcs8), 'PRIVATE KEY') + '\n';
+    return new CertificateAuthority(cert, key, rootPem, clock, rootKeyPem);
   }
 
   /** The root certificate, PEM: the trust anchor of the mesh (Envoy `trusted_ca`, gRPC root certs). */
@@ -200,6 +227,11 @@ export class CertificateAuthority {
   /** The root certificate, parsed. */
   get certificate(): x509.X509Certificate {
     return this.rootCert;
+  }
+
+  /** The root certificate and its private key (PKCS#8), PEM: what {@link fromPem} takes back. */
+  exportPem(): { certPem: string; keyPem: string } {
+    return { certPem: this.rootPem, keyPem: this.rootKeyPem };
   }
 
   /**
@@ -217,9 +249,38 @@ export class CertificateAuthority {
       throw new Error(`issue: validitySeconds must be a positive integer, got ${request.validitySeconds}`);
     }
     const now = this.clock.now();
-    const notBefore = new Date(now - NOT_BEFORE_BACKDATE_MS);
-    const notAfter = new Date(Math.min(now + request.validitySeconds * 1000, this.rootCert.notAfter.getTime()));
     const keys = (await webcrypto.subtle.generateKey(EC_KEY_ALGORITHM, true, ['sign', 'verify'])) as CryptoKeyPair;
+    return this.build(request, keys, randomSerialNumber(), now, webcrypto);
+  }
+
+  /**
+   * Issues a certificate like {@link issue}, but as a pure function of the root, `request` and
+   * `issuedAt`: the key is derived from the root key and the request, the serial number from the
+   * request, validity runs from `issuedAt` − {@link NOT_BEFORE_BACKDATE_MS}, and the signature
+   * uses RFC 6979 nonces (see `deterministic.ts`). Controller replicas that share the root issue
+   * byte-identical certificates for the same identity and window, so proxies get the same SDS
+   * resources (and versions) from any replica.
+   * @param issuedAt start of validity (before backdating), ms since the epoch; callers quantise it.
+   * @throws Error as {@link issue}.
+   */
+  async issueDeterministic(request: IssueRequest, issuedAt: number): Promise<IssuedCertificate> {
+    if (!request.commonName) throw new Error('issue: commonName is empty');
+    if (!Number.isInteger(request.validitySeconds) || request.validitySeconds <= 0) {
+      throw new Error(`issue: validitySeconds must be a positive integer, got ${request.validitySeconds}`);
+    }
+    const label = JSON.stringify([request.commonName, request.dnsNames ?? [], request.ipAddresses ?? [], request.uris ?? [], request.validitySeconds, request.usage, issuedAt]);
+    const caScalar = jwkScalar(createPrivateKey({ key: this.rootKeyPem, format: 'pem' }).export({ format: 'jwk' }));
+    const jwk = deriveP256PrivateKey(caScalar, label);
+    const privateKey = await webcrypto.subtle.importKey('jwk', jwk, EC_KEY_ALGORITHM, true, ['sign']);
+    const publicKey = await webcrypto.subtle.importKey('jwk', { kty: jwk.kty, crv: jwk.crv, x: jwk.x, y: jwk.y, ext: true }, EC_KEY_ALGORITHM, true, ['verify']);
+    const serial = createHash('sha256').update(`trellis serial\0${label}`).digest().subarray(0, 16);
+    serial[0] = (serial[0] & 0x7f) | 0x01;
+    return this.build(request, { privateKey, publicKey }, serial.toString('hex'), issuedAt, deterministicSigningCrypto(caScalar));
+  }
+
+  private async build(request: IssueRequest, keys: CryptoKeyPair, serialNumber: string, issuedAt: number, crypto: webcrypto.Crypto): Promise<IssuedCertificate> {
+    const notBefore = new Date(issuedAt - NOT_BEFORE_BACKDATE_MS);
+    const notAfter = new Date(Math.min(issuedAt + request.validitySeconds * 1000, this.rootCert.notAfter.getTime()));
 
     const sans: x509.JsonGeneralName[] = [
       ...(request.dnsNames ?? []).map((value): x509.JsonGeneralName => ({ type: 'dns', value })),
@@ -242,7 +303,7 @@ export class CertificateAuthority {
     if (sans.length > 0) extensions.push(new x509.SubjectAlternativeNameExtension(sans, false));
 
     const cert = await x509.X509CertificateGenerator.create({
-      serialNumber: randomSerialNumber(),
+      serialNumber,
       subject: [{ CN: [request.commonName] }],
       issuer: this.rootCert.subjectName,
       notBefore,
@@ -251,7 +312,7 @@ export class CertificateAuthority {
       signingKey: this.rootKey,
       signingAlgorithm: SIGNING_ALGORITHM,
       extensions,
-    });
+    }, crypto as Crypto);
     const pkcs8 = await webcrypto.subtle.exportKey('pkcs8', keys.privateKey);
     return {
       certPem: cert.toString('pem') + '\n',

@@ -51,6 +51,25 @@ export interface CertificateManagerOptions {
   timers?: Timers;
   /** Where rotations and failures are logged; nothing is logged without one. */
   logger?: Logger;
+  /**
+   * Issue service certificates deterministically (see {@link deterministicWindowStart} and
+   * `CertificateAuthority.issueDeterministic`): replicas sharing the CA serve identical SDS
+   * resources. Default false (random keys and serials).
+   */
+  deterministic?: boolean;
+}
+
+/**
+ * Start of the issuance window containing `now`, in ms since the epoch, for deterministic service
+ * certificates of `validitySeconds`: windows are `V − ⌊V/3⌋` long (V in ms) and aligned on the
+ * epoch, so a certificate issued for a window (valid from its start for V) is due for renewal
+ * ({@link renewalTime}: a third of its lifetime left) exactly when the next window starts, and every
+ * replica, whenever it asks within a window, issues the same certificate.
+ */
+export function deterministicWindowStart(now: number, validitySeconds: number): number {
+  const lifetime = validitySeconds * 1000;
+  const window = lifetime - Math.floor(lifetime / 3);
+  return Math.floor(now / window) * window;
 }
 
 /** Listener of {@link CertificateManager.onRotated}: the identity whose service certificate changed. */
@@ -94,6 +113,7 @@ export class CertificateManager {
   readonly #ca: CertificateAuthority;
   readonly #timers: Timers;
   readonly #logger: Logger | undefined;
+  readonly #deterministic: boolean;
   #validitySeconds: number;
   readonly #cache = new Map<ServiceIdentity, CacheEntry>();
   readonly #inflight = new Map<ServiceIdentity, Promise<IssuedCertificate>>();
@@ -107,6 +127,7 @@ export class CertificateManager {
     this.#ca = options.ca;
     this.#timers = options.timers ?? systemTimers;
     this.#logger = options.logger;
+    this.#deterministic = options.deterministic ?? false;
     this.#validitySeconds = checkValidity(options.validitySeconds ?? DEFAULT_SERVICE_CERT_VALIDITY_SECONDS);
   }
 
@@ -236,15 +257,15 @@ export class CertificateManager {
   #rotate(identity: ServiceIdentity): Promise<IssuedCertificate> {
     const pending = this.#inflight.get(identity);
     if (pending) return pending;
-    const issuedAt = this.#timers.now();
-    const promise = this.#ca
-      .issue({
-        commonName: serviceCertificateCommonName(identity),
-        dnsNames: [serviceCertificateCommonName(identity)],
-        uris: [spiffeId(identity)],
-        validitySeconds: this.#validitySeconds,
-        usage: 'both',
-      })
+    const request = {
+      commonName: serviceCertificateCommonName(identity),
+      dnsNames: [serviceCertificateCommonName(identity)],
+      uris: [spiffeId(identity)],
+      validitySeconds: this.#validitySeconds,
+      usage: 'both' as const,
+    };
+    const issuedAt = this.#deterministic ? deterministicWindowStart(this.#timers.now(), this.#validitySeconds) : this.#timers.now();
+    const promise = (this.#deterministic ? this.#ca.issueDeterministic(request, issuedAt) : this.#ca.issue(request))
       .then(
         (cert) => {
           this.#inflight.delete(identity);

@@ -3,6 +3,7 @@ import pino from 'pino';
 import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { runController } from '../main.js';
 import { writeProxyBootstrap } from './bootstrap-command.js';
+import { registerKubeCommands } from './kube-commands.js';
 
 function duration(value: string): number {
   const seconds = /^\d+$/.test(value) ? Number(value) : parseGoDuration(value);
@@ -28,7 +29,9 @@ export async function main(argv: readonly string[]): Promise<void> {
   program
     .command('controller')
     .description('run the controller: watch the manifests, serve ADS over mTLS, push configuration to every proxy')
-    .option('--manifests <dir>', 'directory of Kubernetes/SMI manifests to load and watch', 'examples/bookstore')
+    .addOption(new Option('--manifests <dir>', 'directory of Kubernetes/SMI manifests to load and watch').default('examples/bookstore').conflicts('kubernetes'))
+    .addOption(new Option('--kubernetes', 'watch the Kubernetes API server (in-cluster credentials in a pod, else --kubeconfig or the default kubeconfig) instead of --manifests').default(false))
+    .addOption(new Option('--kubeconfig <file>', 'kubeconfig for --kubernetes').implies({ kubernetes: true }))
     .option('--mesh-name <name>', 'mesh name: namespaces labelled openservicemesh.io/monitored-by=<name> are in the mesh', 'osm')
     .option('--state-dir <dir>', 'where the CA root certificate and key persist', '.trellis')
     .option('--xds-address <host:port>', 'mTLS ADS listener', address, '0.0.0.0:15128')
@@ -43,6 +46,8 @@ export async function main(argv: readonly string[]): Promise<void> {
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']).default('info'))
     .action(async (opts: {
       manifests: string;
+      kubernetes: boolean;
+      kubeconfig?: string;
       meshName: string;
       stateDir: string;
       xdsAddress: string;
@@ -56,7 +61,7 @@ export async function main(argv: readonly string[]): Promise<void> {
       let running: Awaited<ReturnType<typeof runController>>;
       try {
         running = await runController({
-          manifests: opts.manifests,
+          ...(opts.kubernetes ? { kubernetes: { kubeconfig: opts.kubeconfig } } : { manifests: opts.manifests }),
           meshName: opts.meshName,
           stateDir: opts.stateDir,
           xdsAddress: opts.xdsAddress,
@@ -99,6 +104,8 @@ export async function main(argv: readonly string[]): Promise<void> {
         process.exitCode = 1;
       }
     });
+
+  registerKubeCommands(program);
 
   await program.parseAsync([...argv]);
 }

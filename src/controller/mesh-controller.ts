@@ -11,6 +11,7 @@ import { formatViolation, validateProxyResources, type Violation } from '../envo
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import { withClientType, type NodeSoftware } from '../proxy/client-type.js';
 import { ProxyRegistry } from '../proxy/registry.js';
+import { awaitProxyPod, DEFAULT_POD_IDENTITY_GRACE_MS } from './pod-identity.js';
 import type { Proxy, ServiceIdentity } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
 import { buildProxySnapshot, type NamedResource as EncodedNamedResource, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
@@ -66,6 +67,14 @@ export interface MeshControllerOptions {
   /** Interval of the periodic resync, in ms (default 60 000); 0 turns it off. MeshConfig `sidecar.configResyncInterval` overrides it. */
   readonly resyncIntervalMs?: number;
   readonly timers?: Timers;
+  /**
+   * Kubernetes mode: refuse a proxy unless a Running pod in its certificate's namespace has the label
+   * `osm-proxy-uuid=<uuid>` and runs as the certificate's service account (see `checkProxyPod`).
+   * Off in manifests mode, where there are no live pods.
+   */
+  readonly verifyPodIdentity?: boolean;
+  /** How long a proxy whose pod is not in the store yet is held before it is refused, in ms (default {@link DEFAULT_POD_IDENTITY_GRACE_MS}). */
+  readonly podIdentityGraceMs?: number;
 }
 
 /**
@@ -96,6 +105,7 @@ export class MeshController {
     buildSeconds: Histogram;
     proxiesUpdated: Counter;
     validationFailures: Counter<'type'>;
+    refusals: Counter<'reason'>;
   };
 
   constructor(private readonly options: MeshControllerOptions) {
@@ -127,6 +137,12 @@ export class MeshController {
         name: 'trellis_config_validation_failures_total',
         help: 'Violations of Envoy validate.rules and cross-resource rules found in generated proxy configuration, by xDS type',
         labelNames: ['type'],
+        registers,
+      }),
+      refusals: new Counter({
+        name: 'trellis_proxy_refusals_total',
+        help: 'Proxy streams refused, by reason (pod identity checks, UUID conflicts)',
+        labelNames: ['reason'],
         registers,
       }),
     };
@@ -211,11 +227,23 @@ export class MeshController {
    */
   async onStreamOpen(connected: Proxy, streamId: number, node?: NodeSoftware | null): Promise<void> {
     const proxy = node === undefined ? connected : withClientType(connected, node);
+    if (this.options.verifyPodIdentity) {
+      const check = await awaitProxyPod(this.options.store, proxy, {
+        graceMs: this.options.podIdentityGraceMs ?? DEFAULT_POD_IDENTITY_GRACE_MS,
+        timers: this.timers,
+      });
+      if (!check.ok) {
+        this.metrics.refusals.inc({ reason: check.reason });
+        this.options.logger.warn({ proxy: proxy.uuid, identity: proxy.identity, reason: check.reason }, `proxy refused: ${check.message}`);
+        throw new Error(`proxy ${proxy.uuid} refused: ${check.message}`);
+      }
+    }
     const existing = this.registry.get(proxy.uuid);
     if (existing && existing.proxy.identity !== proxy.identity) {
       // Proxies are keyed by UUID: a second identity under the same UUID would be served the
       // first one's configuration (and service certificate). Refuse it.
       this.options.logger.warn({ proxy: proxy.uuid, identity: proxy.identity, connectedAs: existing.proxy.identity }, 'proxy refused: UUID in use by another identity');
+      this.metrics.refusals.inc({ reason: 'uuid_conflict' });
       throw new Error(`proxy UUID ${proxy.uuid} is already connected as ${existing.proxy.identity}; refusing ${proxy.identity}`);
     }
     this.registry.register(proxy, streamId, new Date(this.timers.now()));

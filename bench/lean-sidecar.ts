@@ -1,0 +1,350 @@
+/**
+ * A lean simulated Envoy sidecar for the load generator: one state-of-the-world ADS stream
+ * over real gRPC; wildcard CDS and LDS, EDS for every EDS cluster, RDS for every route
+ * configuration the listeners' HTTP connection managers name, SDS for every secret the TLS
+ * contexts name; ACKs every response. It decodes only what it needs to find those names
+ * (protobufjs `decode` of Cluster/Listener and of the TLS/HCM `Any`s; the `name` field of
+ * EDS/RDS/SDS resources read straight off the wire) and records times, not configuration.
+ */
+import * as grpc from '@grpc/grpc-js';
+import type protobuf from 'protobufjs';
+import { decodeAny, messageType } from '../src/api/codec.js';
+import { TypeUrl } from '../src/api/type-urls.js';
+
+/** The SotW ADS method path. */
+export const ADS_METHOD = '/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources';
+
+const EDS_DISCOVERY_TYPE = 3; // envoy.config.cluster.v3.Cluster.DiscoveryType.EDS
+const HCM_TYPE_URL = 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
+const UPSTREAM_TLS_TYPE_URL = 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext';
+const DOWNSTREAM_TLS_TYPE_URL = 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext';
+
+interface Codecs {
+  request: protobuf.Type;
+  response: protobuf.Type;
+  cluster: protobuf.Type;
+  listener: protobuf.Type;
+  hcm: protobuf.Type;
+  upstreamTls: protobuf.Type;
+  downstreamTls: protobuf.Type;
+}
+
+let codecs: Codecs | undefined;
+
+/** The protobufjs types the sidecar uses (loaded once). */
+function types(): Codecs {
+  codecs ??= {
+    request: messageType('envoy.service.discovery.v3.DiscoveryRequest'),
+    response: messageType('envoy.service.discovery.v3.DiscoveryResponse'),
+    cluster: messageType(TypeUrl.Cluster),
+    listener: messageType(TypeUrl.Listener),
+    hcm: messageType(HCM_TYPE_URL),
+    upstreamTls: messageType(UPSTREAM_TLS_TYPE_URL),
+    downstreamTls: messageType(DOWNSTREAM_TLS_TYPE_URL),
+  };
+  return codecs;
+}
+
+/** Loads the protos now, so the first stream does not pay for it. */
+export function warmUpCodecs(): void {
+  types();
+}
+
+interface AnyMessage {
+  type_url?: string;
+  value?: Uint8Array;
+}
+interface DecodedResponse {
+  version_info?: string;
+  resources?: AnyMessage[];
+  type_url?: string;
+  nonce?: string;
+}
+type Loose = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+/** Reads a varint at `pos`; returns [value, next position]. Values above 2^53 lose precision (only lengths and tags are read). */
+function varint(buf: Uint8Array, pos: number): [number, number] {
+  let result = 0;
+  let shift = 1;
+  for (;;) {
+    const b = buf[pos++];
+    result += (b & 0x7f) * shift;
+    if (b < 0x80) return [result, pos];
+    shift *= 128;
+  }
+}
+
+/**
+ * The string of field 1 of an encoded message (the `name` of a Secret and a
+ * RouteConfiguration, the `cluster_name` of a ClusterLoadAssignment), read off the wire.
+ */
+export function nameField(buf: Uint8Array): string {
+  let pos = 0;
+  while (pos < buf.length) {
+    const [tag, p] = varint(buf, pos);
+    pos = p;
+    const field = Math.floor(tag / 8);
+    const wire = tag & 7;
+    if (wire === 2) {
+      const [len, q] = varint(buf, pos);
+      if (field === 1) return Buffer.from(buf.buffer, buf.byteOffset + q, len).toString('utf8');
+      pos = q + len;
+    } else if (wire === 0) pos = varint(buf, pos)[1];
+    else if (wire === 1) pos += 8;
+    else if (wire === 5) pos += 4;
+    else throw new Error(`unsupported wire type ${wire}`);
+  }
+  return '';
+}
+
+function tlsSecretNames(any: AnyMessage | undefined, out: Set<string>): void {
+  if (!any?.value || !any.type_url) return;
+  let ctx: Loose;
+  if (any.type_url === UPSTREAM_TLS_TYPE_URL) ctx = types().upstreamTls.decode(any.value) as Loose;
+  else if (any.type_url === DOWNSTREAM_TLS_TYPE_URL) ctx = types().downstreamTls.decode(any.value) as Loose;
+  else return;
+  const common = ctx.common_tls_context as Loose | undefined;
+  for (const c of (common?.tls_certificate_sds_secret_configs ?? []) as Loose[]) if (c.name) out.add(c.name as string);
+  const validation = common?.validation_context_sds_secret_config as Loose | undefined;
+  if (validation?.name) out.add(validation.name as string);
+  const combined = common?.combined_validation_context as Loose | undefined;
+  if (combined?.validation_context_sds_secret_config?.name) out.add(combined.validation_context_sds_secret_config.name as string);
+}
+
+/** EDS names and secret names referenced by encoded Clusters. */
+export function clusterReferences(resources: readonly AnyMessage[]): { eds: Set<string>; secrets: Set<string> } {
+  const eds = new Set<string>();
+  const secrets = new Set<string>();
+  for (const r of resources) {
+    if (!r.value) continue;
+    const c = types().cluster.decode(r.value) as Loose;
+    if (c.type === EDS_DISCOVERY_TYPE) eds.add((c.eds_cluster_config?.service_name as string) || (c.name as string));
+    tlsSecretNames(c.transport_socket?.typed_config as AnyMessage | undefined, secrets);
+  }
+  return { eds, secrets };
+}
+
+/** Route configuration names and secret names referenced by encoded Listeners. */
+export function listenerReferences(resources: readonly AnyMessage[]): { rds: Set<string>; secrets: Set<string> } {
+  const rds = new Set<string>();
+  const secrets = new Set<string>();
+  for (const r of resources) {
+    if (!r.value) continue;
+    const l = types().listener.decode(r.value) as Loose;
+    const chains = [...((l.filter_chains ?? []) as Loose[]), ...(l.default_filter_chain ? [l.default_filter_chain as Loose] : [])];
+    for (const chain of chains) {
+      tlsSecretNames(chain.transport_socket?.typed_config as AnyMessage | undefined, secrets);
+      for (const f of (chain.filters ?? []) as Loose[]) {
+        const tc = f.typed_config as AnyMessage | undefined;
+        if (tc?.type_url !== HCM_TYPE_URL || !tc.value) continue;
+        const hcm = types().hcm.decode(tc.value) as Loose;
+        if (hcm.rds?.route_config_name) rds.add(hcm.rds.route_config_name as string);
+      }
+    }
+  }
+  return { rds, secrets };
+}
+
+function walk(value: unknown, visit: (o: Loose) => void): void {
+  if (Array.isArray(value)) for (const v of value) walk(v, visit);
+  else if (value && typeof value === 'object') {
+    visit(value as Loose);
+    for (const v of Object.values(value)) walk(v, visit);
+  }
+}
+
+/**
+ * The same references found by fully decoding every resource with the codec (`decodeAny`), to
+ * check the lean extraction against. Slow: used on one proxy per run.
+ */
+export function fullReferences(type: string, resources: readonly AnyMessage[]): { names: Set<string>; secrets: Set<string> } {
+  const decoded = resources.map((r) => decodeAny({ type_url: r.type_url ?? '', value: r.value ?? new Uint8Array() }));
+  const names = new Set<string>();
+  const secrets = new Set<string>();
+  if (type === TypeUrl.Cluster) {
+    for (const c of decoded as Loose[]) if (c.type === 'EDS') names.add((c.eds_cluster_config?.service_name as string) || (c.name as string));
+  }
+  walk(decoded, (o) => {
+    if (type === TypeUrl.Listener && o.rds?.route_config_name) names.add(o.rds.route_config_name as string);
+    for (const c of (o.tls_certificate_sds_secret_configs ?? []) as Loose[]) secrets.add(c.name as string);
+    if (o.validation_context_sds_secret_config?.name) secrets.add(o.validation_context_sds_secret_config.name as string);
+  });
+  return { names, secrets };
+}
+
+/** Current time on the monotonic clock shared by every process of the machine, in ms. */
+export function nowMs(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
+}
+
+/** Where a sidecar reports (the load generator's bookkeeping). */
+export interface SidecarObserver {
+  /** A response was received and ACKed (`ackAt`: after the ACK was written). */
+  onResponse(sidecar: LeanSidecar, type: string, bytes: number, ackAt: number): void;
+  /** The sidecar holds its first full configuration. */
+  onSynced(sidecar: LeanSidecar): void;
+  /** The stream ended. */
+  onEnded(sidecar: LeanSidecar, status: { code: number; details: string }): void;
+  /** The lean extraction disagreed with the full decode (only when `verify`). */
+  onVerifyMismatch(sidecar: LeanSidecar, message: string): void;
+}
+
+const PER_NAME_TYPES = [TypeUrl.ClusterLoadAssignment, TypeUrl.RouteConfiguration, TypeUrl.Secret] as const;
+
+/** One simulated sidecar on its own channel (its own TCP connection). */
+export class LeanSidecar {
+  /** When the first full configuration was ACKed (monotonic ms), once it was. */
+  syncedAt: number | undefined;
+  /** Responses, bytes and last ACK time since the last {@link mark}. */
+  markResponses = 0;
+  markBytes = 0;
+  markLastAck = 0;
+  ended: { code: number; details: string } | undefined;
+  private client: grpc.Client | undefined;
+  private call: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
+  private first = true;
+  private cdsAcked = false;
+  private ldsAcked = false;
+  private readonly wanted = new Map<string, Set<string>>();
+  private readonly have = new Map<string, Set<string>>();
+  private readonly lastNonce = new Map<string, string>();
+  private readonly lastVersion = new Map<string, string>();
+  private clusterSecrets = new Set<string>();
+  private listenerSecrets = new Set<string>();
+
+  /**
+   * @param nodeId the proxy's CommonName (node.id; on mTLS the certificate says the same).
+   * @param verify cross-check the first CDS and LDS responses against a full decode.
+   */
+  constructor(
+    readonly nodeId: string,
+    private readonly observer: SidecarObserver,
+    private readonly verify = false,
+  ) {}
+
+  /** Opens the channel and the stream and sends the wildcard CDS and LDS requests. */
+  connect(address: string, credentials: grpc.ChannelCredentials, maxReceiveBytes: number): void {
+    this.client = new grpc.Client(address, credentials, {
+      'grpc.use_local_subchannel_pool': 1,
+      'grpc.max_receive_message_length': maxReceiveBytes,
+      'grpc.max_send_message_length': 64 * 1024 * 1024,
+    });
+    const call = this.client.makeBidiStreamRequest(ADS_METHOD, (b: Buffer) => b, (b: Buffer) => b);
+    this.call = call;
+    call.on('data', (buf: Buffer) => this.onData(buf));
+    call.on('error', (err: grpc.ServiceError) => this.end({ code: err.code ?? grpc.status.UNKNOWN, details: err.details ?? err.message }));
+    call.on('status', (s: grpc.StatusObject) => this.end({ code: s.code, details: s.details }));
+    this.send(TypeUrl.Cluster, []);
+    this.send(TypeUrl.Listener, []);
+  }
+
+  /** Starts a new measurement window. */
+  mark(): void {
+    this.markResponses = 0;
+    this.markBytes = 0;
+    this.markLastAck = 0;
+  }
+
+  /** Cancels the stream and closes the channel. */
+  close(): void {
+    this.call?.cancel();
+    this.client?.close();
+  }
+
+  private end(status: { code: number; details: string }): void {
+    if (this.ended) return;
+    this.ended = status;
+    this.observer.onEnded(this, status);
+  }
+
+  private send(type: string, names: readonly string[]): void {
+    if (!this.call || this.ended) return;
+    const req: Record<string, unknown> = {
+      type_url: type,
+      resource_names: [...names],
+      version_info: this.lastVersion.get(type) ?? '',
+      response_nonce: this.lastNonce.get(type) ?? '',
+    };
+    if (this.first) {
+      req.node = { id: this.nodeId, cluster: this.nodeId.split('.')[2] ?? '' };
+      this.first = false;
+    }
+    const t = types().request;
+    this.call.write(Buffer.from(t.encode(t.fromObject(req)).finish()));
+  }
+
+  private onData(buf: Buffer): void {
+    const res = types().response.decode(buf) as DecodedResponse;
+    const type = res.type_url ?? '';
+    const resources = res.resources ?? [];
+    this.lastNonce.set(type, res.nonce ?? '');
+    this.lastVersion.set(type, res.version_info ?? '');
+
+    let edsNames: Set<string> | undefined;
+    let rdsNames: Set<string> | undefined;
+    if (type === TypeUrl.Cluster) {
+      const refs = clusterReferences(resources);
+      edsNames = refs.eds;
+      this.clusterSecrets = refs.secrets;
+      this.cdsAcked = true;
+      if (this.verify) this.check(type, resources, refs.eds, refs.secrets);
+    } else if (type === TypeUrl.Listener) {
+      const refs = listenerReferences(resources);
+      rdsNames = refs.rds;
+      this.listenerSecrets = refs.secrets;
+      this.ldsAcked = true;
+      if (this.verify) this.check(type, resources, refs.rds, refs.secrets);
+    } else {
+      let have = this.have.get(type);
+      if (!have) this.have.set(type, (have = new Set()));
+      for (const r of resources) if (r.value) have.add(nameField(r.value));
+    }
+    // ACK with the type's current subscription (wildcard for CDS/LDS).
+    const isWildcard = type === TypeUrl.Cluster || type === TypeUrl.Listener;
+    this.send(type, isWildcard ? [] : [...(this.wanted.get(type) ?? [])]);
+    if (edsNames) this.subscribe(TypeUrl.ClusterLoadAssignment, edsNames);
+    if (rdsNames) this.subscribe(TypeUrl.RouteConfiguration, rdsNames);
+    if (type === TypeUrl.Cluster || type === TypeUrl.Listener) this.subscribe(TypeUrl.Secret, new Set([...this.clusterSecrets, ...this.listenerSecrets]));
+    const ackAt = nowMs();
+    this.markResponses++;
+    this.markBytes += buf.length;
+    this.markLastAck = ackAt;
+    this.observer.onResponse(this, type, buf.length, ackAt);
+    if (this.syncedAt === undefined && this.isSynced()) {
+      this.syncedAt = ackAt;
+      this.observer.onSynced(this);
+    }
+  }
+
+  private subscribe(type: string, names: Set<string>): void {
+    const current = this.wanted.get(type);
+    if (current && current.size === names.size && [...names].every((n) => current.has(n))) return;
+    this.wanted.set(type, names);
+    const have = this.have.get(type);
+    if (have) for (const n of [...have]) if (!names.has(n)) have.delete(n);
+    if (names.size === 0 && !current) return; // nothing to ask for yet
+    this.send(type, [...names].sort());
+  }
+
+  private isSynced(): boolean {
+    if (!this.cdsAcked || !this.ldsAcked) return false;
+    for (const type of PER_NAME_TYPES) {
+      const wanted = this.wanted.get(type);
+      if (!wanted) continue;
+      const have = this.have.get(type);
+      for (const n of wanted) if (!have?.has(n)) return false;
+    }
+    return true;
+  }
+
+  private check(type: string, resources: readonly AnyMessage[], names: Set<string>, secrets: Set<string>): void {
+    const full = fullReferences(type, resources);
+    const same = (a: Set<string>, b: Set<string>): boolean => a.size === b.size && [...a].every((x) => b.has(x));
+    if (!same(full.names, names) || !same(full.secrets, secrets)) {
+      this.observer.onVerifyMismatch(
+        this,
+        `${type}: lean [${[...names].sort().join(',')}] secrets [${[...secrets].sort().join(',')}] vs full [${[...full.names].sort().join(',')}] secrets [${[...full.secrets].sort().join(',')}]`,
+      );
+    }
+  }
+}

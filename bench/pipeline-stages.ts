@@ -1,0 +1,99 @@
+/**
+ * In-process cost of each stage of the controller's push pipeline for one synthetic mesh, to
+ * locate what a push spends its time on (no gRPC, no second process):
+ * manifests load, `buildMeshSnapshot`, and per proxy `getServiceCertificate` (first issue),
+ * `generateProxyResources`, `validateProxyResources`, `encodeResources`, `buildProxySnapshot`.
+ *
+ * ```
+ * node --import tsx bench/pipeline-stages.ts --services 1000 --proxies 50 [--mode smi|permissive]
+ * ```
+ */
+import 'reflect-metadata';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { pino } from 'pino';
+import { buildMeshSnapshot } from '../src/catalog/build-snapshot.js';
+import { CertificateAuthority } from '../src/certificate/authority.js';
+import { CertificateManager } from '../src/certificate/manager.js';
+import { encodeResources } from '../src/controller/mesh-controller.js';
+import { generateProxyResources } from '../src/envoy/generate.js';
+import { validateProxyResources } from '../src/envoy/validate/index.js';
+import { parseCommonName, proxyCommonName } from '../src/proxy/types.js';
+import { ManifestsSource } from '../src/sources/manifests/manifests-source.js';
+import { ObjectStore } from '../src/store/object-store.js';
+import { buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
+import { nowMs } from './lean-sidecar.js';
+import { MESH_NAME, planMesh, planProxies, writeMesh, type MeshMode } from './mesh-generator.js';
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: { services: { type: 'string' }, proxies: { type: 'string' }, endpoints: { type: 'string' }, reach: { type: 'string' }, mode: { type: 'string' } },
+  });
+  const services = Number(values.services ?? '1000');
+  const count = Number(values.proxies ?? '50');
+  const mode = (values.mode ?? 'smi') as MeshMode;
+  const plan = planMesh({ services, endpoints: Number(values.endpoints ?? '5'), reach: Number(values.reach ?? '10'), mode });
+  const work = await mkdtemp(path.join(os.tmpdir(), 'trellis-stages-'));
+  try {
+    const dir = path.join(work, 'manifests');
+    await writeMesh(dir, plan);
+    const logger = pino({ level: 'silent' });
+    const store = new ObjectStore({ logger });
+    let t = nowMs();
+    const source = new ManifestsSource({ dir, store, logger, watch: false });
+    await source.start();
+    await source.stop();
+    const load = nowMs() - t;
+    t = nowMs();
+    const { snapshot: mesh } = buildMeshSnapshot(store, { meshName: MESH_NAME, generation: 1 });
+    const build = nowMs() - t;
+    t = nowMs();
+    buildMeshSnapshot(store, { meshName: MESH_NAME, generation: 2, previous: mesh });
+    const rebuild = nowMs() - t;
+    const ca = await CertificateAuthority.loadOrCreate(path.join(work, 'state'));
+    const certificates = new CertificateManager({ ca });
+    const totals = { cert: 0, generate: 0, validate: 0, encode: 0, snapshot: 0, resources: 0, bytes: 0 };
+    for (const p of planProxies(plan, count)) {
+      const proxy = parseCommonName(proxyCommonName(p.uuid, 'sidecar', p.namespace, p.serviceAccount));
+      t = nowMs();
+      const cert = await certificates.getServiceCertificate(proxy.identity);
+      totals.cert += nowMs() - t;
+      t = nowMs();
+      const resources = generateProxyResources(mesh, proxy, { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
+      totals.generate += nowMs() - t;
+      t = nowMs();
+      validateProxyResources(resources);
+      totals.validate += nowMs() - t;
+      t = nowMs();
+      const encoded = encodeResources(resources);
+      totals.encode += nowMs() - t;
+      t = nowMs();
+      buildProxySnapshot(encoded);
+      totals.snapshot += nowMs() - t;
+      for (const list of encoded.values()) {
+        totals.resources += list.length;
+        for (const r of list) totals.bytes += r.resource.value.length;
+      }
+    }
+    certificates.stop();
+    const per = (v: number): string => (v / count).toFixed(2);
+    process.stdout.write(
+      [
+        `S=${services} mode=${mode} proxies sampled=${count}`,
+        `manifests load ${load.toFixed(0)} ms; buildMeshSnapshot ${build.toFixed(0)} ms (again: ${rebuild.toFixed(0)} ms)`,
+        `per proxy (ms): first service cert ${per(totals.cert)}, generate ${per(totals.generate)}, validate ${per(totals.validate)}, encode ${per(totals.encode)}, buildProxySnapshot ${per(totals.snapshot)}`,
+        `per proxy: ${(totals.resources / count).toFixed(0)} resources, ${(totals.bytes / count / 1024).toFixed(1)} KB encoded`,
+        '',
+      ].join('\n'),
+    );
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,109 @@
+/**
+ * The shapes of the benchmark's output files. `BenchResults` is the schema issue 5 fixes
+ * (`bench/results/<date>.json`); `RunDetails` (`<date>.details.json`) holds everything else a
+ * run measured, so the main file stays exactly that schema.
+ */
+
+/** One scenario's figures. */
+export interface ScenarioResult {
+  /** Per-proxy time from the file write to the ACK of the last response it got (ms), over the proxies that got something. */
+  p50_ms: number | null;
+  p99_ms: number | null;
+  max_ms: number | null;
+  /** Proxies that received at least one response. */
+  proxies_updated: number;
+  /** Controller CPU seconds from the write until settled. */
+  cpu_s: number;
+  /** Sum of the DiscoveryResponse message sizes the load generator received. */
+  bytes_sent: number;
+}
+
+/** Names of the four change scenarios. */
+export const SCENARIOS = ['endpoint_change', 'split_change', 'new_service', 'mesh_config_change'] as const;
+/** One of {@link SCENARIOS}. */
+export type ScenarioName = (typeof SCENARIOS)[number];
+
+/** One configuration's figures (issue 5's schema). */
+export interface RunResult {
+  proxies: number;
+  services: number;
+  endpoints: number;
+  reach: number;
+  mode: 'smi' | 'permissive';
+  transport: 'mtls' | 'plaintext';
+  /** Time from opening every stream at once until the last proxy ACKed its first full configuration (ms); null if not all did. */
+  initial_sync_ms: number | null;
+  /** Controller RSS once the manifests are loaded, before any proxy (MB). */
+  rss_idle_mb: number;
+  /** Controller peak RSS (VmHWM) over the run (MB). */
+  rss_peak_mb: number;
+  /** The floor: time for all N streams to ACK their full configuration after a `setSnapshot` of all, on an AdsServer doing nothing else (ms). */
+  floor_ms: number | null;
+  scenarios: Record<ScenarioName, ScenarioResult>;
+}
+
+/** `bench/results/<date>.json`. */
+export interface BenchResults {
+  runs: RunResult[];
+}
+
+/** Extra figures of one scenario. */
+export interface ScenarioDetails {
+  description: string;
+  /** Proxies expected to receive something (from the generated reach graph). */
+  expected_proxies: number;
+  /** Settling hit the time limit. */
+  timed_out: boolean;
+  /** Responses received, by type. */
+  responses_by_type: Record<string, number>;
+  /** Delta of the controller's `trellis_xds_response_bytes_total` (resource bytes only). */
+  controller_metric_bytes: number;
+  generator_cpu_s: number;
+}
+
+/** Extra figures of one run. */
+export interface RunDetails {
+  key: string;
+  started_at: string;
+  duration_s: number;
+  cert_issue_ms: number;
+  initial_sync: {
+    p50_ms: number | null;
+    p99_ms: number | null;
+    max_ms: number | null;
+    synced: number;
+    streams_ended: number;
+    errors: string[];
+    verify_mismatches: string[];
+    cpu_s: number;
+    bytes: number;
+    controller_metric_bytes: number;
+    generator_cpu_s: number;
+  };
+  rss_after_sync_mb: number;
+  /** (RSS after initial sync − idle RSS) / N, in KB. */
+  kb_per_proxy: number;
+  /** Floor of the mesh-config change: every snapshot replaced by the changed one, time to the last ACK (ms). */
+  floor_change_ms: number | null;
+  floor_build_ms: number | null;
+  scenarios: Partial<Record<ScenarioName, ScenarioDetails>>;
+  /** Controller log lines at warn or above (the log level is warn), and how many were "large xDS response". */
+  controller_warnings: number;
+  large_responses: number;
+  /** The controller ran under `--cpu-prof` (its RSS then includes the profiler's buffers, and its CPU a few % of sampling). */
+  cpu_profiled?: boolean;
+  /** Set when the run stopped early. */
+  failure?: string;
+  /** The controller's manifests debounce and push debounce, part of every change's time (ms). */
+  debounce_ms: { manifests: number; push_quiet: number; push_max: number };
+}
+
+/** `bench/results/<date>.details.json`. */
+export interface BenchDetails {
+  runs: RunDetails[];
+}
+
+/** The identity of a configuration, e.g. `N1000-S1000-E5-K10-smi-mtls`. */
+export function runKey(r: Pick<RunResult, 'proxies' | 'services' | 'endpoints' | 'reach' | 'mode' | 'transport'>): string {
+  return `N${r.proxies}-S${r.services}-E${r.endpoints}-K${r.reach}-${r.mode}-${r.transport}`;
+}

@@ -1,0 +1,468 @@
+/**
+ * `npm run bench`: issue 5's benchmark. For each configuration: writes a synthetic mesh
+ * (`mesh-generator.ts`), starts the controller as its own process, connects N simulated
+ * sidecars from the load generator process (`load-generator.ts`), measures the initial sync
+ * and four change scenarios, then the floor (`floor-server.ts`), and writes
+ * `bench/results/<date>.json` (issue 5's schema), `<date>.details.json`, `<date>.md` and
+ * `<date>.svg`.
+ *
+ * ```
+ * npm run bench                                   # the default matrix (see --help)
+ * npm run bench -- --proxies 1000 --services 1000 --endpoints 5 --reach 10 --mode smi --transport mtls --out FILE
+ * ```
+ * `--proxies`, `--services`, `--mode` and `--transport` take comma-separated lists (their
+ * product is run). Every wait is bounded; child processes are killed by PID on any exit.
+ */
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile, cp } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { nowMs } from './lean-sidecar.js';
+import type { GeneratorReport, GeneratorStatus, GeneratorSynced, Transport } from './load-generator.js';
+import {
+  endpointChange,
+  meshConfigChange,
+  newService,
+  planMesh,
+  planProxies,
+  splitChange,
+  writeMesh,
+  type BenchProxy,
+  type MeshMode,
+  type MeshPlan,
+  type ScenarioEdit,
+} from './mesh-generator.js';
+import { ControllerProcess, IpcChild, killAllChildren } from './processes.js';
+import { writeReports } from './report.js';
+import {
+  runKey,
+  SCENARIOS,
+  type BenchDetails,
+  type BenchResults,
+  type RunDetails,
+  type RunResult,
+  type ScenarioName,
+  type ScenarioResult,
+} from './results-schema.js';
+import { summarizeProfile, formatProfileSummary } from './cpu-profile-summary.js';
+
+const REPO_DIR = path.resolve(import.meta.dirname, '..');
+const HELP = `npm run bench -- [options]
+  --proxies N[,N…]        proxies (default 100,300,1000)
+  --services S[,S…]       services (default 100,1000)
+  --endpoints E           pods per service (default 5)
+  --reach K               destinations per identity (default 10)
+  --mode smi|permissive[,…]           (default smi)
+  --transport mtls|plaintext[,…]      (default mtls,plaintext)
+  --out FILE              results JSON (default bench/results/<date>.json; .md, .svg and
+                          .details.json are written beside it); existing runs of the same
+                          configuration in FILE are replaced, others kept
+  --cpu-prof DIR          run the controller with --cpu-prof into DIR and print its top functions
+  --no-floor              skip the floor measurement
+  --max-receive-mb M      the sidecars' gRPC receive limit (default 4, gRPC's default)
+  --sync-timeout S        seconds to wait for the initial sync (default 300)
+  --scenario-timeout S    seconds to wait for a scenario to settle (default 120)
+  --keep                  keep the temporary manifests/state directory
+Full matrix of issue 5: the default (3 × 2 × 2 = 12 runs, SMI). Permissive:
+  npm run bench -- --proxies 1000 --services 1000 --mode permissive --transport plaintext,mtls`;
+
+/** Debounce windows that are part of every change's measured time. */
+const DEBOUNCE = { manifests: 50, push_quiet: 100, push_max: 1000 };
+
+interface Config {
+  proxies: number;
+  services: number;
+  endpoints: number;
+  reach: number;
+  mode: MeshMode;
+  transport: Transport;
+}
+
+interface Settings {
+  floor: boolean;
+  cpuProfDir?: string;
+  maxReceiveBytes: number;
+  syncTimeoutMs: number;
+  scenarioTimeoutMs: number;
+  keep: boolean;
+  logDir: string;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Nearest-rank percentile of sorted values; null when empty. */
+function percentile(sorted: readonly number[], p: number): number | null {
+  if (sorted.length === 0) return null;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+
+const round = (v: number | null, digits = 1): number | null => (v === null ? null : Math.round(v * 10 ** digits) / 10 ** digits);
+
+function log(message: string): void {
+  process.stdout.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
+}
+
+/** Proxies whose identity is in `identities` (or all). */
+function expectedProxies(proxies: readonly BenchProxy[], edit: ScenarioEdit): number {
+  if (edit.affectsAll) return proxies.length;
+  const set = new Set(edit.affectedIdentities);
+  return proxies.filter((p) => set.has(p.identity)).length;
+}
+
+/** The scenario edits for this plan and these proxies, chosen so that some connected proxies are affected. */
+function scenarioEdits(plan: MeshPlan, proxies: readonly BenchProxy[]): Record<ScenarioName, ScenarioEdit> {
+  const connected = new Set(proxies.map((p) => p.identity));
+  const count = (ids: readonly number[]): number => ids.filter((i) => connected.has(i)).length;
+  const target = plan.reachOf[proxies[0].identity][0] ?? 0;
+  let split = 0;
+  plan.splits.forEach((s, k) => {
+    if (count(plan.sourcesOf[s.apex]) > count(plan.sourcesOf[plan.splits[split].apex])) split = k;
+  });
+  const sources = [...connected].slice(0, plan.options.reach);
+  return {
+    endpoint_change: endpointChange(plan, target),
+    split_change: splitChange(plan, split),
+    new_service: newService(plan, sources),
+    mesh_config_change: meshConfigChange(plan),
+  };
+}
+
+/** Waits until the scenario's responses have stopped (bounded by `timeoutMs`). */
+async function settle(generator: IpcChild, t0: number, expected: number, timeoutMs: number): Promise<{ timedOut: boolean }> {
+  const QUIET_MS = 1500;
+  const QUIET_UNEXPECTED_MS = 5000;
+  for (;;) {
+    await sleep(100);
+    const st = await generator.request<GeneratorStatus>({ cmd: 'status' }, 30_000);
+    const now = nowMs();
+    if (now - t0 >= timeoutMs) return { timedOut: true };
+    if (st.responses === 0) continue;
+    const quiet = now - st.lastResponseAt;
+    if (quiet >= QUIET_MS && (st.updated >= expected || quiet >= QUIET_UNEXPECTED_MS)) return { timedOut: false };
+  }
+}
+
+function emptyScenario(): ScenarioResult {
+  return { p50_ms: null, p99_ms: null, max_ms: null, proxies_updated: 0, cpu_s: 0, bytes_sent: 0 };
+}
+
+async function countWarnings(logFile: string): Promise<{ warnings: number; large: number }> {
+  if (!existsSync(logFile)) return { warnings: 0, large: 0 };
+  const lines = (await readFile(logFile, 'utf8')).split('\n').filter((l) => l.startsWith('{'));
+  return { warnings: lines.length, large: lines.filter((l) => l.includes('large xDS response')).length };
+}
+
+/** Runs one configuration end to end. Never throws: a failure is recorded in the details. */
+async function runOne(config: Config, settings: Settings): Promise<{ run: RunResult; details: RunDetails }> {
+  const key = runKey(config);
+  const startedAt = Date.now();
+  const run: RunResult = {
+    ...config,
+    initial_sync_ms: null,
+    rss_idle_mb: 0,
+    rss_peak_mb: 0,
+    floor_ms: null,
+    scenarios: Object.fromEntries(SCENARIOS.map((s) => [s, emptyScenario()])) as Record<ScenarioName, ScenarioResult>,
+  };
+  const details: RunDetails = {
+    key,
+    started_at: new Date(startedAt).toISOString(),
+    duration_s: 0,
+    cert_issue_ms: 0,
+    initial_sync: {
+      p50_ms: null, p99_ms: null, max_ms: null, synced: 0, streams_ended: 0, errors: [], verify_mismatches: [],
+      cpu_s: 0, bytes: 0, controller_metric_bytes: 0, generator_cpu_s: 0,
+    },
+    rss_after_sync_mb: 0,
+    kb_per_proxy: 0,
+    floor_change_ms: null,
+    floor_build_ms: null,
+    scenarios: {},
+    controller_warnings: 0,
+    large_responses: 0,
+    debounce_ms: DEBOUNCE,
+    ...(settings.cpuProfDir ? { cpu_profiled: true } : {}),
+  };
+  const work = await mkdtemp(path.join(os.tmpdir(), `trellis-bench-${key}-`));
+  const manifests = path.join(work, 'manifests');
+  const manifestsBefore = path.join(work, 'manifests-before');
+  const manifestsAfter = path.join(work, 'manifests-after');
+  const stateDir = path.join(work, 'state');
+  const controllerLog = path.join(settings.logDir, `${key}.controller.log`);
+  await rm(controllerLog, { force: true });
+  let controller: ControllerProcess | undefined;
+  let generator: IpcChild | undefined;
+  let floor: IpcChild | undefined;
+  let sampler: NodeJS.Timeout | undefined;
+  let peak = 0;
+  try {
+    const plan = planMesh({ services: config.services, endpoints: config.endpoints, reach: config.reach, mode: config.mode });
+    const proxies = planProxies(plan, config.proxies);
+    // Pristine copies for the floor: as generated, and with only the mesh-config change.
+    const files = await writeMesh(manifestsBefore, plan);
+    const edits = scenarioEdits(plan, proxies);
+    await cp(manifestsBefore, manifests, { recursive: true });
+    await cp(manifestsBefore, manifestsAfter, { recursive: true });
+    await writeFile(path.join(manifestsAfter, edits.mesh_config_change.file), edits.mesh_config_change.text);
+    log(`${key}: ${files} manifest files in ${manifests}`);
+
+    controller = await ControllerProcess.start({
+      repoDir: REPO_DIR, manifests, stateDir, logFile: controllerLog, cpuProfDir: settings.cpuProfDir, readyTimeoutMs: 120_000,
+    });
+    const c = controller;
+    await sleep(2000);
+    const idle = c.sample();
+    run.rss_idle_mb = round(idle.rssMb)!;
+    peak = idle.hwmMb;
+    sampler = setInterval(() => {
+      if (c.running) peak = Math.max(peak, c.sample().hwmMb);
+    }, 250);
+    log(`${key}: controller pid ${c.pid} ready, idle RSS ${idle.rssMb.toFixed(1)} MB`);
+
+    generator = new IpcChild(path.join(REPO_DIR, 'bench/load-generator.ts'), path.join(settings.logDir, `${key}.generator.log`));
+    const gen = generator;
+    const prepared = await gen.request<{ ms: number }>({ cmd: 'prepare', proxies, transport: config.transport, stateDir }, 20 * 60_000);
+    details.cert_issue_ms = Math.round(prepared.ms);
+    const address = `127.0.0.1:${config.transport === 'mtls' ? c.xdsPort : c.plaintextPort}`;
+
+    // Initial sync: every stream opened at once.
+    const before = c.sample();
+    const metricBefore = await c.metric('trellis_xds_response_bytes_total');
+    const { startedAt: connectAt } = await gen.request<{ startedAt: number }>(
+      { cmd: 'connect', address, maxReceiveBytes: settings.maxReceiveBytes, verify: true },
+      60_000,
+    );
+    const synced = await gen.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
+    const times = synced.syncedAt.filter((t): t is number => t !== null).map((t) => t - connectAt).sort((a, b) => a - b);
+    const after = c.sample();
+    details.initial_sync = {
+      p50_ms: round(percentile(times, 50)),
+      p99_ms: round(percentile(times, 99)),
+      max_ms: round(times.at(-1) ?? null),
+      synced: times.length,
+      streams_ended: synced.ended,
+      errors: synced.errors,
+      verify_mismatches: synced.verifyMismatches,
+      cpu_s: round(after.cpuS - before.cpuS, 2)!,
+      bytes: synced.bytes,
+      controller_metric_bytes: (await c.metric('trellis_xds_response_bytes_total')) - metricBefore,
+      generator_cpu_s: round(synced.generatorCpuS, 2)!,
+    };
+    run.initial_sync_ms = times.length === config.proxies ? round(times.at(-1)!) : null;
+    log(`${key}: initial sync ${times.length}/${config.proxies} proxies, max ${details.initial_sync.max_ms} ms, ${synced.ended} streams ended ${synced.errors.join('; ')}`);
+    if (synced.verifyMismatches.length > 0) log(`${key}: lean decoding disagreed with the full decode: ${synced.verifyMismatches[0]}`);
+    await sleep(2000);
+    const afterSync = c.sample();
+    details.rss_after_sync_mb = round(afterSync.rssMb)!;
+    details.kb_per_proxy = Math.round(((afterSync.rssMb - idle.rssMb) * 1024) / config.proxies);
+
+    for (const name of SCENARIOS) {
+      if (!c.running) throw new Error('controller exited');
+      const edit = edits[name];
+      const expected = expectedProxies(proxies, edit);
+      await gen.request({ cmd: 'mark' }, 30_000);
+      const mBefore = await c.metric('trellis_xds_response_bytes_total');
+      const cpuBefore = c.sample().cpuS;
+      const t0 = nowMs();
+      const file = path.join(manifests, edit.file);
+      await mkdir(path.dirname(file), { recursive: true });
+      await writeFile(file, edit.text);
+      const { timedOut } = await settle(gen, t0, expected, settings.scenarioTimeoutMs);
+      const cpu = c.sample().cpuS - cpuBefore;
+      const report = await gen.request<GeneratorReport>({ cmd: 'report' }, 30_000);
+      const lat = report.lastAck.filter((t) => t > 0).map((t) => t - t0).sort((a, b) => a - b);
+      run.scenarios[name] = {
+        p50_ms: round(percentile(lat, 50)),
+        p99_ms: round(percentile(lat, 99)),
+        max_ms: round(lat.at(-1) ?? null),
+        proxies_updated: lat.length,
+        cpu_s: round(cpu, 2)!,
+        bytes_sent: report.bytes,
+      };
+      details.scenarios[name] = {
+        description: edit.description,
+        expected_proxies: expected,
+        timed_out: timedOut,
+        responses_by_type: report.byType,
+        controller_metric_bytes: (await c.metric('trellis_xds_response_bytes_total')) - mBefore,
+        generator_cpu_s: round(report.generatorCpuS, 2)!,
+      };
+      const s = run.scenarios[name];
+      log(`${key}: ${name}: ${s.proxies_updated}/${expected} expected proxies updated, p50 ${s.p50_ms} p99 ${s.p99_ms} max ${s.max_ms} ms, cpu ${s.cpu_s} s, ${s.bytes_sent} B${timedOut ? ' (TIMED OUT)' : ''}`);
+    }
+    await gen.request({ cmd: 'disconnect' }, 60_000);
+    peak = Math.max(peak, c.sample().hwmMb);
+    clearInterval(sampler);
+    sampler = undefined;
+    run.rss_peak_mb = round(peak)!;
+    await c.stop();
+
+    if (settings.floor) {
+      floor = new IpcChild(path.join(REPO_DIR, 'bench/floor-server.ts'), path.join(settings.logDir, `${key}.floor.log`));
+      const built = await floor.request<{ port: number; buildMs: number }>(
+        { cmd: 'build', manifests: manifestsBefore, manifestsAfter, stateDir, proxies, transport: config.transport },
+        30 * 60_000,
+      );
+      details.floor_build_ms = Math.round(built.buildMs);
+      await gen.request({ cmd: 'connect', address: `127.0.0.1:${built.port}`, maxReceiveBytes: settings.maxReceiveBytes, verify: false }, 60_000);
+      const deadline = Date.now() + 120_000;
+      while ((await floor.request<{ streams: number }>({ cmd: 'streams' }, 30_000)).streams < config.proxies && Date.now() < deadline) await sleep(200);
+      await gen.request({ cmd: 'mark' }, 30_000);
+      const set = await floor.request<{ setAt: number }>({ cmd: 'set', which: 'before' }, 120_000);
+      const fs = await gen.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
+      const ft = fs.syncedAt.filter((t): t is number => t !== null);
+      run.floor_ms = ft.length === config.proxies ? round(Math.max(...ft) - set.setAt) : null;
+      await sleep(1000);
+      await gen.request({ cmd: 'mark' }, 30_000);
+      const set2 = await floor.request<{ setAt: number }>({ cmd: 'set', which: 'after' }, 120_000);
+      await settle(gen, set2.setAt, config.proxies, settings.scenarioTimeoutMs);
+      const fr = await gen.request<GeneratorReport>({ cmd: 'report' }, 30_000);
+      const changed = fr.lastAck.filter((t) => t > 0);
+      details.floor_change_ms = changed.length > 0 ? round(Math.max(...changed) - set2.setAt) : null;
+      log(`${key}: floor ${run.floor_ms} ms (full configuration), ${details.floor_change_ms} ms (mesh-config change, ${changed.length} proxies)`);
+    }
+  } catch (err) {
+    details.failure = err instanceof Error ? err.message : String(err);
+    log(`${key}: FAILED: ${details.failure}`);
+    if (controller && !controller.running) details.failure += ' (controller exited: a crash is a finding; see its log)';
+  } finally {
+    if (sampler) clearInterval(sampler);
+    if (run.rss_peak_mb === 0 && peak > 0) run.rss_peak_mb = round(peak)!;
+    await generator?.stop().catch(() => undefined);
+    await floor?.stop().catch(() => undefined);
+    await controller?.stop().catch(() => undefined);
+    const w = await countWarnings(controllerLog);
+    details.controller_warnings = w.warnings;
+    details.large_responses = w.large;
+    details.duration_s = Math.round((Date.now() - startedAt) / 1000);
+    if (!settings.keep) await rm(work, { recursive: true, force: true });
+    else log(`${key}: kept ${work}`);
+  }
+  return { run, details };
+}
+
+function list(value: string | undefined, fallback: string): string[] {
+  return (value ?? fallback).split(',').map((s) => s.trim()).filter(Boolean);
+}
+
+function positiveInt(name: string, value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`--${name}: "${value}" is not a non-negative integer`);
+  return n;
+}
+
+async function readJson<T>(file: string, fallback: T): Promise<T> {
+  try {
+    return JSON.parse(await readFile(file, 'utf8')) as T;
+  } catch {
+    return fallback;
+  }
+}
+
+/** The most recent other results file in the same directory, for the "previous run" columns. */
+async function previousResults(out: string): Promise<BenchResults | undefined> {
+  const dir = path.dirname(out);
+  const names = (await readdir(dir).catch(() => [] as string[]))
+    .filter((n) => /^\d{4}-\d{2}-\d{2}.*\.json$/.test(n) && !n.endsWith('.details.json') && path.join(dir, n) !== out)
+    .sort();
+  const last = names.at(-1);
+  return last ? readJson<BenchResults>(path.join(dir, last), { runs: [] }) : undefined;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      proxies: { type: 'string' },
+      services: { type: 'string' },
+      endpoints: { type: 'string' },
+      reach: { type: 'string' },
+      mode: { type: 'string' },
+      transport: { type: 'string' },
+      out: { type: 'string' },
+      'cpu-prof': { type: 'string' },
+      'no-floor': { type: 'boolean' },
+      'max-receive-mb': { type: 'string' },
+      'sync-timeout': { type: 'string' },
+      'scenario-timeout': { type: 'string' },
+      keep: { type: 'boolean' },
+      help: { type: 'boolean' },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(`${HELP}\n`);
+    return;
+  }
+  const configs: Config[] = [];
+  for (const services of list(values.services, '100,1000').map((v) => positiveInt('services', v))) {
+    for (const proxies of list(values.proxies, '100,300,1000').map((v) => positiveInt('proxies', v))) {
+      for (const mode of list(values.mode, 'smi')) {
+        if (mode !== 'smi' && mode !== 'permissive') throw new Error(`--mode: "${mode}" is not smi or permissive`);
+        for (const transport of list(values.transport, 'mtls,plaintext')) {
+          if (transport !== 'mtls' && transport !== 'plaintext') throw new Error(`--transport: "${transport}" is not mtls or plaintext`);
+          configs.push({
+            proxies,
+            services,
+            endpoints: positiveInt('endpoints', values.endpoints ?? '5'),
+            reach: positiveInt('reach', values.reach ?? '10'),
+            mode,
+            transport,
+          });
+        }
+      }
+    }
+  }
+  const date = new Date().toISOString().slice(0, 10);
+  const out = path.resolve(values.out ?? path.join(REPO_DIR, 'bench/results', `${date}.json`));
+  const stem = out.replace(/\.json$/, '');
+  const logDir = path.join(os.tmpdir(), 'trellis-bench-logs');
+  await mkdir(path.dirname(out), { recursive: true });
+  await mkdir(logDir, { recursive: true });
+  const settings: Settings = {
+    floor: !values['no-floor'],
+    cpuProfDir: values['cpu-prof'] ? path.resolve(values['cpu-prof']) : undefined,
+    maxReceiveBytes: Number(values['max-receive-mb'] ?? '4') * 1024 * 1024,
+    syncTimeoutMs: Number(values['sync-timeout'] ?? '300') * 1000,
+    scenarioTimeoutMs: Number(values['scenario-timeout'] ?? '120') * 1000,
+    keep: values.keep ?? false,
+    logDir,
+  };
+  if (settings.cpuProfDir) await mkdir(settings.cpuProfDir, { recursive: true });
+  log(`${configs.length} configuration(s); results in ${out}; logs in ${logDir}`);
+
+  const results = await readJson<BenchResults>(out, { runs: [] });
+  const allDetails = await readJson<BenchDetails>(`${stem}.details.json`, { runs: [] });
+  const previous = await previousResults(out);
+  for (const config of configs) {
+    const { run, details } = await runOne(config, settings);
+    const key = runKey(run);
+    results.runs = [...results.runs.filter((r) => runKey(r) !== key), run];
+    allDetails.runs = [...allDetails.runs.filter((d) => d.key !== key), details];
+    await writeFile(out, `${JSON.stringify(results, null, 2)}\n`);
+    await writeFile(`${stem}.details.json`, `${JSON.stringify(allDetails, null, 2)}\n`);
+    await writeReports(stem, results, allDetails, previous);
+  }
+  log(`wrote ${out}, ${stem}.details.json, ${stem}.md, ${stem}.svg`);
+
+  if (settings.cpuProfDir) {
+    const profiles = (await readdir(settings.cpuProfDir)).filter((n) => n.endsWith('.cpuprofile')).sort();
+    const last = profiles.at(-1);
+    if (last) {
+      const summary = summarizeProfile(JSON.parse(await readFile(path.join(settings.cpuProfDir, last), 'utf8')));
+      process.stdout.write(`\nController CPU profile ${last}:\n${formatProfileSummary(summary, 15)}\n`);
+    }
+  }
+}
+
+process.on('exit', killAllChildren);
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    killAllChildren();
+    process.exit(130);
+  });
+}
+main().catch((err: unknown) => {
+  process.stderr.write(`bench: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  killAllChildren();
+  process.exit(1);
+});

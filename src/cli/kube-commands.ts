@@ -1,0 +1,155 @@
+import { CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig, type V1Namespace } from '@kubernetes/client-node';
+import type { Command } from 'commander';
+import { PROXY_UUID_LABEL } from '../proxy/pod-check.js';
+import { loadKubeConfig, MONITORED_BY_LABEL } from '../sources/kubernetes/kubernetes-source.js';
+import { apiErrorMessage, apiStatusCode } from '../util/kube-api.js';
+
+/** Where a command writes: standard output for results. */
+export interface CommandOutput {
+  write(text: string): void;
+}
+
+/**
+ * `trellis namespace add NS…`: labels each namespace `openservicemesh.io/monitored-by=<mesh>`
+ * with a JSON merge PATCH (as `osm namespace add` does).
+ * @throws Error when a namespace does not exist, is already in another mesh, or the API refuses.
+ */
+export async function namespaceAdd(kubeConfig: KubeConfig, names: readonly string[], meshName: string, out: CommandOutput): Promise<void> {
+  const api = kubeConfig.makeApiClient(CoreV1Api);
+  for (const name of names) {
+    const current = await readNamespace(api, name);
+    const other = current.metadata?.labels?.[MONITORED_BY_LABEL];
+    if (other === meshName) {
+      out.write(`namespace ${name} is already part of mesh ${meshName}\n`);
+      continue;
+    }
+    if (other !== undefined) throw new Error(`namespace ${name} is already part of mesh ${other}; remove it from that mesh first`);
+    await patchLabels(api, name, { [MONITORED_BY_LABEL]: meshName });
+    out.write(`namespace ${name} added to mesh ${meshName}\n`);
+  }
+}
+
+/**
+ * `trellis namespace remove NS…`: removes the monitoring label (merge PATCH with `null`) from each
+ * namespace that is in `meshName`.
+ * @throws Error when a namespace does not exist, belongs to another mesh, or the API refuses.
+ */
+export async function namespaceRemove(kubeConfig: KubeConfig, names: readonly string[], meshName: string, out: CommandOutput): Promise<void> {
+  const api = kubeConfig.makeApiClient(CoreV1Api);
+  for (const name of names) {
+    const current = await readNamespace(api, name);
+    const mesh = current.metadata?.labels?.[MONITORED_BY_LABEL];
+    if (mesh === undefined) {
+      out.write(`namespace ${name} is not part of any mesh\n`);
+      continue;
+    }
+    if (mesh !== meshName) throw new Error(`namespace ${name} is part of mesh ${mesh}, not ${meshName}`);
+    await patchLabels(api, name, { [MONITORED_BY_LABEL]: null });
+    out.write(`namespace ${name} removed from mesh ${meshName}\n`);
+  }
+}
+
+/** `trellis namespace list`: the namespaces labelled for `meshName`, as a two-column table. */
+export async function namespaceList(kubeConfig: KubeConfig, meshName: string, out: CommandOutput): Promise<void> {
+  const api = kubeConfig.makeApiClient(CoreV1Api);
+  let list;
+  try {
+    list = await api.listNamespace({ labelSelector: `${MONITORED_BY_LABEL}=${meshName}` });
+  } catch (err) {
+    throw new Error(`cannot list namespaces: ${apiErrorMessage(err)}`);
+  }
+  const names = list.items.map((n) => n.metadata?.name ?? '').sort();
+  if (names.length === 0) {
+    out.write(`no namespaces in mesh ${meshName}\n`);
+    return;
+  }
+  const width = Math.max('NAMESPACE'.length, ...names.map((n) => n.length)) + 3;
+  out.write(`${'NAMESPACE'.padEnd(width)}MESH\n`);
+  for (const n of names) out.write(`${n.padEnd(width)}${meshName}\n`);
+}
+
+/**
+ * `trellis proxy config POD -n NS`: finds the pod's `osm-proxy-uuid` label through the API, then
+ * GETs `/debug/config_dump?proxy=<uuid>` from the controller's operations server and prints it.
+ * @param controllerUrl base URL of the controller's operations server, e.g. `http://127.0.0.1:9091`.
+ * @throws Error when the pod does not exist or has no proxy, or the controller does not know it.
+ */
+export async function proxyConfig(kubeConfig: KubeConfig, pod: string, namespace: string, controllerUrl: string, out: CommandOutput): Promise<void> {
+  const api = kubeConfig.makeApiClient(CoreV1Api);
+  let uuid: string | undefined;
+  try {
+    uuid = (await api.readNamespacedPod({ name: pod, namespace })).metadata?.labels?.[PROXY_UUID_LABEL];
+  } catch (err) {
+    throw new Error(apiStatusCode(err) === 404 ? `pod ${namespace}/${pod} not found` : `cannot read pod ${namespace}/${pod}: ${apiErrorMessage(err)}`);
+  }
+  if (!uuid) throw new Error(`pod ${namespace}/${pod} has no ${PROXY_UUID_LABEL} label: it has no mesh proxy`);
+  const url = new URL('/debug/config_dump', controllerUrl);
+  url.searchParams.set('proxy', uuid);
+  let response: Response;
+  try {
+    response = await fetch(url);
+  } catch (err) {
+    throw new Error(`cannot reach the controller at ${controllerUrl}: ${err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err)}`);
+  }
+  const body = await response.text();
+  if (response.status === 404) throw new Error(`proxy ${uuid} of pod ${namespace}/${pod} is not connected to the controller at ${controllerUrl}`);
+  if (!response.ok) throw new Error(`controller answered ${response.status}: ${body.trim()}`);
+  out.write(body.endsWith('\n') ? body : `${body}\n`);
+}
+
+async function readNamespace(api: CoreV1Api, name: string): Promise<V1Namespace> {
+  try {
+    return await api.readNamespace({ name });
+  } catch (err) {
+    throw new Error(apiStatusCode(err) === 404 ? `namespace ${name} not found` : `cannot read namespace ${name}: ${apiErrorMessage(err)}`);
+  }
+}
+
+async function patchLabels(api: CoreV1Api, name: string, labels: Record<string, string | null>): Promise<void> {
+  try {
+    await api.patchNamespace({ name, body: { metadata: { labels } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+  } catch (err) {
+    throw new Error(`cannot update namespace ${name}: ${apiErrorMessage(err)}`);
+  }
+}
+
+/** Runs a command body, printing its error as `trellis <command>: <message>` and setting the exit code. */
+async function run(command: string, body: () => Promise<void>): Promise<void> {
+  try {
+    await body();
+  } catch (err) {
+    process.stderr.write(`trellis ${command}: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exitCode = 1;
+  }
+}
+
+/** Adds `trellis namespace add|remove|list` and `trellis proxy config` to `program`. */
+export function registerKubeCommands(program: Command): void {
+  const stdout: CommandOutput = { write: (text) => void process.stdout.write(text) };
+  const namespace = program.command('namespace').description('add namespaces to the mesh, remove them, list them (the openservicemesh.io/monitored-by label)');
+  const meshOptions = (c: Command): Command =>
+    c.option('--mesh-name <name>', 'mesh name', 'osm').option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)');
+  meshOptions(namespace.command('add').argument('<namespace...>').description('label namespaces as monitored by the mesh')).action(
+    (names: string[], opts: { meshName: string; kubeconfig?: string }) =>
+      run('namespace add', () => namespaceAdd(loadKubeConfig(opts.kubeconfig), names, opts.meshName, stdout)),
+  );
+  meshOptions(namespace.command('remove').argument('<namespace...>').description('remove the mesh label from namespaces')).action(
+    (names: string[], opts: { meshName: string; kubeconfig?: string }) =>
+      run('namespace remove', () => namespaceRemove(loadKubeConfig(opts.kubeconfig), names, opts.meshName, stdout)),
+  );
+  meshOptions(namespace.command('list').description('list the namespaces in the mesh')).action((opts: { meshName: string; kubeconfig?: string }) =>
+    run('namespace list', () => namespaceList(loadKubeConfig(opts.kubeconfig), opts.meshName, stdout)),
+  );
+
+  const proxy = program.command('proxy').description('inspect mesh proxies');
+  proxy
+    .command('config')
+    .argument('<pod>')
+    .description("print a pod's proxy configuration (the controller's /debug/config_dump)")
+    .requiredOption('-n, --namespace <ns>', 'namespace of the pod')
+    .option('--controller <url>', 'the controller operations server (e.g. through kubectl port-forward -n osm-system svc/osm-controller 9091)', 'http://127.0.0.1:9091')
+    .option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
+    .action((pod: string, opts: { namespace: string; controller: string; kubeconfig?: string }) =>
+      run('proxy config', () => proxyConfig(loadKubeConfig(opts.kubeconfig), pod, opts.namespace, opts.controller, stdout)),
+    );
+}

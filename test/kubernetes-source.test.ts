@@ -1,0 +1,288 @@
+import { randomUUID } from 'node:crypto';
+import assert from 'node:assert/strict';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { after, afterEach, before, describe, it } from 'node:test';
+import pino from 'pino';
+import { TypeUrl } from '../src/api/type-urls.js';
+import { runController, type RunningController } from '../src/main.js';
+import { KubernetesSource, loadKubeConfig } from '../src/sources/kubernetes/index.js';
+import { ObjectStore } from '../src/store/object-store.js';
+import type { KubeObject, ObjectKind } from '../src/store/objects.js';
+import { AdsTestClient } from './helpers/ads-client.js';
+import { DEFAULT_RESOURCE_TYPES, FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
+import { Kubectl, findKubectl } from './helpers/kubectl.js';
+import { SimulatedSidecar } from './helpers/sidecar.js';
+
+type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+const EXAMPLE = path.resolve(import.meta.dirname, '../examples/bookstore');
+const kubectl = findKubectl();
+const silent = pino({ level: 'silent' });
+const FAST = { backoff: { initialMs: 20, maxMs: 200 }, watchTimeoutSeconds: 30 };
+
+/** Polls `check` until it returns true (bounded). */
+async function until(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+function names(store: ObjectStore, kind: ObjectKind, namespace?: string): string[] {
+  return store.list(kind, namespace).map((o) => (namespace || !o.metadata.namespace ? o.metadata.name : `${o.metadata.namespace}/${o.metadata.name}`));
+}
+
+/** A free loopback port. */
+async function freePort(): Promise<number> {
+  const srv = net.createServer();
+  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  const { port } = srv.address() as net.AddressInfo;
+  await new Promise((resolve) => srv.close(resolve));
+  return port;
+}
+
+function service(namespace: string, name: string, port = 80): Record<string, unknown> {
+  return { apiVersion: 'v1', kind: 'Service', metadata: { name, namespace }, spec: { ports: [{ name: 'http', port }], selector: { app: name } } };
+}
+
+describe('Kubernetes source against the fake API server', () => {
+  let dir: string;
+  const cleanups: (() => Promise<void>)[] = [];
+
+  before(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-kube-source-'));
+  });
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function setUp(server: FakeKubeApiServer): Promise<{ store: ObjectStore; source: KubernetesSource }> {
+    if (!server.running) await server.start();
+    cleanups.push(() => server.stop());
+    const kubeconfig = await server.writeKubeconfig(path.join(dir, randomUUID()));
+    const store = new ObjectStore();
+    const source = new KubernetesSource({ store, kubeConfig: loadKubeConfig(kubeconfig), meshName: 'osm', logger: silent, ...FAST });
+    cleanups.push(() => source.stop());
+    source.start();
+    return { store, source };
+  }
+
+  it('lists and watches every kind into the store, normalised to one shape', async () => {
+    const server = new FakeKubeApiServer({ bookmarkIntervalMs: 100 });
+    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'app', labels: { 'openservicemesh.io/monitored-by': 'osm' } } });
+    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'elsewhere' } });
+    server.apply({ ...service('app', 'listed'), metadata: { name: 'listed', namespace: 'app', managedFields: [{ manager: 'kubectl' }] } });
+    const { store, source } = await setUp(server);
+    await source.whenSynced();
+    assert.ok(source.synced);
+    assert.deepEqual(names(store, 'Namespace'), ['app'], 'only monitored namespaces');
+    server.apply({ ...service('app', 'watched'), metadata: { name: 'watched', namespace: 'app', managedFields: [{ manager: 'kubectl' }] } });
+    await until(() => store.get('Service', 'app', 'watched') !== undefined, 'the watched service');
+    for (const name of ['listed', 'watched']) {
+      const object = store.get<KubeObject>('Service', 'app', name)!;
+      assert.equal(object.apiVersion, 'v1');
+      assert.equal(object.kind, 'Service');
+      assert.equal((object.metadata as unknown as Record<string, unknown>).managedFields, undefined);
+      assert.equal(typeof (object.metadata as unknown as Record<string, unknown>).creationTimestamp, 'string');
+    }
+    // A namespace that gets the label joins the mesh; one that loses it leaves.
+    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'elsewhere', labels: { 'openservicemesh.io/monitored-by': 'osm' } } });
+    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'app' } });
+    await until(() => names(store, 'Namespace').join() === 'elsewhere', 'namespace label changes');
+    // Bookmarks advance the resourceVersion without changes to the kind.
+    const reflector = source.reflector('TrafficSplit')!;
+    const before = Number(reflector.resourceVersion);
+    await until(() => Number(reflector.resourceVersion) > before, 'a bookmark to advance the resourceVersion');
+  });
+
+  it('recovers a dropped watch with nothing missed, including changes made while the server was down', async () => {
+    const server = new FakeKubeApiServer();
+    server.apply(service('app', 'a'));
+    server.apply(service('app', 'b'));
+    const { store, source } = await setUp(server);
+    await source.whenSynced();
+    const lists = source.reflector('Service')!.stats.lists;
+    const kinds = DEFAULT_RESOURCE_TYPES.length - 3; // not secrets, configmaps, leases
+    await until(() => server.activeWatches === kinds, 'every watch open');
+    assert.equal(server.dropWatches(), kinds);
+    server.apply(service('app', 'c'));
+    server.remove('Service', 'app', 'a');
+    await until(() => names(store, 'Service').join() === 'app/b,app/c', 'changes made right after the drop');
+    await until(() => server.activeWatches === kinds, 'every watch re-opened');
+    await server.stop();
+    server.apply(service('app', 'd', 8080));
+    server.apply(service('app', 'b', 9090));
+    server.remove('Service', 'app', 'c');
+    assert.deepEqual(names(store, 'Service'), ['app/b', 'app/c'], 'the store keeps its objects while the server is down');
+    await server.start();
+    await until(() => names(store, 'Service').join() === 'app/b,app/d', 'changes made while the server was down');
+    assert.equal((store.get<KubeObject>('Service', 'app', 'b')!.spec as { ports: { port: number }[] }).ports[0].port, 9090);
+    assert.equal(source.reflector('Service')!.stats.lists, lists, 'resumed from the resourceVersion, no relist');
+    assert.ok(source.reflector('Service')!.stats.failures > 0);
+  });
+
+  for (const expiredWatch of ['error-event', 'http-410'] as const) {
+    it(`relists on 410 (${expiredWatch}) and reconciles deletions made meanwhile`, async () => {
+      const server = new FakeKubeApiServer({ expiredWatch });
+      server.apply(service('app', 'kept'));
+      server.apply(service('app', 'deleted'));
+      const { store, source } = await setUp(server);
+      await source.whenSynced();
+      await server.stop();
+      server.remove('Service', 'app', 'deleted');
+      server.apply(service('app', 'added'));
+      server.compact();
+      await server.start();
+      await until(() => names(store, 'Service').join() === 'app/added,app/kept', 'the relist');
+      const reflector = source.reflector('Service')!;
+      assert.ok(reflector.stats.expired >= 1, 'a 410 was seen');
+      assert.ok(reflector.stats.lists >= 2, 'relisted');
+    });
+  }
+
+  it('retries a list that fails with 5xx, with backoff, until it succeeds', async () => {
+    const server = new FakeKubeApiServer();
+    server.apply(service('app', 'a'));
+    server.failNext(6, 500, (method, url) => method === 'GET' && url.startsWith('/api/v1/services') && !url.includes('watch='));
+    await server.start();
+    const { store, source } = await setUp(server);
+    await source.whenSynced();
+    assert.deepEqual(names(store, 'Service'), ['app/a']);
+    const serviceLists = server.requests.filter((r) => r.url.startsWith('/api/v1/services') && !r.watch);
+    assert.deepEqual(serviceLists.map((r) => r.status), [500, 500, 500, 500, 500, 500, 200]);
+    assert.equal(source.reflector('Service')!.stats.failures, 6);
+  });
+
+  it('treats a kind whose CRD is not installed as empty, without blocking readiness', async () => {
+    const server = new FakeKubeApiServer({ resources: DEFAULT_RESOURCE_TYPES.filter((r) => r.kind !== 'TrafficSplit' && r.kind !== 'Retry') });
+    const { source } = await setUp(server);
+    await source.whenSynced();
+    const missing = source.status().filter((s) => s.missing).map((s) => s.kind).sort();
+    assert.deepEqual(missing, ['Retry', 'TrafficSplit']);
+  });
+});
+
+describe('controller with --kubernetes, driven by a real kubectl', { skip: kubectl.skip }, () => {
+  let dir: string;
+  let server: FakeKubeApiServer;
+  let k: Kubectl;
+  let running: RunningController;
+  let starting: Promise<RunningController>;
+  let httpPort: number;
+  const buyerUuid = randomUUID();
+  const clients: AdsTestClient[] = [];
+  const sidecars: SimulatedSidecar[] = [];
+
+  before(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-kube-e2e-'));
+    server = new FakeKubeApiServer({ bookmarkIntervalMs: 200 });
+    await server.start();
+    k = await Kubectl.for(server, kubectl.path ?? '', dir);
+    await server.stop(); // unreachable when the controller starts
+    httpPort = await freePort();
+    // Not awaited: in Kubernetes mode the controller may wait for the API server (the shared CA) before it listens.
+    starting = runController({
+      kubernetes: { kubeconfig: k.kubeconfig, ...FAST },
+      meshName: 'osm',
+      stateDir: path.join(dir, 'state'),
+      xdsAddress: '127.0.0.1:0',
+      xdsPlaintextAddress: '127.0.0.1:0',
+      httpAddress: `127.0.0.1:${httpPort}`,
+      resyncIntervalMs: 60_000,
+      debounceQuietMs: 20,
+      controllerNamespace: 'osm-system',
+      logger: silent,
+    });
+    starting.catch(() => undefined);
+  });
+
+  after(async () => {
+    for (const s of sidecars) s.stop();
+    for (const c of clients) c.close();
+    await server?.start();
+    await (running ?? (await starting.catch(() => undefined)))?.stop();
+    await server?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** The /readyz status, 0 when nothing listens yet. */
+  const readyz = async (): Promise<number> => {
+    try {
+      return (await fetch(`http://127.0.0.1:${httpPort}/readyz`)).status;
+    } catch {
+      return 0;
+    }
+  };
+
+  function connect(namespace: string, serviceAccount: string): SimulatedSidecar {
+    const client = new AdsTestClient(`127.0.0.1:${running.xdsPlaintextPort}`);
+    clients.push(client);
+    const sidecar = new SimulatedSidecar(client.openStream(`${buyerUuid}.sidecar.${serviceAccount}.${namespace}.cluster.local`)).start();
+    sidecars.push(sidecar);
+    return sidecar;
+  }
+
+  function bookstoreSplit(sidecar: SimulatedSidecar): [string, number][] | undefined {
+    const rds = sidecar.get(TypeUrl.RouteConfiguration, 'rds-outbound.14001');
+    const route = rds?.virtual_hosts?.find((v: Decoded) => v.name === 'outbound_virtual-host|bookstore.bookstore.svc.cluster.local')?.routes?.[0]?.route;
+    return route?.weighted_clusters?.clusters.map((c: Decoded) => [c.name, c.weight.value]);
+  }
+
+  it('keeps /readyz false while the API server is unreachable, and true once every kind has synced', async () => {
+    for (let i = 0; i < 10; i += 1) {
+      assert.notEqual(await readyz(), 200, 'not ready while the API server is unreachable');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await server.start();
+    running = await starting;
+    await until(async () => (await readyz()) === 200, '/readyz after the API server came up');
+  });
+
+  it('serves proxies what kubectl applies: the bookstore example, then a split changed to 100/0', async () => {
+    await k.apply(EXAMPLE);
+    // The proxy's pod, as the sidecar injector labels it (the controller checks proxy identities against pods).
+    await k.ok(['label', 'pod', '-n', 'bookbuyer', '--all', `osm-proxy-uuid=${buyerUuid}`]);
+    const buyer = connect('bookbuyer', 'bookbuyer');
+    await buyer.until((s) => bookstoreSplit(s) !== undefined, 'the bookstore split for bookbuyer');
+    assert.deepEqual(bookstoreSplit(buyer), [
+      ['bookstore/bookstore-v1|14001', 50],
+      ['bookstore/bookstore-v2|14001', 50],
+    ]);
+    const split = (await readFile(path.join(EXAMPLE, 'split.yaml'), 'utf8')).replace(/weight: 50(\s+- service: bookstore-v2\s+)weight: 50/, 'weight: 100$1weight: 0');
+    assert.match(split, /weight: 0/);
+    const file = path.join(dir, 'split.yaml');
+    await writeFile(file, split);
+    assert.match(await k.apply(file), /configured/);
+    await buyer.until((s) => JSON.stringify(bookstoreSplit(s)) === JSON.stringify([['bookstore/bookstore-v1|14001', 100]]) || bookstoreSplit(s)?.some((c) => c[1] === 0) === true, 'the 100/0 split');
+    const weights = Object.fromEntries(bookstoreSplit(buyer) ?? []);
+    assert.equal(weights['bookstore/bookstore-v1|14001'], 100);
+    assert.ok(!weights['bookstore/bookstore-v2|14001'], 'v2 gets nothing');
+  });
+
+  it('keeps serving the last configuration while the API server is down, and catches up afterwards', async () => {
+    const buyer = connect('bookbuyer', 'bookbuyer');
+    await buyer.until((s) => bookstoreSplit(s) !== undefined, 'the bookstore split');
+    await server.stop();
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(await readyz(), 200, 'stays ready: it has synced once');
+    const late = connect('bookbuyer', 'bookbuyer');
+    await late.until((s) => bookstoreSplit(s) !== undefined, 'configuration for a proxy connecting during the outage');
+    server.remove('TrafficSplit', 'bookstore', 'bookstore-split');
+    await server.start();
+    await buyer.until((s) => bookstoreSplit(s) === undefined, 'the split removed after the outage');
+  });
+
+  it('applies deletions made with kubectl', async () => {
+    const buyer = connect('bookbuyer', 'bookbuyer');
+    await buyer.until((s) => s.get(TypeUrl.Cluster, 'bookstore/bookstore|14001') !== undefined, 'the bookstore cluster');
+    await k.ok(['delete', 'service', '-n', 'bookstore', 'bookstore']);
+    await buyer.until((s) => s.get(TypeUrl.Cluster, 'bookstore/bookstore|14001') === undefined, 'the bookstore cluster removed');
+  });
+});
