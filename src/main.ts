@@ -99,84 +99,28 @@ export async function runController(options: ControllerOptions): Promise<Running
       `--xds-plaintext-address ${options.xdsPlaintextAddress} is not a loopback address: plaintext ADS trusts node.id; pass --insecure-allow-remote to allow it`,
     );
   }
+  if ((options.manifests === undefined) === (options.kubernetes === undefined)) throw new Error('give exactly one of manifests and kubernetes');
   const metrics = new Registry();
   collectDefaultMetrics({ register: metrics });
 
-  // Kubernetes mode: every replica shares the CA root (a Secret) and issues service certificates
-  // deterministically, so a proxy gets the same configuration from any replica.
-  const replica = options.kubernetes
-    ? await startReplicaCoordination({
-        kubeConfig: loadKubeConfig(options.kubernetes.kubeconfig),
-        namespace: options.controllerNamespace ?? defaultControllerNamespace(),
-        caSecretName: options.caSecretName,
-        leaseName: options.leaseName,
-        identity: options.replicaIdentity,
-        logger: logger.child({ component: 'replica' }),
-      })
-    : undefined;
-  const ca = replica?.ca ?? (await CertificateAuthority.loadOrCreate(options.stateDir));
-  const certificates = new CertificateManager({
-    ca,
-    validitySeconds: options.certValiditySeconds,
-    logger: logger.child({ component: 'certificate' }),
-    deterministic: replica !== undefined,
-  });
-  const store = new ObjectStore({ logger });
-  if ((options.manifests === undefined) === (options.kubernetes === undefined)) throw new Error('give exactly one of manifests and kubernetes');
-  // The Kubernetes source syncs in the background (/readyz says when); proxies wait for it.
-  const kube = options.kubernetes
-    ? new KubernetesSource({
-        store,
-        kubeConfig: loadKubeConfig(options.kubernetes.kubeconfig),
-        meshName: options.meshName,
-        logger: logger.child({ component: 'kubernetes' }),
-        backoff: options.kubernetes.backoff,
-        watchTimeoutSeconds: options.kubernetes.watchTimeoutSeconds,
-      })
-    : undefined;
-  const source = kube ?? new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }) });
-  await source.start();
-
-  const cache = new SnapshotCache();
-  const controller = new MeshController({
-    store,
-    certificates,
-    cache,
-    logger: logger.child({ component: 'controller' }),
-    metrics,
-    meshName: options.meshName,
-    resyncIntervalMs: options.resyncIntervalMs,
-    debounceQuietMs: options.debounceQuietMs,
-    verifyPodIdentity: options.kubernetes !== undefined,
-    podIdentityGraceMs: options.podIdentityGraceMs,
-  });
-  controller.start();
-
-  const ads = new AdsServer({
-    watcher: cache,
-    logger: logger.child({ component: 'ads' }),
-    metrics,
-    hooks: {
-      onStreamOpen: async (proxy, streamId, node) => {
-        await kube?.whenSynced();
-        return controller.onStreamOpen(proxy, streamId, node ?? null);
-      },
-      onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
-      onNack: (proxy, typeUrl, version, detail) =>
-        logger.warn({ proxy: proxy.uuid, identity: proxy.identity, type: TYPE_SHORT_NAME[typeUrl], version, error: detail.message }, 'NACK'),
-    },
-  });
+  // The operations server comes first: /healthz answers and /readyz says "not ready" while
+  // the rest starts (in Kubernetes mode, possibly waiting for an unreachable API server).
+  const parts: { controller?: MeshController; ads?: AdsServer; cache?: SnapshotCache; source?: { synced: boolean }; kube?: KubernetesSource } = {};
   const ops = new OpsServer(
     {
-      ready: () => source.synced,
+      ready: () => parts.source?.synced === true && parts.controller !== undefined,
       metrics,
-      proxies: () => proxiesView(controller, ads),
+      proxies: () => (parts.controller && parts.ads ? proxiesView(parts.controller, parts.ads) : []),
       configDump: (uuid) => {
-        if (!controller.registry.get(uuid)) return undefined;
+        const { controller, cache } = parts;
+        if (!controller || !cache || !controller.registry.get(uuid)) return undefined;
         const snapshot = cache.getSnapshot(uuid);
         return snapshot ? { proxy: uuid, ...configDump(snapshot) } : undefined;
       },
-      policies: () => ({
+      policies: () => {
+        const { controller, source, kube } = parts;
+        if (!controller || !source) return { meshName: options.meshName, starting: true };
+        return {
         meshName: options.meshName,
         settings: controller.snapshot.settings,
         generation: controller.snapshot.generation,
@@ -195,10 +139,95 @@ export async function runController(options: ControllerOptions): Promise<Running
         manifestErrors: source instanceof ManifestsSource ? source.errors().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
         manifestWarnings: source instanceof ManifestsSource ? source.warnings().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
         ...(kube ? { kubernetes: kube.status() } : {}),
-      }),
+        };
+      },
     },
     logger.child({ component: 'ops' }),
   );
+  let httpPort: number;
+  try {
+    httpPort = await ops.start(options.httpAddress);
+  } catch (err) {
+    throw new Error(`cannot listen on --http-address ${options.httpAddress}: ${err instanceof Error ? err.message : String(err)}`);
+  }
+
+  // Kubernetes mode: every replica shares the CA root (a Secret) and issues service certificates
+  // deterministically, so a proxy gets the same configuration from any replica.
+  // Until `stop` exists below, a failure must at least close the operations server.
+  const orStopOps = async <T>(step: Promise<T>): Promise<T> => {
+    try {
+      return await step;
+    } catch (err) {
+      await ops.stop();
+      throw err;
+    }
+  };
+  const replica = options.kubernetes
+    ? await orStopOps(startReplicaCoordination({
+        kubeConfig: loadKubeConfig(options.kubernetes.kubeconfig),
+        namespace: options.controllerNamespace ?? defaultControllerNamespace(),
+        caSecretName: options.caSecretName,
+        leaseName: options.leaseName,
+        identity: options.replicaIdentity,
+        logger: logger.child({ component: 'replica' }),
+      }))
+    : undefined;
+  const ca = replica?.ca ?? (await orStopOps(CertificateAuthority.loadOrCreate(options.stateDir)));
+  const certificates = new CertificateManager({
+    ca,
+    validitySeconds: options.certValiditySeconds,
+    logger: logger.child({ component: 'certificate' }),
+    deterministic: replica !== undefined,
+  });
+  const store = new ObjectStore({ logger });
+  // The Kubernetes source syncs in the background (/readyz says when); proxies wait for it.
+  const kube = options.kubernetes
+    ? new KubernetesSource({
+        store,
+        kubeConfig: loadKubeConfig(options.kubernetes.kubeconfig),
+        meshName: options.meshName,
+        logger: logger.child({ component: 'kubernetes' }),
+        backoff: options.kubernetes.backoff,
+        watchTimeoutSeconds: options.kubernetes.watchTimeoutSeconds,
+      })
+    : undefined;
+  const source = kube ?? new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }) });
+  parts.source = source;
+  parts.kube = kube;
+  await orStopOps(Promise.resolve(source.start()));
+
+  const cache = new SnapshotCache();
+  const controller = new MeshController({
+    store,
+    certificates,
+    cache,
+    logger: logger.child({ component: 'controller' }),
+    metrics,
+    meshName: options.meshName,
+    resyncIntervalMs: options.resyncIntervalMs,
+    debounceQuietMs: options.debounceQuietMs,
+    verifyPodIdentity: options.kubernetes !== undefined,
+    podIdentityGraceMs: options.podIdentityGraceMs,
+  });
+  controller.start();
+  parts.controller = controller;
+  parts.cache = cache;
+
+  const ads = new AdsServer({
+    watcher: cache,
+    logger: logger.child({ component: 'ads' }),
+    metrics,
+    hooks: {
+      onStreamOpen: async (proxy, streamId, node) => {
+        await kube?.whenSynced();
+        return controller.onStreamOpen(proxy, streamId, node ?? null);
+      },
+      onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
+      onNack: (proxy, typeUrl, version, detail) =>
+        logger.warn({ proxy: proxy.uuid, identity: proxy.identity, type: TYPE_SHORT_NAME[typeUrl], version, error: detail.message }, 'NACK'),
+    },
+  });
+  parts.ads = ads;
   const stop = async (): Promise<void> => {
     controller.stop();
     await ads.stop(1000);
@@ -239,7 +268,6 @@ export async function runController(options: ControllerOptions): Promise<Running
     );
   }
 
-  const httpPort = await listen('--http-address', options.httpAddress, () => ops.start(options.httpAddress));
   logger.info(
     { ...(options.manifests !== undefined ? { manifests: path.resolve(options.manifests) } : { kubernetes: true }), xdsPort, xdsPlaintextPort, httpPort, mesh: options.meshName, services: controller.snapshot.services.length },
     'controller started',

@@ -236,8 +236,12 @@ describe('controller with --kubernetes, driven by a real kubectl', { skip: kubec
   }
 
   it('keeps /readyz false while the API server is unreachable, and true once every kind has synced', async () => {
+    // The operations server starts first, so the probes get an answer while the API server is down.
+    await until(async () => (await readyz()) !== 0, 'the operations server to listen');
     for (let i = 0; i < 10; i += 1) {
-      assert.notEqual(await readyz(), 200, 'not ready while the API server is unreachable');
+      assert.equal(await readyz(), 503, 'not ready while the API server is unreachable');
+      const health = await fetch(`http://127.0.0.1:${httpPort}/healthz`);
+      assert.equal(health.status, 200, 'alive while waiting for the API server');
       await new Promise((r) => setTimeout(r, 50));
     }
     await server.start();
