@@ -84,10 +84,18 @@ export function loadEnvoyRoot(): protobuf.Root {
  * @throws Error when the message is not in the loaded protos.
  */
 export function messageType(nameOrTypeUrl: string): protobuf.Type {
-  const name = nameOrTypeUrl.startsWith(TYPE_URL_PREFIX) ? nameOrTypeUrl.slice(TYPE_URL_PREFIX.length) : nameOrTypeUrl;
-  const t = loadEnvoyRoot().lookupType(name);
+  // protobufjs' lookup walks the namespace tree on every call; the hot paths (encode, validate)
+  // ask for the same few dozen types over and over.
+  let t = typeCache.get(nameOrTypeUrl);
+  if (!t) {
+    const name = nameOrTypeUrl.startsWith(TYPE_URL_PREFIX) ? nameOrTypeUrl.slice(TYPE_URL_PREFIX.length) : nameOrTypeUrl;
+    t = loadEnvoyRoot().lookupType(name);
+    typeCache.set(nameOrTypeUrl, t);
+  }
   return t;
 }
+
+const typeCache = new Map<string, protobuf.Type>();
 
 /** A `google.protobuf.Any` with its value already encoded. */
 export interface EncodedAny {
@@ -144,9 +152,10 @@ export function assertKnownFields(type: protobuf.Type, object: unknown, where: s
 export function encodeMessage(typeUrl: string, object: object): Buffer {
   const type = messageType(typeUrl);
   assertKnownFields(type, object, type.name);
-  const err = type.verify(type.fromObject(object));
+  const message = type.fromObject(object);
+  const err = type.verify(message);
   if (err) throw new Error(`${type.name}: ${err}`);
-  return Buffer.from(type.encode(type.fromObject(object)).finish());
+  return Buffer.from(type.encode(message).finish());
 }
 
 /**

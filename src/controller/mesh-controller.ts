@@ -1,13 +1,12 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { encodeAny } from '../api/codec.js';
 import { TYPE_SHORT_NAME, type TypeUrl } from '../api/type-urls.js';
 import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
 import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
 import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
-import { formatViolation, validateProxyResources, type Violation } from '../envoy/validate/index.js';
+import { formatViolation, ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import { withClientType, type NodeSoftware } from '../proxy/client-type.js';
 import { ProxyRegistry } from '../proxy/registry.js';
@@ -96,6 +95,8 @@ export class MeshController {
   private readonly lastErrors = new Map<string, string>();
   /** Configurations computed for the current generation, by identity, client type and certificate. */
   private memo: { generation: number; entries: Map<string, GeneratedConfig> } = { generation: -1, entries: new Map() };
+  /** Encodings and rule checks by resource content, shared by every proxy and push. */
+  private readonly checked = new ResourceCheckCache();
   /** Latest validation violations per proxy UUID (only proxies that have some). */
   private readonly violations = new Map<string, { proxy: Proxy; violations: readonly Violation[] }>();
   private readonly metrics: {
@@ -310,12 +311,12 @@ export class MeshController {
       privateKeyPem: cert.keyPem,
       caPem: this.options.certificates.caPem,
     });
-    const { violations, valid, dropped } = validateProxyResources(resources);
+    const { violations, valid, dropped } = validateProxyResources(resources, this.checked);
     const config: GeneratedConfig = {
       violations,
       dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),
-      snapshot: violations.length === 0 ? buildProxySnapshot(encodeResources(resources)) : undefined,
-      validSnapshot: violations.length === 0 ? undefined : buildProxySnapshot(encodeResources(valid)),
+      snapshot: violations.length === 0 ? buildProxySnapshot(encodeResources(resources, this.checked)) : undefined,
+      validSnapshot: violations.length === 0 ? undefined : buildProxySnapshot(encodeResources(valid, this.checked)),
     };
     this.memo.entries.set(key, config);
     return config;
@@ -371,20 +372,19 @@ export class MeshController {
 }
 
 /**
- * Encodes every generated resource with the real Envoy protos.
+ * Encodes every generated resource with the real Envoy protos (through `cache`, so content
+ * encoded before is not encoded again).
  * @throws Error naming the type and resource when one cannot be encoded (unknown field, bad value).
  */
-export function encodeResources(resources: ProxyResources): Map<TypeUrl, EncodedNamedResource[]> {
+export function encodeResources(resources: ProxyResources, cache: ResourceCheckCache = new ResourceCheckCache()): Map<TypeUrl, EncodedNamedResource[]> {
   const out = new Map<TypeUrl, EncodedNamedResource[]>();
   for (const [type, list] of resources) {
     out.set(
       type,
       list.map((r) => {
-        try {
-          return { name: r.name, resource: encodeAny(type, r.resource) };
-        } catch (err) {
-          throw new Error(`${TYPE_SHORT_NAME[type]} resource "${r.name}": ${err instanceof Error ? err.message : String(err)}`);
-        }
+        const { encoded, error } = cache.check(type, r.resource);
+        if (!encoded) throw new Error(`${TYPE_SHORT_NAME[type]} resource "${r.name}": ${error}`);
+        return { name: r.name, resource: { type_url: type, value: encoded } };
       }),
     );
   }

@@ -33,6 +33,23 @@ export interface OutboundView {
  * are left out too, so traffic never goes where no TrafficTarget allows).
  */
 export function outboundView(snapshot: MeshSnapshot, identity: ServiceIdentity): OutboundView {
+  // Every generator asks for it: compute it once per snapshot and identity (both immutable).
+  let byIdentity = views.get(snapshot);
+  if (!byIdentity) {
+    byIdentity = new Map();
+    views.set(snapshot, byIdentity);
+  }
+  let view = byIdentity.get(identity);
+  if (!view) {
+    view = computeOutboundView(snapshot, identity);
+    byIdentity.set(identity, view);
+  }
+  return view;
+}
+
+const views = new WeakMap<MeshSnapshot, Map<ServiceIdentity, OutboundView>>();
+
+function computeOutboundView(snapshot: MeshSnapshot, identity: ServiceIdentity): OutboundView {
   const allowed = outboundServices(snapshot, identity);
   const allowedKeys = new Set(allowed.map(clusterName));
   const upstreams = new Map<string, MeshService>();

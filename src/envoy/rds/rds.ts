@@ -4,7 +4,7 @@ import type { RetryPolicy } from '../../api/generated/envoy/config/route/v3/Retr
 import type { HeaderMatcher } from '../../api/generated/envoy/config/route/v3/HeaderMatcher.js';
 import type { VirtualHost } from '../../api/generated/envoy/config/route/v3/VirtualHost.js';
 import { localClusterName, serviceFqdn } from '../../catalog/names.js';
-import { inboundServices, inboundTrafficTargets, targetCoversPort } from '../../catalog/traffic-policy.js';
+import { inboundServices, inboundTrafficTargets, meshServicePorts, targetCoversPort } from '../../catalog/traffic-policy.js';
 import type { HttpRouteMatch, MeshService, MeshSnapshot } from '../../catalog/types.js';
 import { identityParts, type Proxy, type ServiceIdentity } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
@@ -166,7 +166,7 @@ export function generateInboundRouteConfigurations(snapshot: MeshSnapshot, proxy
     domainsTaken.set(svc.targetPort, taken);
     const apexes = snapshot.trafficSplits
       .filter((s) => s.namespace === svc.namespace && s.backends.some((b) => b.service === svc.name))
-      .flatMap((s) => snapshot.services.filter((a) => a.namespace === s.namespace && a.name === s.service && a.port === svc.port));
+      .flatMap((s) => meshServicePorts(snapshot, s.namespace, s.service).filter((a) => a.port === svc.port));
     const domains = [...serviceHostnames(svc, svc.namespace), ...apexes.flatMap((a) => serviceHostnames(a, a.namespace))].filter(
       (d) => !taken.has(d) && (taken.add(d), true),
     );

@@ -15,7 +15,7 @@ import type { TypeUrl } from '../../api/type-urls.js';
 import type { ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
 import { resourceReferences, validateCrossResource, type DecodedResource } from './cross-resource.js';
-import { validateMessage } from './proto-rules.js';
+import { validateMessage, type RuleViolation } from './proto-rules.js';
 
 export { validateMessage, validateEncoded, type RuleViolation } from './proto-rules.js';
 export { validateCrossResource, resourceReferences, type CrossViolation, type DecodedResources, type ResourceReference } from './cross-resource.js';
@@ -68,6 +68,55 @@ function key(typeUrl: TypeUrl, name: string): string {
   return `${typeUrl}\n${name}`;
 }
 
+/** What {@link ResourceCheckCache} remembers of one resource: its wire bytes, or why it has none, and its rule violations. */
+export interface CheckedResource {
+  /** The encoded message; undefined when it could not be encoded. */
+  readonly encoded: Buffer | undefined;
+  /** The encoding error, when there is one. */
+  readonly error: string | undefined;
+  /** Violations of the protos' `validate.rules` (checked on the decoded wire form). */
+  readonly violations: readonly RuleViolation[];
+}
+
+/**
+ * Per-resource results (encoding and `validate.rules` checks) by content, shared across
+ * proxies and pushes: a resource many proxies get, or that did not change since the last
+ * push, is encoded and checked once. Keyed by type URL and the resource's JSON; the least
+ * recently used entries go beyond `maxEntries`.
+ */
+export class ResourceCheckCache {
+  private readonly entries = new Map<string, CheckedResource>();
+
+  /** @param maxEntries how many resources to remember (default 20 000). */
+  constructor(private readonly maxEntries = 20_000) {}
+
+  /** Encodes and checks `resource` of `typeUrl`, or returns the remembered result for the same content. */
+  check(typeUrl: TypeUrl, resource: object): CheckedResource {
+    const k = `${typeUrl}\n${JSON.stringify(resource)}`;
+    const found = this.entries.get(k);
+    if (found) {
+      this.entries.delete(k);
+      this.entries.set(k, found);
+      return found;
+    }
+    let result: CheckedResource;
+    try {
+      const encoded = encodeMessage(typeUrl, resource);
+      result = { encoded, error: undefined, violations: validateMessage(typeUrl, decodeMessage(typeUrl, encoded)) };
+    } catch (err) {
+      result = { encoded: undefined, error: err instanceof Error ? err.message : String(err), violations: [] };
+    }
+    this.entries.set(k, result);
+    if (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
+    return result;
+  }
+
+  /** How many resources are remembered. */
+  get size(): number {
+    return this.entries.size;
+  }
+}
+
 /**
  * Validates one proxy's generated resources (see the module header).
  *
@@ -77,26 +126,32 @@ function key(typeUrl: TypeUrl, name: string): string {
  * a partial one, because a missing listener or cluster in state-of-the-world LDS/CDS is a
  * deletion); a proxy that has none gets `valid`, which is partial but consistent and breaks no
  * rule, rather than nothing.
+ * Each resource is encoded with the real protos and its decoded wire form checked against the
+ * `validate.rules` annotations (once per distinct content, through `cache`); the
+ * cross-resource rules run on the generated objects, which carry the same names, references,
+ * domains, weights and addresses as their decoded form.
  * @param resources generated resources by type URL, in the object form the codec encodes.
+ * @param cache per-resource results to reuse (a fresh one by default).
  * @returns violations, the resources safe to send, and what was dropped.
  */
-export function validateProxyResources(resources: ProxyResources): ValidationResult {
+export function validateProxyResources(resources: ProxyResources, cache: ResourceCheckCache = new ResourceCheckCache()): ValidationResult {
   const violations: Violation[] = [];
   const decoded = new Map<TypeUrl, DecodedResource[]>();
   const decodedByKey = new Map<string, Record<string, unknown>>();
   for (const [typeUrl, list] of resources) {
     const out: DecodedResource[] = [];
     for (const r of list) {
-      let d: Record<string, unknown>;
-      try {
-        d = decodeMessage(typeUrl, encodeMessage(typeUrl, r.resource));
-      } catch (err) {
-        violations.push({ typeUrl, name: r.name, path: '', rule: 'encode', message: err instanceof Error ? err.message : String(err) });
+      const checked = cache.check(typeUrl, r.resource);
+      if (checked.error !== undefined) {
+        violations.push({ typeUrl, name: r.name, path: '', rule: 'encode', message: checked.error });
         continue;
       }
+      // Cross-resource rules read names, references, domains, weights and addresses, which the
+      // generated object carries exactly as its decoded form does (Envoy field names, `@type`).
+      const d = r.resource as Record<string, unknown>;
       out.push({ name: r.name, decoded: d });
       decodedByKey.set(key(typeUrl, r.name), d);
-      for (const v of validateMessage(typeUrl, d)) violations.push({ typeUrl, name: r.name, ...v });
+      for (const v of checked.violations) violations.push({ typeUrl, name: r.name, ...v });
     }
     decoded.set(typeUrl, out);
   }
