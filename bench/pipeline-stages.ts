@@ -19,7 +19,7 @@ import { CertificateAuthority } from '../src/certificate/authority.js';
 import { CertificateManager } from '../src/certificate/manager.js';
 import { encodeResources } from '../src/controller/mesh-controller.js';
 import { generateProxyResources } from '../src/envoy/generate.js';
-import { validateProxyResources } from '../src/envoy/validate/index.js';
+import { ResourceCheckCache, validateProxyResources } from '../src/envoy/validate/index.js';
 import { parseCommonName, proxyCommonName } from '../src/proxy/types.js';
 import { ManifestsSource } from '../src/sources/manifests/manifests-source.js';
 import { ObjectStore } from '../src/store/object-store.js';
@@ -55,6 +55,8 @@ async function main(): Promise<void> {
     const ca = await CertificateAuthority.loadOrCreate(path.join(work, 'state'));
     const certificates = new CertificateManager({ ca });
     const totals = { cert: 0, generate: 0, validate: 0, encode: 0, snapshot: 0, resources: 0, bytes: 0 };
+    // One cache for every proxy, as the controller keeps one (repeated content is encoded and checked once).
+    const checked = new ResourceCheckCache();
     for (const p of planProxies(plan, count)) {
       const proxy = parseCommonName(proxyCommonName(p.uuid, 'sidecar', p.namespace, p.serviceAccount));
       t = nowMs();
@@ -64,10 +66,10 @@ async function main(): Promise<void> {
       const resources = generateProxyResources(mesh, proxy, { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
       totals.generate += nowMs() - t;
       t = nowMs();
-      validateProxyResources(resources);
+      validateProxyResources(resources, checked);
       totals.validate += nowMs() - t;
       t = nowMs();
-      const encoded = encodeResources(resources);
+      const encoded = encodeResources(resources, checked);
       totals.encode += nowMs() - t;
       t = nowMs();
       buildProxySnapshot(encoded);

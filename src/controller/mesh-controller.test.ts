@@ -158,6 +158,24 @@ describe('MeshController', () => {
     certificates.stop();
   });
 
+  it('regenerates only the proxies that reach a service whose endpoints changed', async () => {
+    const { store, controller, certificates, seen } = await setup();
+    await controller.onStreamOpen(BUYER, 1);
+    await controller.onStreamOpen(THIEF, 2);
+    const objects = bookstoreMesh().map((o) =>
+      o.kind === 'Pod' && o.metadata.name === 'bookstore-v2-1' ? { ...o, status: { podIP: '10.244.9.9', phase: 'Running' } } : o,
+    );
+    store.replaceAll('test', objects);
+    await until(() => seen.get(BUYER.uuid)!.length === 2, "bookbuyer's new endpoints");
+    await controller.flush();
+    assert.equal(seen.get(THIEF.uuid)!.length, 1, 'bookthief reaches no bookstore: not regenerated');
+    const buyer = seen.get(BUYER.uuid)!;
+    assert.notEqual(buyer[1].versions.get(TypeUrl.ClusterLoadAssignment), buyer[0].versions.get(TypeUrl.ClusterLoadAssignment));
+    assert.equal(buyer[1].versions.get(TypeUrl.Listener), buyer[0].versions.get(TypeUrl.Listener));
+    controller.stop();
+    certificates.stop();
+  });
+
   it('keeps a proxy on its last good snapshot when a change leaves it unchanged', async () => {
     const { store, controller, certificates, cache } = await setup();
     await controller.onStreamOpen(BUYER, 1);

@@ -2,9 +2,11 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { TYPE_SHORT_NAME, type TypeUrl } from '../api/type-urls.js';
 import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
+import { diffMeshSnapshots } from '../catalog/snapshot-diff.js';
 import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
+import { proxyDependencies } from '../envoy/dependencies.js';
 import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
 import { formatViolation, ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
@@ -25,6 +27,8 @@ interface GeneratedConfig {
   readonly snapshot: ProxySnapshot | undefined;
   /** The valid subset, encoded, when there are violations. */
   readonly validSnapshot: ProxySnapshot | undefined;
+  /** The services this configuration was generated from ({@link proxyDependencies}). */
+  readonly dependencies: ReadonlySet<string>;
 }
 
 /** Why a push happens; merged by the debouncer into one {@link PushRequest}. */
@@ -95,6 +99,8 @@ export class MeshController {
   private readonly lastErrors = new Map<string, string>();
   /** Configurations computed for the current generation, by identity, client type and certificate. */
   private memo: { generation: number; entries: Map<string, GeneratedConfig> } = { generation: -1, entries: new Map() };
+  /** The services each connected proxy's current configuration was generated from, by UUID. */
+  private readonly dependencies = new Map<string, ReadonlySet<string>>();
   /** Encodings and rule checks by resource content, shared by every proxy and push. */
   private readonly checked = new ResourceCheckCache();
   /** Latest validation violations per proxy UUID (only proxies that have some). */
@@ -256,6 +262,7 @@ export class MeshController {
   /** ADS hook: a proxy's stream closed. Unregisters it (its snapshot goes once no stream of it is left). */
   onStreamClose(proxy: Proxy, streamId: number): void {
     const remaining = this.registry.unregister(proxy.uuid, streamId);
+    if (remaining === 0) this.dependencies.delete(proxy.uuid);
     this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, streamId }, 'proxy disconnected');
     if (remaining === 0) {
       this.options.cache.clearSnapshot(proxy.uuid);
@@ -317,6 +324,7 @@ export class MeshController {
       dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),
       snapshot: violations.length === 0 ? buildProxySnapshot(encodeResources(resources, this.checked)) : undefined,
       validSnapshot: violations.length === 0 ? undefined : buildProxySnapshot(encodeResources(valid, this.checked)),
+      dependencies: proxyDependencies(this.mesh, proxy.identity),
     };
     this.memo.entries.set(key, config);
     return config;
@@ -326,10 +334,23 @@ export class MeshController {
     const end = this.metrics.buildSeconds.startTimer();
     const reason = request.resync ? 'resync' : request.configChanged ? 'config' : 'certificate';
     this.metrics.pushes.inc({ reason });
-    if (request.configChanged) this.mesh = this.rebuild();
-    const proxies = this.registry
-      .proxies()
-      .filter((p) => request.configChanged || request.rotated.has(p.identity));
+    // Which proxies can be affected: all on a resync or a mesh-wide change; else only those
+    // whose configuration was generated from a changed service (and those whose certificate
+    // rotated). A proxy that failed last time has no recorded dependencies and is retried.
+    let scope: 'all' | ReadonlySet<string> = new Set<string>();
+    if (request.configChanged) {
+      const before = this.mesh;
+      this.mesh = this.rebuild();
+      scope = request.resync ? 'all' : diffMeshSnapshots(before, this.mesh);
+    }
+    const affected = (p: Proxy): boolean => {
+      if (scope === 'all' || request.rotated.has(p.identity)) return true;
+      const deps = this.dependencies.get(p.uuid);
+      if (!deps) return request.configChanged;
+      for (const key of scope) if (deps.has(key)) return true;
+      return false;
+    };
+    const proxies = this.registry.proxies().filter(affected);
     for (const proxy of proxies) await this.updateProxy(proxy);
     end();
     const fields = { reason, kinds: [...request.kinds].sort(), proxies: proxies.length, generation: this.mesh.generation };
@@ -356,6 +377,7 @@ export class MeshController {
         snapshot = config.validSnapshot!;
       }
       this.lastErrors.delete(proxy.uuid);
+      this.dependencies.set(proxy.uuid, config.dependencies);
       this.metrics.proxiesUpdated.inc();
       this.options.cache.setSnapshot(proxy.uuid, snapshot);
       return true;
