@@ -18,6 +18,9 @@ import type { ObjectChange, StoreReader } from '../store/store.js';
 import { buildProxySnapshot, type NamedResource as EncodedNamedResource, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
 
+/** Longest stretch of proxy generation between two yields to the event loop during a push, in ms. */
+export const PUSH_SLICE_MS = 20;
+
 /** One computation of a configuration, shared by the proxies of one identity and client type. */
 interface GeneratedConfig {
   readonly violations: readonly Violation[];
@@ -351,7 +354,17 @@ export class MeshController {
       return false;
     };
     const proxies = this.registry.proxies().filter(affected);
-    for (const proxy of proxies) await this.updateProxy(proxy);
+    let slice = this.timers.now();
+    for (const proxy of proxies) {
+      await this.updateProxy(proxy);
+      // Generation is synchronous: without a break the ADS server could write nothing until
+      // every proxy is done. Yield to the event loop every few milliseconds so each proxy's
+      // responses go out as soon as its snapshot is set.
+      if (this.timers.now() - slice >= PUSH_SLICE_MS) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        slice = this.timers.now();
+      }
+    }
     end();
     const fields = { reason, kinds: [...request.kinds].sort(), proxies: proxies.length, generation: this.mesh.generation };
     // A resync with nothing new is routine: keep it out of the info log.
