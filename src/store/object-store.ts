@@ -158,6 +158,9 @@ export class ObjectStore implements StoreReader {
 
   #put(key: string, sourceId: string, object: KubeObject): ObjectChange | undefined {
     const previous = this.#entries.get(key);
+    // The very object stored before (a source re-sending what it did not re-read): stored
+    // objects are frozen, so it cannot have changed.
+    if (previous && previous.object === object && previous.sourceId === sourceId) return undefined;
     const fingerprint = stableStringify(object);
     if (previous && previous.fingerprint === fingerprint) {
       if (previous.sourceId !== sourceId) {

@@ -12,6 +12,12 @@ import type { ManifestError, ManifestWarning, ParsedManifests } from './parse.js
 /** File name endings read as manifests. */
 export const MANIFEST_EXTENSIONS: readonly string[] = ['.yaml', '.yml', '.json'];
 
+/** Every how many root checks a full rescan runs (30 s with {@link ROOT_CHECK_INTERVAL_MS}). */
+const FULL_RESCAN_EVERY_CHECKS = 30;
+
+/** How many files a scan reads at once. */
+const READ_BATCH = 64;
+
 /** How often the source checks that its root directory is still the one it watches, in ms. */
 export const ROOT_CHECK_INTERVAL_MS = 1000;
 
@@ -80,6 +86,9 @@ export class ManifestsSource {
   #loggedProblems = new Set<string>();
   #watcher: FSWatcher | undefined;
   #rootCheck: NodeJS.Timeout | undefined;
+  #checksSinceFullScan = 0;
+  /** Files named by watcher events since the last rescan, or `'all'`. */
+  #dirty: Set<string> | 'all' = new Set();
   #rootIno = 0;
   #rootMissing = false;
   #rootChecking = false;
@@ -151,7 +160,12 @@ export class ManifestsSource {
       ignored: (p: string) => path.relative(root, p).split(path.sep).some((segment) => segment.startsWith('.') && segment !== '..' && segment !== '.'),
     });
     this.#watcher = watcher;
-    watcher.on('all', () => this.#schedule());
+    watcher.on('all', (event, changed) => {
+      // A file event names the file to re-read; a folder event may hide many files: re-read all.
+      if (event === 'addDir' || event === 'unlinkDir' || this.#dirty === 'all') this.#dirty = 'all';
+      else this.#dirty.add(path.relative(root, changed));
+      this.#schedule();
+    });
     watcher.on('error', (err) => this.#logger.error({ err }, 'watching the manifests directory failed'));
     await new Promise<void>((resolve) => watcher.once('ready', () => resolve()));
   }
@@ -167,7 +181,15 @@ export class ManifestsSource {
         this.#rootMissing = true;
         return;
       }
-      if (!this.#rootMissing && info.ino === this.#rootIno) return;
+      if (!this.#rootMissing && info.ino === this.#rootIno) {
+        // A safety net for what no event reports (a symlinked file's target edited outside
+        // the directory): a full rescan now and then; unchanged files cost a read, no parse.
+        if (++this.#checksSinceFullScan >= FULL_RESCAN_EVERY_CHECKS) {
+          this.#checksSinceFullScan = 0;
+          await this.rescan();
+        }
+        return;
+      }
       this.#logger.info('the manifests directory was replaced; watching it again');
       this.#rootMissing = false;
       this.#rootIno = info.ino;
@@ -198,8 +220,13 @@ export class ManifestsSource {
    * previous objects).
    */
   rescan(): Promise<void> {
+    return this.#rescan('all');
+  }
+
+  /** Rescans, re-reading only `dirty` files (and new ones) unless it is `'all'`. */
+  #rescan(dirty: ReadonlySet<string> | 'all'): Promise<void> {
     this.#chain = this.#chain.then(() =>
-      this.#scanOnce().catch((err: unknown) => {
+      this.#scanOnce(dirty).catch((err: unknown) => {
         this.#logger.error({ err }, 'rescanning the manifests directory failed; keeping the previous objects');
       }),
     );
@@ -211,15 +238,26 @@ export class ManifestsSource {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
-      void this.rescan();
+      const dirty = this.#dirty;
+      this.#dirty = new Set();
+      void this.#rescan(dirty);
     }, this.#debounceMs);
   }
 
-  async #scanOnce(): Promise<void> {
+  async #scanOnce(dirty: ReadonlySet<string> | 'all'): Promise<void> {
     const relativePaths = await listManifestFiles(this.#absoluteDir);
     const next = new Map<string, FileState>();
+    // Files the watcher did not name keep their state without being read again; the others
+    // are read a batch at a time (a full scan of a large directory is I/O bound).
+    const loaded = new Map<string, FileState | undefined>();
+    const toRead = relativePaths.filter((r) => dirty === 'all' || dirty.has(r) || !this.#files.has(r));
+    for (let i = 0; i < toRead.length; i += READ_BATCH) {
+      const batch = toRead.slice(i, i + READ_BATCH);
+      const states = await Promise.all(batch.map((r) => this.#loadFile(r, this.#files.get(r))));
+      batch.forEach((r, j) => loaded.set(r, states[j]));
+    }
     for (const relative of relativePaths) {
-      const state = await this.#loadFile(relative, this.#files.get(relative));
+      const state = loaded.has(relative) ? loaded.get(relative) : this.#files.get(relative);
       if (state) next.set(relative, state);
     }
     this.#files = next;
