@@ -141,6 +141,31 @@ function meshSettings(store: StoreReader, problems: PolicyProblem[]): MeshSettin
   };
 }
 
+/**
+ * Objects of one kind by namespace and `label=value`, so a selector looks only at the objects
+ * that carry its first label instead of every object of the namespace.
+ */
+class LabelIndex<T extends { metadata: { namespace?: string } }> {
+  private readonly byLabel = new Map<string, T[]>();
+
+  constructor(objects: readonly T[], labelsOf: (o: T) => Readonly<Record<string, string>> | undefined) {
+    for (const o of objects) {
+      for (const [k, v] of Object.entries(labelsOf(o) ?? {})) {
+        const key = `${o.metadata.namespace ?? 'default'}\0${k}=${v}`;
+        const list = this.byLabel.get(key);
+        if (list) list.push(o);
+        else this.byLabel.set(key, [o]);
+      }
+    }
+  }
+
+  /** Candidates for `selector` in `namespace` (they carry its first label; check the rest); none for an empty selector. */
+  select(namespace: string, selector: Readonly<Record<string, string>> | undefined): readonly T[] {
+    const first = Object.entries(selector ?? {})[0];
+    return first ? (this.byLabel.get(`${namespace}\0${first[0]}=${first[1]}`) ?? []) : [];
+  }
+}
+
 /** Pods (running or pending, with an IP literal) and pod templates that back a Service. */
 interface Workloads {
   readonly pods: readonly Pod[];
@@ -402,13 +427,15 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
   const identitiesByService = new Map<string, ServiceIdentity[]>();
   const servicesByIdentity = new Map<ServiceIdentity, string[]>();
 
+  const podIndex = new LabelIndex(store.list<Pod>('Pod'), (p) => p.metadata.labels);
+  const deploymentIndex = new LabelIndex(store.list<Deployment>('Deployment'), (d) => d.spec.template.metadata?.labels);
   for (const svc of store.list<Service>('Service')) {
     const ns = svc.metadata.namespace ?? 'default';
     if (!namespaces.has(ns)) continue;
     const selector = svc.spec.selector;
-    const pods = store.list<Pod>('Pod', ns).filter((p) => isLive(p) && selectorMatches(selector, p.metadata.labels));
-    const templates = store
-      .list<Deployment>('Deployment', ns)
+    const pods = podIndex.select(ns, selector).filter((p) => isLive(p) && selectorMatches(selector, p.metadata.labels));
+    const templates = deploymentIndex
+      .select(ns, selector)
       .filter((d) => selectorMatches(selector, d.spec.template.metadata?.labels))
       .map((d) => d.spec.template.spec ?? {});
     const workloads: Workloads = { pods, templates };
