@@ -185,5 +185,14 @@ describe('buildMeshSnapshot', () => {
     const after = buildMeshSnapshot(memoryStore(deleted), { meshName: 'osm', generation: 3, previous: snapshot }).snapshot;
     assert.equal(after.trafficTargets.find((t) => t.name === 'bookstore/bookstore'), undefined, 'a deleted policy is gone');
   });
+
+  it('reports a ClusterIP used by two services and keeps it for the first', () => {
+    const objects = bookstoreMesh();
+    objects.push(k8s.service('bookwarehouse', 'copycat', { app: 'bookwarehouse' }, [{ port: 80 }], '10.96.0.20'));
+    const { snapshot, problems } = build(objects);
+    assert.deepEqual(problems.map((p) => `${p.kind} ${p.namespace}/${p.name} ${p.field}`), ['Service bookwarehouse/copycat spec.clusterIP']);
+    assert.deepEqual(snapshot.services.find((s) => s.name === 'copycat')?.clusterIPs, []);
+    assert.deepEqual(snapshot.services.find((s) => s.name === 'bookwarehouse')?.clusterIPs, ['10.96.0.20']);
+  });
 });
 

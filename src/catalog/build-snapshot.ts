@@ -427,6 +427,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
   const identitiesByService = new Map<string, ServiceIdentity[]>();
   const servicesByIdentity = new Map<ServiceIdentity, string[]>();
 
+  const clusterIPOwners = new Map<string, string>();
   const podIndex = new LabelIndex(store.list<Pod>('Pod'), (p) => p.metadata.labels);
   const deploymentIndex = new LabelIndex(store.list<Deployment>('Deployment'), (d) => d.spec.template.metadata?.labels);
   for (const svc of store.list<Service>('Service')) {
@@ -453,9 +454,18 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
     }
 
     const headless = svc.spec.clusterIP === 'None';
-    const clusterIPs = headless
-      ? []
-      : (svc.spec.clusterIPs ?? (svc.spec.clusterIP ? [svc.spec.clusterIP] : [])).filter((ip) => isIP(ip) !== 0);
+    const clusterIPs = (
+      headless ? [] : (svc.spec.clusterIPs ?? (svc.spec.clusterIP ? [svc.spec.clusterIP] : [])).filter((ip) => isIP(ip) !== 0)
+    ).filter((ip) => {
+      // One address, one service: outbound traffic to it can only be matched to the first.
+      const owner = clusterIPOwners.get(ip);
+      if (owner === undefined) {
+        clusterIPOwners.set(ip, `${ns}/${svc.metadata.name}`);
+        return true;
+      }
+      problems.push({ kind: 'Service', namespace: ns, name: svc.metadata.name, field: 'spec.clusterIP', message: `${ip} is already the ClusterIP of Service ${owner}; not used for this one` });
+      return false;
+    });
     const tcpPorts = (svc.spec.ports ?? []).filter((p) => (p.protocol ?? 'TCP') === 'TCP');
     const seenPorts = new Set<number>();
     for (const port of tcpPorts) {
