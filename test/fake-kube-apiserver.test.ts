@@ -6,15 +6,10 @@ import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import { FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
 import { Kubectl, findKubectl } from './helpers/kubectl.js';
+import { eventually } from './helpers/wait.js';
 
 /** Polls `check` until it returns true (bounded). */
-async function until(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+const until = (check: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000) => eventually(check, what, timeoutMs, 20);
 
 function kubeConfigFor(server: FakeKubeApiServer): k8s.KubeConfig {
   const kc = new k8s.KubeConfig();

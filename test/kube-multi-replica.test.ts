@@ -12,17 +12,12 @@ import { PROXY_UUID_LABEL } from '../src/proxy/pod-check.js';
 import { bookstoreMesh, k8s } from './fixtures/mesh.js';
 import { AdsTestClient, type AdsTestStream } from './helpers/ads-client.js';
 import { FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
+import { eventually } from './helpers/wait.js';
 
 const BUYER_UUID = '11111111-1111-4111-8111-111111111111';
 const BUYER_CN = `${BUYER_UUID}.sidecar.bookbuyer.bookbuyer.cluster.local`;
 
-async function until(cond: () => boolean | Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+const until = (cond: () => boolean | Promise<boolean>, what: string, timeoutMs = 20_000) => eventually(cond, what, timeoutMs, 50);
 
 async function getJson(port: number, pathAndQuery: string): Promise<{ status: number; body: unknown }> {
   const res = await fetch(`http://127.0.0.1:${port}${pathAndQuery}`);

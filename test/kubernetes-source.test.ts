@@ -15,6 +15,7 @@ import { AdsTestClient } from './helpers/ads-client.js';
 import { DEFAULT_RESOURCE_TYPES, FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
 import { Kubectl, findKubectl } from './helpers/kubectl.js';
 import { SimulatedSidecar } from './helpers/sidecar.js';
+import { eventually } from './helpers/wait.js';
 
 type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -24,13 +25,7 @@ const silent = pino({ level: 'silent' });
 const FAST = { backoff: { initialMs: 20, maxMs: 200 }, watchTimeoutSeconds: 30 };
 
 /** Polls `check` until it returns true (bounded). */
-async function until(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+const until = (check: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000) => eventually(check, what, timeoutMs, 20);
 
 function names(store: ObjectStore, kind: ObjectKind, namespace?: string): string[] {
   return store.list(kind, namespace).map((o) => (namespace || !o.metadata.namespace ? o.metadata.name : `${o.metadata.namespace}/${o.metadata.name}`));

@@ -14,6 +14,7 @@ import { SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
 import { MeshController, mergePushRequests } from './mesh-controller.js';
+import { eventually } from '../../test/helpers/wait.js';
 
 /** Manual clock for the certificate manager: timers fire only when the clock passes them. */
 class ManualTimers implements Timers {
@@ -46,10 +47,7 @@ class ManualTimers implements Timers {
 const BUYER = parseCommonName('11111111-1111-4111-8111-111111111111.sidecar.bookbuyer.bookbuyer.cluster.local');
 const THIEF = parseCommonName('22222222-2222-4222-8222-222222222222.sidecar.bookthief.bookthief.cluster.local');
 
-async function until(cond: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 200 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
-  assert.ok(cond(), `timed out waiting for ${what}`);
-}
+const until = (cond: () => boolean, what: string) => eventually(cond, what, 2000, 10);
 
 describe('MeshController', () => {
   let dir: string;

@@ -1,6 +1,7 @@
 import { TypeUrl } from '../../src/api/type-urls.js';
 import type { DiscoveryResponse__Output } from '../../src/xds/server/discovery-types.js';
 import { decodeResources, type AdsTestStream } from './ads-client.js';
+import { Waiters } from './wait.js';
 
 type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -15,7 +16,7 @@ export class SimulatedSidecar {
   /** Every response in arrival order, with its type URL. */
   readonly log: DiscoveryResponse__Output[] = [];
   private readonly subscribed = new Map<string, string[]>();
-  private waiters: (() => void)[] = [];
+  private readonly waiters = new Waiters();
   private stopped = false;
 
   constructor(readonly stream: AdsTestStream) {}
@@ -78,9 +79,7 @@ export class SimulatedSidecar {
   }
 
   private wake(): void {
-    const w = this.waiters;
-    this.waiters = [];
-    for (const f of w) f();
+    this.waiters.wake();
   }
 
   /** The current resource of `type` named `name`, or undefined. */
@@ -98,19 +97,7 @@ export class SimulatedSidecar {
    * @throws Error naming `what` after `timeoutMs`, or when the stream ended.
    */
   async until(predicate: (s: this) => boolean, what: string, timeoutMs = 5000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (!predicate(this)) {
-      if (this.stopped) throw new Error(`stream ended before ${what}`);
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, left);
-        this.waiters.push(() => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-    }
+    await this.waiters.until(() => predicate(this), timeoutMs, what, () => (this.stopped ? 'stream ended' : undefined));
   }
 
   /** Stops answering and cancels the stream. */

@@ -38,11 +38,20 @@ export class Waiters {
   }
 }
 
-/** Waits until `cond` holds, polling (for server state, which has no event to wait on). */
-export async function eventually(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+/**
+ * Waits until `cond` holds, polling every `intervalMs` (for state that has no event to wait on:
+ * a server's, an HTTP endpoint's).
+ * @throws Error `timed out waiting for <what>` after `timeoutMs` milliseconds.
+ */
+export async function eventually(
+  cond: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 5000,
+  intervalMs = 5,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
+  while (!(await cond())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
