@@ -19,6 +19,7 @@ import { formatManifestError } from './sources/manifests/parse.js';
 import { ObjectStore } from './store/object-store.js';
 import { SnapshotCache } from './xds/cache/snapshot-cache.js';
 import { AdsServer, authenticateFromNodeId, authenticateFromPeerCertificate } from './xds/server/ads-server.js';
+import { splitHostPort } from './util/address.js';
 
 /** Options of {@link runController}; the CLI's `trellis controller` flags. */
 export interface ControllerOptions {
@@ -72,10 +73,6 @@ export interface RunningController {
   stop(): Promise<void>;
 }
 
-function hostOf(address: string): string {
-  return address.slice(0, address.lastIndexOf(':')).replace(/^\[|\]$/g, '');
-}
-
 /** True for a loopback host: `localhost`, 127.0.0.0/8, `::1`. */
 export function isLoopbackHost(host: string): boolean {
   if (host === 'localhost') return true;
@@ -94,7 +91,7 @@ export function isLoopbackHost(host: string): boolean {
  */
 export async function runController(options: ControllerOptions): Promise<RunningController> {
   const logger = options.logger ?? pino({ level: 'info' });
-  if (options.xdsPlaintextAddress && !options.insecureAllowRemote && !isLoopbackHost(hostOf(options.xdsPlaintextAddress))) {
+  if (options.xdsPlaintextAddress && !options.insecureAllowRemote && !isLoopbackHost(splitHostPort(options.xdsPlaintextAddress).host)) {
     throw new Error(
       `--xds-plaintext-address ${options.xdsPlaintextAddress} is not a loopback address: plaintext ADS trusts node.id; pass --insecure-allow-remote to allow it`,
     );

@@ -7,6 +7,7 @@ import { CA_CERT_FILE, CertificateAuthority } from '../certificate/authority.js'
 import { CertificateManager } from '../certificate/manager.js';
 import { envoyBootstrap } from '../envoy/bootstrap.js';
 import { proxyCommonName, type CommonName } from '../proxy/types.js';
+import { splitHostPort } from '../util/address.js';
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
@@ -67,11 +68,11 @@ export async function writeProxyBootstrap(options: BootstrapCommandOptions): Pro
     key: path.join(out, 'key.pem'),
     ca: path.join(out, 'ca.pem'),
   };
-  const i = options.xdsAddress.lastIndexOf(':');
+  const xds = splitHostPort(options.xdsAddress);
   const bootstrap = envoyBootstrap({
     nodeId: commonName,
-    xdsHost: options.xdsAddress.slice(0, i).replace(/^\[|\]$/g, ''),
-    xdsPort: Number(options.xdsAddress.slice(i + 1)),
+    xdsHost: xds.host,
+    xdsPort: xds.port,
     certFile: files.cert,
     keyFile: files.key,
     caFile: files.ca,

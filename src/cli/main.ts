@@ -4,6 +4,7 @@ import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { runController } from '../main.js';
 import { writeProxyBootstrap } from './bootstrap-command.js';
 import { registerKubeCommands } from './kube-commands.js';
+import { splitHostPort } from '../util/address.js';
 
 function duration(value: string): number {
   const seconds = /^\d+$/.test(value) ? Number(value) : parseGoDuration(value);
@@ -12,9 +13,8 @@ function duration(value: string): number {
 }
 
 function address(value: string): string {
-  const i = value.lastIndexOf(':');
-  const port = Number(value.slice(i + 1));
-  if (i <= 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new InvalidArgumentError(`"${value}" is not HOST:PORT`);
+  const { host, port } = splitHostPort(value);
+  if (host === '' || !Number.isInteger(port) || port < 0 || port > 65535) throw new InvalidArgumentError(`"${value}" is not HOST:PORT`);
   return value;
 }
 

@@ -2,6 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import { splitHostPort } from '../util/address.js';
 
 /** What the operations server reads; each function is called per request. */
 export interface OpsSources {
@@ -36,9 +37,7 @@ export class OpsServer {
    * @throws Error when the address cannot be bound.
    */
   async start(address: string): Promise<number> {
-    const i = address.lastIndexOf(':');
-    const host = address.slice(0, i).replace(/^\[|\]$/g, '');
-    const port = Number(address.slice(i + 1));
+    const { host, port } = splitHostPort(address);
     const server = http.createServer((req, res) => {
       this.handle(req, res).catch((err: unknown) => {
         this.logger.error({ err }, 'ops request failed');
