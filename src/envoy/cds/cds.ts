@@ -6,9 +6,9 @@ import type { Proxy } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
 import { tlsTransportSocket, upstreamTlsContext } from '../tls.js';
-import { ADS_CONFIG_SOURCE, durationMs, ExtensionType, typedConfig } from '../typed-config.js';
+import { ADS_CONFIG_SOURCE, durationMs } from '../typed-config.js';
 import { generateEgressClusters } from './egress.js';
-import { circuitBreakers, upstreamTrafficSettingFor } from '../upstream-settings.js';
+import { httpProtocolOptions, upstreamSettingFields, upstreamTrafficSettingFor, type UpstreamHttp } from '../upstream-settings.js';
 
 /** Name of the cluster that points at Envoy's own admin port for Prometheus scraping (OSM). */
 export const ENVOY_METRICS_CLUSTER = 'envoy-metrics-cluster';
@@ -19,18 +19,9 @@ export const ENVOY_ADMIN_PORT = 15000;
 /** Connect timeout of upstream clusters, in ms (OSM's default 1 s). */
 export const CONNECT_TIMEOUT_MS = 1000;
 
-function httpProtocolOptions(svc: MeshService, maxRequestsPerConnection?: number): Cluster['typed_extension_protocol_options'] {
-  if (svc.protocol !== 'grpc' && svc.protocol !== 'http') return undefined;
-  return {
-    'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': typedConfig(ExtensionType.HttpProtocolOptions, {
-      ...(svc.protocol === 'grpc'
-        ? { explicit_http_config: { http2_protocol_options: {} } }
-        : { use_downstream_protocol_config: { http_protocol_options: {}, http2_protocol_options: {} } }),
-      ...(maxRequestsPerConnection !== undefined
-        ? { common_http_protocol_options: { max_requests_per_connection: { value: maxRequestsPerConnection } } }
-        : {}),
-    }),
-  };
+/** The upstream HTTP protocol of a service's clusters: HTTP/2 for gRPC, the downstream's for HTTP, none for TCP. */
+function upstreamHttp(svc: MeshService): UpstreamHttp | undefined {
+  return svc.protocol === 'grpc' ? 'http2' : svc.protocol === 'http' ? 'downstream' : undefined;
 }
 
 /**
@@ -41,24 +32,20 @@ function httpProtocolOptions(svc: MeshService, maxRequestsPerConnection?: number
  * `getUpstreamServiceCluster`).
  */
 export function upstreamCluster(snapshot: MeshSnapshot, proxy: Proxy, svc: MeshService): Cluster {
-  const setting = upstreamTrafficSettingFor(snapshot, svc);
-  const options = httpProtocolOptions(svc, setting?.http?.maxRequestsPerConnection);
-  const breakers = circuitBreakers(setting);
   return {
     name: clusterName(svc),
     alt_stat_name: clusterName(svc),
     type: 'EDS',
     eds_cluster_config: { eds_config: ADS_CONFIG_SOURCE, service_name: clusterName(svc) },
-    connect_timeout: durationMs(setting?.tcp?.connectTimeoutMs ?? CONNECT_TIMEOUT_MS),
     lb_policy: 'ROUND_ROBIN',
     transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc, snapshot.settings), true),
-    ...(options ? { typed_extension_protocol_options: options } : {}),
-    ...(breakers ? { circuit_breakers: breakers } : {}),
+    ...upstreamSettingFields(upstreamTrafficSettingFor(snapshot, svc), CONNECT_TIMEOUT_MS, upstreamHttp(svc)),
   };
 }
 
 function staticCluster(name: string, port: number, svc?: MeshService): Cluster {
-  const options = svc ? httpProtocolOptions(svc) : undefined;
+  const upstream = svc ? upstreamHttp(svc) : undefined;
+  const options = upstream ? httpProtocolOptions(upstream) : undefined;
   return {
     name,
     alt_stat_name: name,

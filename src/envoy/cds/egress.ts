@@ -2,8 +2,8 @@ import type { Cluster } from '../../api/generated/envoy/config/cluster/v3/Cluste
 import type { MeshSnapshot, UpstreamTrafficSettingPolicy } from '../../catalog/types.js';
 import type { Proxy } from '../../proxy/types.js';
 import { egressPlan, type EgressCluster } from '../egress-plan.js';
-import { durationMs, ExtensionType, typedConfig } from '../typed-config.js';
-import { circuitBreakers } from '../upstream-settings.js';
+import { durationMs } from '../typed-config.js';
+import { upstreamSettingFields } from '../upstream-settings.js';
 
 /** Connect timeout of egress clusters, in ms (OSM v1.2's cluster default, 1 s). */
 export const EGRESS_CONNECT_TIMEOUT_MS = 1000;
@@ -20,22 +20,10 @@ export const EGRESS_CONNECT_TIMEOUT_MS = 1000;
 export function egressCluster(c: EgressCluster, setting?: UpstreamTrafficSettingPolicy): Cluster {
   const common = { name: c.name, alt_stat_name: c.name, connect_timeout: durationMs(EGRESS_CONNECT_TIMEOUT_MS) };
   if (c.kind === 'original-dst') return { ...common, type: 'ORIGINAL_DST', lb_policy: 'CLUSTER_PROVIDED' };
-  const breakers = circuitBreakers(setting);
-  const perConnection = setting?.http?.maxRequestsPerConnection;
   return {
     ...common,
-    ...(setting?.tcp?.connectTimeoutMs !== undefined ? { connect_timeout: durationMs(setting.tcp.connectTimeoutMs) } : {}),
-    ...(breakers ? { circuit_breakers: breakers } : {}),
-    ...(perConnection !== undefined
-      ? {
-          typed_extension_protocol_options: {
-            'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': typedConfig(ExtensionType.HttpProtocolOptions, {
-              explicit_http_config: { http_protocol_options: {} },
-              common_http_protocol_options: { max_requests_per_connection: { value: perConnection } },
-            }),
-          },
-        }
-      : {}),
+    // HTTP protocol options only when the setting limits requests per connection (HTTP/1.1 out).
+    ...upstreamSettingFields(setting, EGRESS_CONNECT_TIMEOUT_MS, setting?.http?.maxRequestsPerConnection !== undefined ? 'http1' : undefined),
     type: 'LOGICAL_DNS',
     dns_lookup_family: 'V4_PREFERRED',
     lb_policy: 'ROUND_ROBIN',
