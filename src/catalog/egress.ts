@@ -5,6 +5,7 @@ import { serviceIdentity, type ServiceIdentity } from '../proxy/types.js';
 import { parseCidr } from './cidr.js';
 import type { PolicyProblem } from './problems.js';
 import type { EgressPolicy, EgressPort, HttpRouteMatch } from './types.js';
+import { byName } from '../util/order.js';
 
 /** The protocols an Egress port may name (OSM v1.2 `PortSpec.protocol`). */
 const EGRESS_PROTOCOLS: readonly EgressPort['protocol'][] = ['http', 'https', 'tcp', 'tcp-server-first'];
@@ -106,5 +107,5 @@ export function resolveEgressPolicies(store: StoreReader, namespaces: ReadonlySe
     if (!valid) continue;
     out.push({ name: `${ns}/${eg.metadata.name}`, sources, hosts, ipRanges, ports, httpMatches, upstreamTrafficSettings });
   }
-  return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return out.sort(byName);
 }

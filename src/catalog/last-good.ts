@@ -1,4 +1,5 @@
 import type { PolicyProblem } from './problems.js';
+import { byName as byPolicyName } from '../util/order.js';
 
 /** Appended to the message of a problem whose policy keeps its last valid version. */
 export const KEPT_NOTE = '; its last valid version stays in force';
@@ -38,5 +39,5 @@ export function keepLastGood<T extends { readonly name: string }>(
       if (!problems[i].message.endsWith(KEPT_NOTE)) problems[i] = { ...problems[i], message: `${problems[i].message}${KEPT_NOTE}` };
     }
   }
-  return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return [...byName.values()].sort(byPolicyName);
 }

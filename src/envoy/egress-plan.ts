@@ -1,5 +1,6 @@
 import type { EgressPolicy, HttpRouteMatch, MeshSnapshot } from '../catalog/types.js';
 import type { Proxy } from '../proxy/types.js';
+import { byKey as byEntryKey, byName } from '../util/order.js';
 
 /**
  * Name of the cluster of an egress host on a port: `<host>:<port>` (OSM v1.2
@@ -144,11 +145,11 @@ export function egressPlan(snapshot: MeshSnapshot, proxy: Proxy): EgressPlan {
       port,
       ipRanges: unionRanges(e.ranges),
       hosts: [...e.hosts.entries()]
-        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .sort(byEntryKey)
         .map(([host, h]) => ({ host, cluster: clusterFor(host, port), matches: [...h.matches.values()], anyRequest: h.any })),
     }));
   const httpsRoutes: EgressHttpsRoute[] = [...https.entries()]
-    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .sort(byEntryKey)
     .map(([, e]) => ({ port: e.port, host: e.host, ipRanges: unionRanges(e.ranges), cluster: clusterFor(e.host, e.port) }));
   const tcpPorts: EgressTcpPort[] = [...tcp.entries()]
     .sort(([a], [b]) => a - b)
@@ -157,6 +158,6 @@ export function egressPlan(snapshot: MeshSnapshot, proxy: Proxy): EgressPlan {
     http: httpPorts,
     https: httpsRoutes,
     tcp: tcpPorts,
-    clusters: [...clusters.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)),
+    clusters: [...clusters.values()].sort(byName),
   };
 }

@@ -2,6 +2,7 @@ import { serviceKey } from '../catalog/names.js';
 import { inboundServices } from '../catalog/traffic-policy.js';
 import type { IngressBackendPolicy, MeshSnapshot } from '../catalog/types.js';
 import type { Proxy } from '../proxy/types.js';
+import { byKey } from '../util/order.js';
 
 /**
  * What the ingress backends served by one proxy need on one target port and protocol: one
@@ -46,7 +47,7 @@ export function ingressChainPlans(snapshot: MeshSnapshot, proxy: Proxy): Ingress
     groups.set(key, [...(groups.get(key) ?? []), b]);
   }
   return [...groups.entries()]
-    .sort(([a], [b]) => (a < b ? -1 : 1))
+    .sort(byKey)
     .map(([, backends]) => {
       const first = backends[0];
       const svc = first.service;

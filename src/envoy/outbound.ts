@@ -2,6 +2,7 @@ import { clusterName } from '../catalog/names.js';
 import { findMeshService, outboundServices, trafficSplitFor } from '../catalog/traffic-policy.js';
 import type { MeshService, MeshSnapshot } from '../catalog/types.js';
 import type { ServiceIdentity } from '../proxy/types.js';
+import { byKey } from '../util/order.js';
 
 /** A cluster a route or tcp_proxy sends to, with its weight (1 when there is no split). */
 export interface WeightedCluster {
@@ -66,6 +67,6 @@ function computeOutboundView(snapshot: MeshSnapshot, identity: ServiceIdentity):
     }
     destinations.push({ service: svc, targets: targets.length > 0 ? targets : [{ cluster: clusterName(svc), weight: 1 }] });
   }
-  const sorted = [...upstreams.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, s]) => s);
+  const sorted = [...upstreams.entries()].sort(byKey).map(([, s]) => s);
   return { destinations, upstreams: sorted };
 }

@@ -13,6 +13,7 @@ import { serviceHostnames } from './rds/hosts.js';
 import { generateOutboundRouteConfigurations, isHttpLike, outboundRouteConfigName } from './rds/rds.js';
 import type { NamedResource } from './resource.js';
 import { ADS_CONFIG_SOURCE, durationMs, ExtensionType, typedConfig } from './typed-config.js';
+import { byKey, byName } from '../util/order.js';
 
 /** `stat_prefix` of the HttpConnectionManager in a proxyless listener (gRPC ignores it; Envoy's proto requires it). */
 export const PROXYLESS_STAT_PREFIX = 'proxyless';
@@ -113,7 +114,7 @@ export function proxylessTargets(snapshot: MeshSnapshot, proxy: Proxy): Map<stri
     if (!isHttpLike(svc) || reachable.has(svc)) continue;
     for (const name of proxylessTargetNames(svc, clientNamespace)) if (!targets.has(name)) targets.set(name, NO_ROUTE_CONFIG);
   }
-  return new Map([...targets.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  return new Map([...targets.entries()].sort(byKey));
 }
 
 /** The Listeners of a proxyless client: one {@link proxylessListener} per entry of {@link proxylessTargets}, sorted by name. */
@@ -150,7 +151,7 @@ function usesNoRoute(snapshot: MeshSnapshot, proxy: Proxy): boolean {
 export function generateProxylessClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<Cluster>[] {
   const out = outboundView(snapshot, proxy.identity).upstreams.map((svc) => ({ name: clusterName(svc), resource: proxylessCluster(svc) }));
   if (usesNoRoute(snapshot, proxy)) out.push({ name: NO_ROUTE_CLUSTER, resource: edsCluster(NO_ROUTE_CLUSTER) });
-  return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return out.sort(byName);
 }
 
 /**
@@ -161,7 +162,7 @@ export function generateProxylessClusters(snapshot: MeshSnapshot, proxy: Proxy):
 export function generateProxylessClusterLoadAssignments(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<ClusterLoadAssignment>[] {
   const out: NamedResource<ClusterLoadAssignment>[] = generateClusterLoadAssignments(snapshot, proxy);
   if (usesNoRoute(snapshot, proxy)) out.push({ name: NO_ROUTE_CLUSTER, resource: { cluster_name: NO_ROUTE_CLUSTER, endpoints: [] } });
-  return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return out.sort(byName);
 }
 
 /**

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { OBJECT_KINDS, isNamespacedKind, objectKey } from './objects.js';
 import type { KubeObject, ObjectKind } from './objects.js';
 import type { ChangeListener, ObjectChange, StoreReader } from './store.js';
+import { compareStrings } from '../util/order.js';
 
 /** One stored object, who contributed it, and its content fingerprint. */
 interface Entry {
@@ -247,9 +248,6 @@ function compareChanges(a: ObjectChange, b: ObjectChange): number {
   );
 }
 
-function compareStrings(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
-}
 
 /**
  * JSON text of `value` with object keys sorted, so two objects with the same content give the

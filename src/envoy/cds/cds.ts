@@ -9,6 +9,7 @@ import { tlsTransportSocket, upstreamTlsContext } from '../tls.js';
 import { ADS_CONFIG_SOURCE, durationMs } from '../typed-config.js';
 import { generateEgressClusters } from './egress.js';
 import { httpProtocolOptions, upstreamSettingFields, upstreamTrafficSettingFor, type UpstreamHttp } from '../upstream-settings.js';
+import { byKey } from '../../util/order.js';
 
 /** Name of the cluster that points at Envoy's own admin port for Prometheus scraping (OSM). */
 export const ENVOY_METRICS_CLUSTER = 'envoy-metrics-cluster';
@@ -88,5 +89,5 @@ export function generateClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedRes
       connect_timeout: durationMs(CONNECT_TIMEOUT_MS),
     });
   }
-  return [...clusters.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([name, resource]) => ({ name, resource }));
+  return [...clusters.entries()].sort(byKey).map(([name, resource]) => ({ name, resource }));
 }

@@ -6,6 +6,7 @@ import type { IngressPathMatch, MeshSnapshot } from '../../catalog/types.js';
 import type { Proxy } from '../../proxy/types.js';
 import { ingressChainPlans } from '../ingress-plan.js';
 import type { NamedResource } from '../resource.js';
+import { byKey } from '../../util/order.js';
 
 /** Name of the ingress route configuration of a target port: `rds-ingress.<port>` (OSM v1.2 `rds-ingress`, per port here). */
 export function ingressRouteConfigName(port: number): string {
@@ -77,7 +78,7 @@ export function generateIngressRouteConfigurations(snapshot: MeshSnapshot, proxy
     .map(([port, hosts]) => {
       const name = ingressRouteConfigName(port);
       const virtualHosts: VirtualHost[] = [...hosts.entries()]
-        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .sort(byKey)
         .map(([domain, list]) => ({
           name: `ingress_virtual-host|${domain}`,
           domains: [domain],

@@ -14,6 +14,7 @@ import { durationMs, ExtensionType, typedConfig } from '../typed-config.js';
 import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, httpLocalRateLimitConfig } from '../rate-limit.js';
 import { serviceHostnames } from './hosts.js';
+import { byKey } from '../../util/order.js';
 
 /**
  * The retry policy of the routes from `source` to `svc`, from the Retry policy naming that
@@ -66,7 +67,7 @@ function methodsRegex(methods: readonly string[]): string {
 export function routeMatch(match: HttpRouteMatch): Route['match'] {
   const headers: HeaderMatcher[] = [];
   if (match.methods.length > 0) headers.push({ name: ':method', string_match: { safe_regex: { regex: methodsRegex(match.methods) } } });
-  for (const [name, regex] of Object.entries(match.headers).sort(([a], [b]) => (a < b ? -1 : 1))) {
+  for (const [name, regex] of Object.entries(match.headers).sort(byKey)) {
     // HTTP/2 and Envoy carry the Host header as the `:authority` pseudo-header.
     const header = name.toLowerCase() === 'host' ? ':authority' : name.toLowerCase();
     headers.push({ name: header, string_match: { safe_regex: { regex } } });

@@ -12,6 +12,7 @@ import type { Proxy, ServiceIdentity } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
 import { generateIngressSecrets } from './ingress.js';
+import { byName } from '../../util/order.js';
 
 /** The certificate material SDS serves to one proxy: its identity's service certificate and the mesh root. */
 export interface ProxyCertificates {
@@ -84,5 +85,5 @@ export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: Pro
     });
   }
   out.push(...generateIngressSecrets(snapshot, proxy, certs));
-  return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return out.sort(byName);
 }
