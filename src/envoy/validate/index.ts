@@ -86,12 +86,23 @@ export interface CheckedResource {
  */
 export class ResourceCheckCache {
   private readonly entries = new Map<string, CheckedResource>();
+  /** The result for an object already checked (generated objects are not mutated afterwards). */
+  private readonly byObject = new WeakMap<object, CheckedResource>();
 
   /** @param maxEntries how many resources to remember (default 20 000). */
   constructor(private readonly maxEntries = 20_000) {}
 
   /** Encodes and checks `resource` of `typeUrl`, or returns the remembered result for the same content. */
   check(typeUrl: TypeUrl, resource: object): CheckedResource {
+    // Validation and encoding of one proxy ask for the same object twice: skip the JSON key then.
+    const seen = this.byObject.get(resource);
+    if (seen) return seen;
+    const result = this.checkContent(typeUrl, resource);
+    this.byObject.set(resource, result);
+    return result;
+  }
+
+  private checkContent(typeUrl: TypeUrl, resource: object): CheckedResource {
     const k = `${typeUrl}\n${JSON.stringify(resource)}`;
     const found = this.entries.get(k);
     if (found) {
