@@ -73,6 +73,12 @@ export interface RunningController {
   stop(): Promise<void>;
 }
 
+/** The error for an address that cannot be bound, naming the flag (gRPC's wrapper text dropped). */
+function listenError(flag: string, address: string, err: unknown): Error {
+  const reason = err instanceof Error ? err.message.replace(/^No address added out of total \d+ resolved errors: /, '') : String(err);
+  return new Error(`cannot listen on ${flag} ${address}: ${reason}`);
+}
+
 /** True for a loopback host: `localhost`, 127.0.0.0/8, `::1`. */
 export function isLoopbackHost(host: string): boolean {
   if (host === 'localhost') return true;
@@ -145,7 +151,7 @@ export async function runController(options: ControllerOptions): Promise<Running
   try {
     httpPort = await ops.start(options.httpAddress);
   } catch (err) {
-    throw new Error(`cannot listen on --http-address ${options.httpAddress}: ${err instanceof Error ? err.message : String(err)}`);
+    throw listenError('--http-address', options.httpAddress, err);
   }
 
   // Kubernetes mode: every replica shares the CA root (a Secret) and issues service certificates
@@ -238,8 +244,7 @@ export async function runController(options: ControllerOptions): Promise<Running
       return await start();
     } catch (err) {
       await stop();
-      const reason = err instanceof Error ? err.message.replace(/^No address added out of total \d+ resolved errors: /, '') : String(err);
-      throw new Error(`cannot listen on ${flag} ${address}: ${reason}`);
+      throw listenError(flag, address, err);
     }
   };
 
