@@ -103,6 +103,27 @@ export interface EncodedAny {
   value: Buffer;
 }
 
+/** A field path built only when an error needs it: the parent path and this step's segment. */
+interface FieldPath {
+  readonly up: FieldPath | string;
+  readonly segment: string;
+}
+
+function formatPath(path: FieldPath | string): string {
+  return typeof path === 'string' ? path : `${formatPath(path.up)}${path.segment}`;
+}
+
+/** protobufjs' `fullName` is a getter that walks the namespace tree: compare types by identity instead. */
+let wellKnown: { any: protobuf.Type; struct: protobuf.Type; value: protobuf.Type } | undefined;
+function wellKnownTypes(): NonNullable<typeof wellKnown> {
+  wellKnown ??= {
+    any: messageType('google.protobuf.Any'),
+    struct: messageType('google.protobuf.Struct'),
+    value: messageType('google.protobuf.Value'),
+  };
+  return wellKnown;
+}
+
 /**
  * Throws when `object` has a key that is not a field of `type` (protobufjs' `fromObject`
  * drops such keys silently, which would make a misspelt Envoy field vanish). Walks nested
@@ -111,34 +132,42 @@ export interface EncodedAny {
  * @throws Error naming the path of the unknown field.
  */
 export function assertKnownFields(type: protobuf.Type, object: unknown, where: string): void {
+  checkKnownFields(type, object, where);
+}
+
+function checkKnownFields(type: protobuf.Type, object: unknown, where: FieldPath | string): void {
   if (object === null || object === undefined || typeof object !== 'object') return;
   if (Buffer.isBuffer(object) || object instanceof Uint8Array) return;
   const obj = object as Record<string, unknown>;
-  if (type.fullName === '.google.protobuf.Any') {
+  const known = wellKnownTypes();
+  if (type === known.any) {
     const at = obj['@type'];
     if (typeof at === 'string') {
       const inner = messageType(at);
       const rest: Record<string, unknown> = { ...obj };
       delete rest['@type'];
-      assertKnownFields(inner, rest, `${where}<${inner.name}>`);
+      checkKnownFields(inner, rest, { up: where, segment: `<${inner.name}>` });
       return;
     }
   }
-  if (type.fullName === '.google.protobuf.Struct' || type.fullName === '.google.protobuf.Value') return;
-  for (const [key, value] of Object.entries(obj)) {
-    const field = type.fields[key];
+  if (type === known.struct || type === known.value) return;
+  const fields = type.fields;
+  for (const key in obj) {
+    const value = obj[key];
+    const field = fields[key];
     if (!field) {
-      throw new Error(`${where}: unknown field "${key}" for ${type.fullName.slice(1)}`);
+      throw new Error(`${formatPath(where)}: unknown field "${key}" for ${type.fullName.slice(1)}`);
     }
     if (value === undefined || value === null) continue;
     const rt = field.resolvedType;
     if (!(rt instanceof protobuf.Type)) continue;
     if (field.map) {
-      for (const [k, v] of Object.entries(value as Record<string, unknown>)) assertKnownFields(rt, v, `${where}.${key}[${k}]`);
+      for (const k in value as Record<string, unknown>) checkKnownFields(rt, (value as Record<string, unknown>)[k], { up: where, segment: `.${key}[${k}]` });
     } else if (field.repeated) {
-      (value as unknown[]).forEach((v, i) => assertKnownFields(rt, v, `${where}.${key}[${i}]`));
+      const list = value as unknown[];
+      for (let i = 0; i < list.length; i++) checkKnownFields(rt, list[i], { up: where, segment: `.${key}[${i}]` });
     } else {
-      assertKnownFields(rt, value, `${where}.${key}`);
+      checkKnownFields(rt, value, { up: where, segment: `.${key}` });
     }
   }
 }

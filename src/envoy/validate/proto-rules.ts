@@ -201,6 +201,7 @@ function checkConstInNotIn(
     const c = conv(r['const']);
     if (c !== undefined && cmp(value, c) !== 0) out.push({ path, rule: `${kind}.const`, message: `must be ${fmt(c)}, got ${fmt(value)}` });
   }
+  if (!('in' in r || 'not_in' in r)) return;
   const list = (k: string): Num[] => [r[k]].flat().filter((x) => x !== undefined).map(conv).filter((x): x is Num => x !== undefined);
   if ('in' in r) {
     const allowed = list('in');
@@ -212,71 +213,94 @@ function checkConstInNotIn(
   }
 }
 
+function toNumber(x: unknown): Num | undefined {
+  if (typeof x === 'number') return x;
+  if (typeof x === 'string' && x !== '' && !Number.isNaN(Number(x))) return Number(x);
+  if (x === 'NaN') return NaN;
+  return undefined;
+}
+
 function numberRules(kind: string, r: Rules, raw: unknown, path: string, out: RuleViolation[]): void {
-  const big = BIG_KINDS.has(kind);
-  const conv = (x: unknown): Num | undefined => {
-    if (big) return toBig(x);
-    if (typeof x === 'number') return x;
-    if (typeof x === 'string' && x !== '' && !Number.isNaN(Number(x))) return Number(x);
-    if (x === 'NaN') return NaN;
-    return undefined;
-  };
+  // Top-level converters, no closures: this runs for every numeric field with rules.
+  const conv = BIG_KINDS.has(kind) ? toBig : toNumber;
   const value = conv(raw);
   if (value === undefined) {
     out.push({ path, rule: `${kind}.type`, message: `expected a ${kind}, got ${show(raw)}` });
     return;
   }
-  const fmt = (x: Num): string => String(x);
-  checkConstInNotIn(kind, r, value, conv, fmt, path, out);
-  checkRange(kind, r, value, conv, fmt, path, out);
+  checkConstInNotIn(kind, r, value, conv, String, path, out);
+  checkRange(kind, r, value, conv, String, path, out);
+}
+
+/** A numeric option of a rule set (`min_len`, `len`, …) as a number, or undefined when absent. */
+function ruleNumber(r: Rules, k: string): number | undefined {
+  const x = r[k];
+  return typeof x === 'number' ? x : x !== undefined ? Number(x) : undefined;
+}
+
+function violation(out: RuleViolation[], path: string, rule: string, message: string): void {
+  out.push({ path, rule, message });
+}
+
+/** Length of `s` in Unicode code points (PGV's `len`/`min_len`/`max_len` count characters). */
+function codePoints(s: string): number {
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) i++;
+    }
+    n++;
+  }
+  return n;
 }
 
 function stringRules(r: Rules, raw: unknown, path: string, out: RuleViolation[]): void {
   const s = typeof raw === 'string' ? raw : String(raw);
-  const chars = [...s].length;
-  const bytes = Buffer.byteLength(s, 'utf8');
-  const v = (rule: string, message: string): void => void out.push({ path, rule: `string.${rule}`, message });
-  const n = (k: string): number | undefined => (typeof r[k] === 'number' ? (r[k] as number) : r[k] !== undefined ? Number(r[k]) : undefined);
-  if (r['const'] !== undefined && s !== r['const']) v('const', `must be ${show(r['const'])}, got ${show(s)}`);
-  if (n('len') !== undefined && chars !== n('len')) v('len', `must be ${n('len')} characters long, got ${chars}`);
-  if (n('min_len') !== undefined && chars < n('min_len')!) v('min_len', `must be at least ${n('min_len')} characters long, got ${chars}${chars === 0 ? ' (empty)' : ''}`);
-  if (n('max_len') !== undefined && chars > n('max_len')!) v('max_len', `must be at most ${n('max_len')} characters long, got ${chars}`);
-  if (n('len_bytes') !== undefined && bytes !== n('len_bytes')) v('len_bytes', `must be ${n('len_bytes')} bytes long, got ${bytes}`);
-  if (n('min_bytes') !== undefined && bytes < n('min_bytes')!) v('min_bytes', `must be at least ${n('min_bytes')} bytes long, got ${bytes}`);
-  if (n('max_bytes') !== undefined && bytes > n('max_bytes')!) v('max_bytes', `must be at most ${n('max_bytes')} bytes long, got ${bytes}`);
+  // Most string rules are a `min_len` or none: count code points and bytes only when asked.
+  const chars = r['len'] !== undefined || r['min_len'] !== undefined || r['max_len'] !== undefined ? codePoints(s) : 0;
+  const bytes = r['len_bytes'] !== undefined || r['min_bytes'] !== undefined || r['max_bytes'] !== undefined ? Buffer.byteLength(s, 'utf8') : 0;
+  if (r['const'] !== undefined && s !== r['const']) violation(out, path, 'string.const', `must be ${show(r['const'])}, got ${show(s)}`);
+  if (ruleNumber(r, 'len') !== undefined && chars !== ruleNumber(r, 'len')) violation(out, path, 'string.len', `must be ${ruleNumber(r, 'len')} characters long, got ${chars}`);
+  if (ruleNumber(r, 'min_len') !== undefined && chars < ruleNumber(r, 'min_len')!) violation(out, path, 'string.min_len', `must be at least ${ruleNumber(r, 'min_len')} characters long, got ${chars}${chars === 0 ? ' (empty)' : ''}`);
+  if (ruleNumber(r, 'max_len') !== undefined && chars > ruleNumber(r, 'max_len')!) violation(out, path, 'string.max_len', `must be at most ${ruleNumber(r, 'max_len')} characters long, got ${chars}`);
+  if (ruleNumber(r, 'len_bytes') !== undefined && bytes !== ruleNumber(r, 'len_bytes')) violation(out, path, 'string.len_bytes', `must be ${ruleNumber(r, 'len_bytes')} bytes long, got ${bytes}`);
+  if (ruleNumber(r, 'min_bytes') !== undefined && bytes < ruleNumber(r, 'min_bytes')!) violation(out, path, 'string.min_bytes', `must be at least ${ruleNumber(r, 'min_bytes')} bytes long, got ${bytes}`);
+  if (ruleNumber(r, 'max_bytes') !== undefined && bytes > ruleNumber(r, 'max_bytes')!) violation(out, path, 'string.max_bytes', `must be at most ${ruleNumber(r, 'max_bytes')} bytes long, got ${bytes}`);
   if (typeof r['pattern'] === 'string') {
     const re = compileRe2(r['pattern']);
-    if (re instanceof RegExp && !re.test(s)) v('pattern', `must match ${show(r['pattern'])}, got ${show(s)}`);
+    if (re instanceof RegExp && !re.test(s)) violation(out, path, 'string.pattern', `must match ${show(r['pattern'])}, got ${show(s)}`);
   }
-  if (typeof r['prefix'] === 'string' && !s.startsWith(r['prefix'])) v('prefix', `must start with ${show(r['prefix'])}, got ${show(s)}`);
-  if (typeof r['suffix'] === 'string' && !s.endsWith(r['suffix'])) v('suffix', `must end with ${show(r['suffix'])}, got ${show(s)}`);
-  if (typeof r['contains'] === 'string' && !s.includes(r['contains'])) v('contains', `must contain ${show(r['contains'])}, got ${show(s)}`);
-  if (typeof r['not_contains'] === 'string' && s.includes(r['not_contains'])) v('not_contains', `must not contain ${show(r['not_contains'])}`);
+  if (typeof r['prefix'] === 'string' && !s.startsWith(r['prefix'])) violation(out, path, 'string.prefix', `must start with ${show(r['prefix'])}, got ${show(s)}`);
+  if (typeof r['suffix'] === 'string' && !s.endsWith(r['suffix'])) violation(out, path, 'string.suffix', `must end with ${show(r['suffix'])}, got ${show(s)}`);
+  if (typeof r['contains'] === 'string' && !s.includes(r['contains'])) violation(out, path, 'string.contains', `must contain ${show(r['contains'])}, got ${show(s)}`);
+  if (typeof r['not_contains'] === 'string' && s.includes(r['not_contains'])) violation(out, path, 'string.not_contains', `must not contain ${show(r['not_contains'])}`);
   if (r['in'] !== undefined) {
     const allowed = [r['in']].flat().map(String);
-    if (!allowed.includes(s)) v('in', `must be one of ${show(allowed)}, got ${show(s)}`);
+    if (!allowed.includes(s)) violation(out, path, 'string.in', `must be one of ${show(allowed)}, got ${show(s)}`);
   }
   if (r['not_in'] !== undefined) {
     const denied = [r['not_in']].flat().map(String);
-    if (denied.includes(s)) v('not_in', `must not be one of ${show(denied)}, got ${show(s)}`);
+    if (denied.includes(s)) violation(out, path, 'string.not_in', `must not be one of ${show(denied)}, got ${show(s)}`);
   }
   const strict = r['strict'] !== false; // validate.proto: `strict` defaults to true
   if (r['well_known_regex'] === 'HTTP_HEADER_NAME' || r['well_known_regex'] === 1) {
     if (!(strict ? HEADER_NAME_STRICT : HEADER_LOOSE).test(s)) {
-      v('well_known_regex', `must be a valid HTTP header name${strict ? '' : ' (no NUL, CR or LF)'}, got ${show(s)}`);
+      violation(out, path, 'string.well_known_regex', `must be a valid HTTP header name${strict ? '' : ' (no NUL, CR or LF)'}, got ${show(s)}`);
     }
   }
   if (r['well_known_regex'] === 'HTTP_HEADER_VALUE' || r['well_known_regex'] === 2) {
     if (!(strict ? HEADER_VALUE_STRICT : HEADER_LOOSE).test(s)) {
-      v('well_known_regex', `must be a valid HTTP header value${strict ? '' : ' (no NUL, CR or LF)'}, got ${show(s)}`);
+      violation(out, path, 'string.well_known_regex', `must be a valid HTTP header value${strict ? '' : ' (no NUL, CR or LF)'}, got ${show(s)}`);
     }
   }
-  if (r['ip'] === true && ipVersion(s) === 0) v('ip', `must be an IP address, got ${show(s)}`);
-  if (r['ipv4'] === true && ipVersion(s) !== 4) v('ipv4', `must be an IPv4 address, got ${show(s)}`);
-  if (r['ipv6'] === true && ipVersion(s) !== 6) v('ipv6', `must be an IPv6 address, got ${show(s)}`);
-  if (r['hostname'] === true && !isHostname(s)) v('hostname', `must be a hostname, got ${show(s)}`);
-  if (r['address'] === true && ipVersion(s) === 0 && !isHostname(s)) v('address', `must be an IP address or a hostname, got ${show(s)}`);
-  if (r['uuid'] === true && !/^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/.test(s)) v('uuid', `must be a UUID, got ${show(s)}`);
+  if (r['ip'] === true && ipVersion(s) === 0) violation(out, path, 'string.ip', `must be an IP address, got ${show(s)}`);
+  if (r['ipv4'] === true && ipVersion(s) !== 4) violation(out, path, 'string.ipv4', `must be an IPv4 address, got ${show(s)}`);
+  if (r['ipv6'] === true && ipVersion(s) !== 6) violation(out, path, 'string.ipv6', `must be an IPv6 address, got ${show(s)}`);
+  if (r['hostname'] === true && !isHostname(s)) violation(out, path, 'string.hostname', `must be a hostname, got ${show(s)}`);
+  if (r['address'] === true && ipVersion(s) === 0 && !isHostname(s)) violation(out, path, 'string.address', `must be an IP address or a hostname, got ${show(s)}`);
+  if (r['uuid'] === true && !/^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/.test(s)) violation(out, path, 'string.uuid', `must be a UUID, got ${show(s)}`);
 }
 
 function bytesRules(r: Rules, raw: unknown, path: string, out: RuleViolation[]): void {
@@ -295,11 +319,11 @@ function bytesRules(r: Rules, raw: unknown, path: string, out: RuleViolation[]):
 
 function enumRules(r: Rules, raw: unknown, enumType: protobuf.Enum, path: string, out: RuleViolation[]): void {
   const num = typeof raw === 'number' ? raw : typeof raw === 'string' ? enumType.values[raw] : undefined;
-  if (r['defined_only'] === true && (num === undefined || !Object.values(enumType.values).includes(num))) {
+  if (r['defined_only'] === true && (num === undefined || enumType.valuesById[num] === undefined)) {
     out.push({ path, rule: 'enum.defined_only', message: `must be a defined value of ${enumType.name}, got ${show(raw)}` });
     return;
   }
-  if (num === undefined) return;
+  if (num === undefined || !('const' in r || 'in' in r || 'not_in' in r)) return;
   const conv = (x: unknown): Num | undefined => (typeof x === 'number' ? x : typeof x === 'string' ? enumType.values[x] : undefined);
   const fmt = (x: Num): string => enumType.valuesById[Number(x)] ?? String(x);
   checkConstInNotIn('enum', r, num, conv, fmt, path, out);
@@ -381,7 +405,7 @@ function anyType(typeUrl: string): protobuf.Type | undefined {
 function checkValue(field: protobuf.Field, rules: Rules | null, value: unknown, path: string, out: RuleViolation[]): void {
   const rt = field.resolvedType;
   if (rt instanceof protobuf.Type) {
-    const full = rt.fullName;
+    const full = fullNameOf(rt);
     const wrapperKind = WRAPPER_KIND[full];
     if (wrapperKind) {
       if (rules) {
@@ -424,10 +448,49 @@ function isMessageField(field: protobuf.Field): boolean {
   return field.resolvedType instanceof protobuf.Type;
 }
 
+/** protobufjs computes `fullName` by walking the namespace tree on every read: remember it per type. */
+const fullNames = new WeakMap<protobuf.Type, string>();
+function fullNameOf(type: protobuf.Type): string {
+  let name = fullNames.get(type);
+  if (name === undefined) {
+    name = type.fullName;
+    fullNames.set(type, name);
+  }
+  return name;
+}
+
+/** What of a message type's own options the walk needs, read once per type. */
+interface MessagePlan {
+  /** `(validate.disabled)` or `(validate.ignored)`: nothing inside is checked. */
+  readonly skip: boolean;
+  /** Oneofs marked `(validate.required)`. */
+  readonly requiredOneofs: readonly protobuf.OneOf[];
+}
+const messagePlans = new WeakMap<protobuf.Type, MessagePlan>();
+function messagePlan(type: protobuf.Type): MessagePlan {
+  let plan = messagePlans.get(type);
+  if (!plan) {
+    plan = {
+      skip: hasOption(type, '(validate.disabled)') || hasOption(type, '(validate.ignored)'),
+      requiredOneofs: type.oneofsArray.filter((o) => hasOption(o, '(validate.required)')),
+    };
+    messagePlans.set(type, plan);
+  }
+  return plan;
+}
+
+const REQUIRED_KINDS = ['message', 'duration', 'timestamp', 'any'] as const;
+
+/** The PGV rule kind that makes an absent message field an error (`message.required`, …), if any. */
+function requiredKind(rules: Rules): string | undefined {
+  for (const k of REQUIRED_KINDS) if ((rules[k] as Rules | undefined)?.['required'] === true) return k;
+  return undefined;
+}
+
 function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViolation[]): void {
-  if (hasOption(type, '(validate.disabled)') || hasOption(type, '(validate.ignored)')) return;
-  for (const oneof of type.oneofsArray) {
-    if (!hasOption(oneof, '(validate.required)')) continue;
+  const plan = messagePlan(type);
+  if (plan.skip) return;
+  for (const oneof of plan.requiredOneofs) {
     const set = oneof.oneof.filter((n) => isSet(obj[n]));
     if (set.length === 0) {
       out.push({ path: join(path, oneof.name), rule: 'oneof.required', message: `exactly one of [${oneof.oneof.join(', ')}] must be set, none is` });
@@ -438,8 +501,10 @@ function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViola
   for (const field of type.fieldsArray) {
     const value = obj[field.name];
     const rules = fieldRules(field);
-    const here = join(path, field.name);
     const present = isSet(value);
+    // An absent field without rules can break nothing (its zero value, no items, no entries).
+    if (!present && !rules) continue;
+    const here = join(path, field.name);
     if (field.map) {
       const entries = present ? Object.entries(value as Obj) : [];
       const m = rules?.['map'] as Rules | undefined;
@@ -473,22 +538,25 @@ function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViola
         }
         if (r['unique'] === true) {
           const seen = new Map<string, number>();
-          list.forEach((item, i) => {
-            const key = canonicalJson(item);
+          for (let i = 0; i < list.length; i++) {
+            const key = canonicalJson(list[i]);
             const first = seen.get(key);
-            if (first !== undefined) out.push({ path: `${here}[${i}]`, rule: 'repeated.unique', message: `duplicates item ${first}: ${show(item)}` });
+            if (first !== undefined) out.push({ path: `${here}[${i}]`, rule: 'repeated.unique', message: `duplicates item ${first}: ${show(list[i])}` });
             else seen.set(key, i);
-          });
+          }
         }
       }
       const itemRules = (r?.['items'] as Rules | undefined) ?? null;
-      if (isMessageField(field) || itemRules) list.forEach((item, i) => isSet(item) && checkValue(field, itemRules, item, `${here}[${i}]`, out));
+      // Plain loops, no closures: this runs for every repeated field of every resource.
+      if (isMessageField(field) || itemRules) {
+        for (let i = 0; i < list.length; i++) if (isSet(list[i])) checkValue(field, itemRules, list[i], `${here}[${i}]`, out);
+      }
       continue;
     }
     if (isMessageField(field)) {
       if (!present) {
         if (field.partOf) continue; // another member of its oneof is set (or none): PGV checks only the set case
-        const required = ['message', 'duration', 'timestamp', 'any'].find((k) => (rules?.[k] as Rules | undefined)?.['required'] === true);
+        const required = rules ? requiredKind(rules) : undefined;
         if (required) out.push({ path: here, rule: `${required}.required`, message: 'is required' });
         continue;
       }
