@@ -4,6 +4,7 @@ import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
 import type { Proxy } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
+import { sharedResource } from '../shared-resources.js';
 
 /**
  * The ClusterLoadAssignment of a MeshService: one locality group (zone = the namespace) with
@@ -31,8 +32,9 @@ export function clusterLoadAssignment(snapshot: MeshSnapshot, svc: MeshService):
 
 /** EDS for one proxy: a ClusterLoadAssignment for each of its upstream (EDS) clusters, sorted by name. */
 export function generateClusterLoadAssignments(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<ClusterLoadAssignment>[] {
-  return outboundView(snapshot, proxy.identity).upstreams.map((svc) => ({
-    name: clusterName(svc),
-    resource: clusterLoadAssignment(snapshot, svc),
-  }));
+  return outboundView(snapshot, proxy.identity).upstreams.map((svc) => {
+    const name = clusterName(svc);
+    // The same for every proxy that reaches the service: one object per snapshot.
+    return { name, resource: sharedResource(snapshot, `ClusterLoadAssignment ${name}`, () => clusterLoadAssignment(snapshot, svc)) };
+  });
 }

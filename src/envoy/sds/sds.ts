@@ -11,6 +11,7 @@ import type { MeshSnapshot } from '../../catalog/types.js';
 import type { Proxy, ServiceIdentity } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
+import { sharedResource } from '../shared-resources.js';
 import { generateIngressSecrets } from './ingress.js';
 import { byName } from '../../util/order.js';
 
@@ -72,17 +73,18 @@ export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: Pro
     const name = outboundRootCertSecretName(svc);
     if (seen.has(name)) continue;
     seen.add(name);
-    const identities = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
-    out.push({
-      name,
-      resource: {
+    // The same for every proxy that reaches the service (for one mesh root): one object per snapshot.
+    const resource = sharedResource(snapshot, `Secret ${name}\n${certs.caPem}`, () => {
+      const identities = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
+      return {
         name,
         validation_context: {
           trusted_ca: { inline_string: certs.caPem },
           ...(identities.length > 0 ? { match_typed_subject_alt_names: sanMatchers(identities) } : {}),
         },
-      },
+      };
     });
+    out.push({ name, resource });
   }
   out.push(...generateIngressSecrets(snapshot, proxy, certs));
   return out.sort(byName);

@@ -161,7 +161,11 @@ function clusterRefsOfAction(action: Obj, at: string, out: ResourceReference[]):
  * (`eds_cluster_config.service_name`, else the cluster's name, when fetched over ADS); and
  * every secret named by an `SdsSecretConfig` fetched over ADS.
  */
-export function resourceReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>): ResourceReference[] {
+export function resourceReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>): readonly ResourceReference[] {
+  return resourceFacts(typeUrl, decoded).references;
+}
+
+function findReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>): ResourceReference[] {
   const out: ResourceReference[] = [];
   if (typeUrl === TypeUrl.Listener) {
     for (const [tc, at] of networkFilters(decoded)) {
@@ -221,28 +225,52 @@ export function validateCrossResource(resources: DecodedResources): CrossViolati
 
   for (const [typeUrl, list] of resources) {
     for (const r of list) {
-      const add = (path: string, rule: string, message: string): void => void out.push({ typeUrl, name: r.name, path, rule, message });
-      for (const ref of resourceReferences(typeUrl, r.decoded)) {
+      const facts = resourceFacts(typeUrl, r.decoded);
+      for (const ref of facts.references) {
         if (names.get(ref.typeUrl)?.has(ref.name)) continue;
-        add(ref.path, REFERENCE_RULE[ref.typeUrl], `${typeName(ref.typeUrl)} "${ref.name}" is not in this proxy's resources`);
+        out.push({ typeUrl, name: r.name, path: ref.path, rule: REFERENCE_RULE[ref.typeUrl], message: `${typeName(ref.typeUrl)} "${ref.name}" is not in this proxy's resources` });
       }
-      if (typeUrl === TypeUrl.Listener) {
-        checkFilterChainMatches(r.decoded, add);
-        for (const [tc, at] of networkFilters(r.decoded)) {
-          if (tc['@type'] === TCP_PROXY) checkWeights(obj(tc['weighted_clusters']), `${at}<TcpProxy>.weighted_clusters`, false, add);
-          if (tc['@type'] === HCM && obj(tc['route_config'])) checkRouteConfiguration(obj(tc['route_config'])!, `${at}<HttpConnectionManager>.route_config.`, add);
-        }
-      }
-      if (typeUrl === TypeUrl.RouteConfiguration) checkRouteConfiguration(r.decoded, '', add);
-      if (typeUrl === TypeUrl.ClusterLoadAssignment) checkEndpoints(r.decoded, '', add);
-      if (typeUrl === TypeUrl.Cluster) {
-        const type = r.decoded['type'] ?? 'STATIC';
-        if (!r.decoded['cluster_type'] && (type === 'STATIC' || type === 'EDS') && obj(r.decoded['load_assignment'])) checkEndpoints(obj(r.decoded['load_assignment'])!, 'load_assignment.', add);
-      }
-      checkRegexes(r.decoded, '', add);
+      for (const v of facts.violations) out.push({ typeUrl, name: r.name, ...v });
     }
   }
   return out;
+}
+
+/** What a resource says on its own, whatever else the proxy gets: the names it refers to and the rules it breaks by itself. */
+interface ResourceFacts {
+  readonly references: readonly ResourceReference[];
+  /** Single-resource rules: filter-chain matches, domains, weights, endpoint addresses, regexes. */
+  readonly violations: readonly { readonly path: string; readonly rule: string; readonly message: string }[];
+}
+
+/**
+ * By resource object: generated objects are never mutated, and a resource many proxies get
+ * (a ClusterLoadAssignment, a shared route configuration) is one object, so it is walked once.
+ */
+const factsCache = new WeakMap<object, ResourceFacts>();
+
+function resourceFacts(typeUrl: TypeUrl, decoded: Record<string, unknown>): ResourceFacts {
+  const found = factsCache.get(decoded);
+  if (found) return found;
+  const violations: { path: string; rule: string; message: string }[] = [];
+  const add: Add = (path, rule, message) => void violations.push({ path, rule, message });
+  if (typeUrl === TypeUrl.Listener) {
+    checkFilterChainMatches(decoded, add);
+    for (const [tc, at] of networkFilters(decoded)) {
+      if (tc['@type'] === TCP_PROXY) checkWeights(obj(tc['weighted_clusters']), `${at}<TcpProxy>.weighted_clusters`, false, add);
+      if (tc['@type'] === HCM && obj(tc['route_config'])) checkRouteConfiguration(obj(tc['route_config'])!, `${at}<HttpConnectionManager>.route_config.`, add);
+    }
+  }
+  if (typeUrl === TypeUrl.RouteConfiguration) checkRouteConfiguration(decoded, '', add);
+  if (typeUrl === TypeUrl.ClusterLoadAssignment) checkEndpoints(decoded, '', add);
+  if (typeUrl === TypeUrl.Cluster) {
+    const type = decoded['type'] ?? 'STATIC';
+    if (!decoded['cluster_type'] && (type === 'STATIC' || type === 'EDS') && obj(decoded['load_assignment'])) checkEndpoints(obj(decoded['load_assignment'])!, 'load_assignment.', add);
+  }
+  checkRegexes(decoded, '', add);
+  const facts: ResourceFacts = { references: findReferences(typeUrl, decoded), violations };
+  factsCache.set(decoded, facts);
+  return facts;
 }
 
 type Add = (path: string, rule: string, message: string) => void;
