@@ -151,6 +151,8 @@ export interface ControllerStartOptions {
   readonly logFile: string;
   /** Directory for `--cpu-prof` output, or undefined for no profile. */
   readonly cpuProfDir?: string;
+  /** The controller's `--log-level` (default `warn`); `info` logs each push with its stage timings. */
+  readonly logLevel?: string;
   readonly readyTimeoutMs: number;
 }
 
@@ -180,7 +182,7 @@ export class ControllerProcess {
       '--xds-plaintext-address', `127.0.0.1:${plaintextPort}`,
       '--http-address', `127.0.0.1:${httpPort}`,
       '--resync-interval', '0',
-      '--log-level', 'warn',
+      '--log-level', options.logLevel ?? 'warn',
     ];
     const child = track(spawn(process.execPath, args, { cwd: options.repoDir, stdio: ['ignore', 'pipe', 'pipe'] }));
     const log = createWriteStream(options.logFile, { flags: 'a' });

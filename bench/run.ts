@@ -59,6 +59,8 @@ const HELP = `npm run bench -- [options]
                           .details.json are written beside it); existing runs of the same
                           configuration in FILE are replaced, others kept
   --cpu-prof DIR          run the controller with --cpu-prof into DIR and print its top functions
+  --controller-log-level L  the controller's log level (default warn; info logs every push
+                          with waitedMs, rebuildMs, diffMs and proxiesMs)
   --no-floor              skip the floor measurement
   --max-receive-mb M      the sidecars' gRPC receive limit (default 4, gRPC's default)
   --sync-timeout S        seconds to wait for the initial sync (default 300)
@@ -82,6 +84,7 @@ interface Config {
 interface Settings {
   floor: boolean;
   cpuProfDir?: string;
+  controllerLogLevel?: string;
   maxReceiveBytes: number;
   syncTimeoutMs: number;
   scenarioTimeoutMs: number;
@@ -208,7 +211,7 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     log(`${key}: ${files} manifest files in ${manifests}`);
 
     controller = await ControllerProcess.start({
-      repoDir: REPO_DIR, manifests, stateDir, logFile: controllerLog, cpuProfDir: settings.cpuProfDir, readyTimeoutMs: 120_000,
+      repoDir: REPO_DIR, manifests, stateDir, logFile: controllerLog, cpuProfDir: settings.cpuProfDir, logLevel: settings.controllerLogLevel, readyTimeoutMs: 120_000,
     });
     const c = controller;
     await sleep(2000);
@@ -381,6 +384,7 @@ async function main(): Promise<void> {
       transport: { type: 'string' },
       out: { type: 'string' },
       'cpu-prof': { type: 'string' },
+      'controller-log-level': { type: 'string' },
       'no-floor': { type: 'boolean' },
       'max-receive-mb': { type: 'string' },
       'sync-timeout': { type: 'string' },
@@ -421,6 +425,7 @@ async function main(): Promise<void> {
   const settings: Settings = {
     floor: !values['no-floor'],
     cpuProfDir: values['cpu-prof'] ? path.resolve(values['cpu-prof']) : undefined,
+    controllerLogLevel: values['controller-log-level'],
     maxReceiveBytes: Number(values['max-receive-mb'] ?? '4') * 1024 * 1024,
     syncTimeoutMs: Number(values['sync-timeout'] ?? '300') * 1000,
     scenarioTimeoutMs: Number(values['scenario-timeout'] ?? '120') * 1000,

@@ -215,12 +215,13 @@ describe('MeshController', () => {
 describe('mergePushRequests', () => {
   it('keeps every reason of both requests', () => {
     const merged = mergePushRequests(
-      { configChanged: false, resync: false, rotated: new Set([BUYER.identity]), kinds: new Set(['Pod']) },
-      { configChanged: true, resync: true, rotated: new Set([THIEF.identity]), kinds: new Set(['Service']) },
+      { configChanged: false, resync: false, rotated: new Set([BUYER.identity]), kinds: new Set(['Pod']), firstEventAt: 2000 },
+      { configChanged: true, resync: true, rotated: new Set([THIEF.identity]), kinds: new Set(['Service']), firstEventAt: 1000 },
     );
     assert.equal(merged.configChanged, true);
     assert.equal(merged.resync, true);
     assert.deepEqual([...merged.rotated].sort(), [BUYER.identity, THIEF.identity]);
     assert.deepEqual([...merged.kinds].sort(), ['Pod', 'Service']);
+    assert.equal(merged.firstEventAt, 1000, 'the earliest event is when the wait started');
   });
 });

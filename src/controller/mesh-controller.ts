@@ -44,6 +44,8 @@ export interface PushRequest {
   readonly rotated: ReadonlySet<ServiceIdentity>;
   /** Kinds of the changed objects, for logs. */
   readonly kinds: ReadonlySet<string>;
+  /** When the earliest merged event happened (`Timers.now()`, ms): the push logs how long it waited. */
+  readonly firstEventAt: number;
 }
 
 /** Merges two push requests: the union of their reasons (nothing is dropped). */
@@ -54,6 +56,7 @@ export function mergePushRequests(a: PushRequest | undefined, b: PushRequest): P
     resync: a.resync || b.resync,
     rotated: new Set([...a.rotated, ...b.rotated]),
     kinds: new Set([...a.kinds, ...b.kinds]),
+    firstEventAt: Math.min(a.firstEventAt, b.firstEventAt),
   };
 }
 
@@ -173,10 +176,10 @@ export class MeshController {
   start(): void {
     this.unsubscribe.push(
       this.options.store.onChange((changes) =>
-        this.debouncer.push({ configChanged: true, resync: false, rotated: new Set(), kinds: new Set(changes.map((c) => c.kind)) }),
+        this.debouncer.push({ configChanged: true, resync: false, rotated: new Set(), kinds: new Set(changes.map((c) => c.kind)), firstEventAt: this.timers.now() }),
       ),
       this.options.certificates.onRotated((identity) =>
-        this.debouncer.push({ configChanged: false, resync: false, rotated: new Set([identity]), kinds: new Set() }),
+        this.debouncer.push({ configChanged: false, resync: false, rotated: new Set([identity]), kinds: new Set(), firstEventAt: this.timers.now() }),
       ),
     );
     this.armResync();
@@ -193,7 +196,7 @@ export class MeshController {
     const interval = this.resyncIntervalMs();
     if (interval <= 0) return;
     this.resyncTimer = this.timers.setTimeout(() => {
-      this.debouncer.push({ configChanged: true, resync: true, rotated: new Set(), kinds: new Set() });
+      this.debouncer.push({ configChanged: true, resync: true, rotated: new Set(), kinds: new Set(), firstEventAt: this.timers.now() });
       this.armResync();
     }, interval);
   }
@@ -340,12 +343,16 @@ export class MeshController {
     // Which proxies can be affected: all on a resync or a mesh-wide change; else only those
     // whose configuration was generated from a changed service (and those whose certificate
     // rotated). A proxy that failed last time has no recorded dependencies and is retried.
+    const startedAt = this.timers.now();
     let scope: 'all' | ReadonlySet<string> = new Set<string>();
+    let rebuiltAt = startedAt;
     if (request.configChanged) {
       const before = this.mesh;
       this.mesh = this.rebuild();
+      rebuiltAt = this.timers.now();
       scope = request.resync ? 'all' : diffMeshSnapshots(before, this.mesh);
     }
+    const diffedAt = this.timers.now();
     const affected = (p: Proxy): boolean => {
       if (scope === 'all' || request.rotated.has(p.identity)) return true;
       const deps = this.dependencies.get(p.uuid);
@@ -366,7 +373,17 @@ export class MeshController {
       }
     }
     end();
-    const fields = { reason, kinds: [...request.kinds].sort(), proxies: proxies.length, generation: this.mesh.generation };
+    const fields = {
+      reason,
+      kinds: [...request.kinds].sort(),
+      proxies: proxies.length,
+      generation: this.mesh.generation,
+      // Where the time went, in ms: debounce wait, MeshSnapshot rebuild, diff, proxy snapshots.
+      waitedMs: startedAt - request.firstEventAt,
+      rebuildMs: rebuiltAt - startedAt,
+      diffMs: diffedAt - rebuiltAt,
+      proxiesMs: this.timers.now() - diffedAt,
+    };
     // A resync with nothing new is routine: keep it out of the info log.
     if (request.resync && request.kinds.size === 0 && request.rotated.size === 0) this.options.logger.debug(fields, 'resync pushed');
     else this.options.logger.info(fields, 'configuration pushed');
