@@ -3,9 +3,12 @@ import { describe, it } from 'node:test';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
 import { memoryStore } from '../../test/helpers/memory-store.js';
 import { serviceIdentity } from '../proxy/types.js';
-import type { KubeObject } from '../store/objects.js';
+import type { KubeObject, Service } from '../store/objects.js';
 import { buildMeshSnapshot, parseGoDuration, portProtocol } from './build-snapshot.js';
 import { outboundServices } from './traffic-policy.js';
+import { diffMeshSnapshots } from './snapshot-diff.js';
+import type { MeshSnapshot } from './types.js';
+import { ObjectStore } from '../store/object-store.js';
 
 function build(objects: KubeObject[]) {
   return buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 7 });
@@ -196,3 +199,61 @@ describe('buildMeshSnapshot', () => {
   });
 });
 
+
+describe('buildMeshSnapshot on a changing ObjectStore (what a rebuild reuses)', () => {
+  const SOURCE = 'test';
+  function storeWith(objects: KubeObject[]): ObjectStore {
+    const store = new ObjectStore();
+    store.replaceAll(SOURCE, objects);
+    return store;
+  }
+  const rebuild = (store: ObjectStore, previous: MeshSnapshot, generation: number) =>
+    buildMeshSnapshot(store, { meshName: 'osm', generation, previous });
+  const movePod = (name: string, ip: string) =>
+    bookstoreMesh().map((o) => (o.kind === 'Pod' && o.metadata.name === name ? { ...o, status: { podIP: ip, phase: 'Running' as const } } : o));
+
+  it('keeps the MeshService and endpoint objects of services whose inputs did not change', () => {
+    const store = storeWith(bookstoreMesh());
+    const first = buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot;
+    store.replaceAll(SOURCE, movePod('bookwarehouse-1', '10.9.9.9'));
+    const second = rebuild(store, first, 2).snapshot;
+    const warehouse = '10.9.9.9';
+    assert.deepEqual(second.endpoints.get('bookwarehouse/bookwarehouse|14001')?.map((e) => e.ip), [warehouse]);
+    for (const [i, svc] of second.services.entries()) {
+      // The rebuilt snapshot shares every unchanged service with the previous one, by identity.
+      assert.equal(svc, first.services[i], `${svc.namespace}/${svc.name} is the same object`);
+      const cluster = `${svc.namespace}/${svc.name}|${svc.targetPort}`;
+      if (svc.name === 'bookwarehouse') assert.notEqual(second.endpoints.get(cluster), first.endpoints.get(cluster));
+      else assert.equal(second.endpoints.get(cluster), first.endpoints.get(cluster), `${cluster} endpoints are the same array`);
+    }
+    assert.equal(second.trafficTargets[0], first.trafficTargets[0], 'TrafficTargets are not resolved again when no policy changed');
+    assert.deepEqual([...(diffMeshSnapshots(first, second) as Set<string>)], ['bookwarehouse/bookwarehouse']);
+  });
+
+  it('resolves again what a changed policy or service touches, and reports its problems on every build', () => {
+    const store = storeWith([...bookstoreMesh(), k8s.trafficTarget('bookstore', 'broken', 'bookstore', [{ ns: 'bookbuyer', sa: 'bookbuyer' }], [{ kind: 'HTTPRouteGroup', name: 'missing' }])]);
+    const first = buildMeshSnapshot(store, { meshName: 'osm', generation: 1 });
+    const problem = (r: { problems: readonly { kind: string; name: string; field?: string }[] }) =>
+      r.problems.filter((p) => p.kind === 'TrafficTarget' && p.name === 'broken').map((p) => p.field);
+    assert.deepEqual(problem(first), ['spec.rules[0].name']);
+    // An unrelated change: the TrafficTargets are reused, and their problem is still reported.
+    store.replaceAll(SOURCE, [...movePod('bookwarehouse-1', '10.9.9.9'), k8s.trafficTarget('bookstore', 'broken', 'bookstore', [{ ns: 'bookbuyer', sa: 'bookbuyer' }], [{ kind: 'HTTPRouteGroup', name: 'missing' }])]);
+    const second = rebuild(store, first.snapshot, 2);
+    assert.deepEqual(problem(second), ['spec.rules[0].name']);
+    // The policy is fixed: resolved again, problem gone, bookbuyer's access unchanged.
+    store.replaceAll(SOURCE, movePod('bookwarehouse-1', '10.9.9.9'));
+    const third = rebuild(store, second.snapshot, 3);
+    assert.deepEqual(problem(third), []);
+    assert.deepEqual(
+      outboundServices(third.snapshot, serviceIdentity('bookbuyer', 'bookbuyer')).map((s) => s.name).sort(),
+      outboundServices(first.snapshot, serviceIdentity('bookbuyer', 'bookbuyer')).map((s) => s.name).sort(),
+    );
+    // A Service whose ports change gets new MeshService objects.
+    store.replaceAll(SOURCE, movePod('bookwarehouse-1', '10.9.9.9').map((o) =>
+      o.kind === 'Service' && o.metadata.name === 'bookwarehouse' ? ({ ...o, spec: { ...(o as Service).spec, ports: [{ port: 14002, name: 'http' }] } } as KubeObject) : o,
+    ));
+    const fourth = rebuild(store, third.snapshot, 4).snapshot;
+    assert.deepEqual(fourth.services.filter((s) => s.name === 'bookwarehouse').map((s) => s.port), [14002]);
+    assert.equal(diffMeshSnapshots(third.snapshot, fourth), 'all');
+  });
+});

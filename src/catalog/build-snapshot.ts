@@ -166,12 +166,6 @@ class LabelIndex<T extends { metadata: { namespace?: string } }> {
   }
 }
 
-/** Pods (running or pending, with an IP literal) and pod templates that back a Service. */
-interface Workloads {
-  readonly pods: readonly Pod[];
-  readonly templates: readonly PodSpec[];
-}
-
 function podIp(pod: Pod): string | undefined {
   const ip = pod.status?.podIP ?? pod.status?.podIPs?.[0]?.ip;
   return ip && isIP(ip) ? ip : undefined;
@@ -199,15 +193,13 @@ function resolveTargetPort(port: ServicePort, specs: readonly PodSpec[]): number
 }
 
 function endpointsFromObjects(
-  store: StoreReader,
   svc: Service,
   port: ServicePort,
   targetPort: number,
   portCount: number,
+  ep: Endpoints | undefined,
+  slices: readonly EndpointSlice[],
 ): MeshEndpoint[] | undefined {
-  const ns = svc.metadata.namespace ?? 'default';
-  const ep = store.get<Endpoints>('Endpoints', ns, svc.metadata.name);
-  const slices = store.list<EndpointSlice>('EndpointSlice', ns).filter((s) => s.metadata.labels?.[SERVICE_NAME_LABEL] === svc.metadata.name);
   if (!ep && slices.length === 0) return undefined;
   const out: MeshEndpoint[] = [];
   const pickPort = (ports: readonly { name?: string; port: number }[] | undefined): number | undefined => {
@@ -422,87 +414,32 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
   );
   const settings = meshSettings(store, problems);
 
-  const services: MeshService[] = [];
-  const endpoints = new Map<string, MeshEndpoint[]>();
-  const identitiesByService = new Map<string, ServiceIdentity[]>();
-  const servicesByIdentity = new Map<ServiceIdentity, string[]>();
-
-  const clusterIPOwners = new Map<string, string>();
-  const podIndex = new LabelIndex(store.list<Pod>('Pod'), (p) => p.metadata.labels);
-  const deploymentIndex = new LabelIndex(store.list<Deployment>('Deployment'), (d) => d.spec.template.metadata?.labels);
-  for (const svc of store.list<Service>('Service')) {
-    const ns = svc.metadata.namespace ?? 'default';
-    if (!namespaces.has(ns)) continue;
-    const selector = svc.spec.selector;
-    const pods = podIndex.select(ns, selector).filter((p) => isLive(p) && selectorMatches(selector, p.metadata.labels));
-    const templates = deploymentIndex
-      .select(ns, selector)
-      .filter((d) => selectorMatches(selector, d.spec.template.metadata?.labels))
-      .map((d) => d.spec.template.spec ?? {});
-    const workloads: Workloads = { pods, templates };
-    const specs = [...workloads.pods.map((p) => p.spec ?? {}), ...workloads.templates];
-
-    const identities = new Set<ServiceIdentity>();
-    for (const spec of specs) identities.add(serviceIdentity(ns, spec.serviceAccountName || 'default'));
-    const key = serviceKey({ namespace: ns, name: svc.metadata.name });
-    const sortedIdentities = [...identities].sort();
-    identitiesByService.set(key, sortedIdentities);
-    for (const id of sortedIdentities) {
-      const list = servicesByIdentity.get(id) ?? [];
-      list.push(key);
-      servicesByIdentity.set(id, list);
-    }
-
-    const headless = svc.spec.clusterIP === 'None';
-    const clusterIPs = (
-      headless ? [] : (svc.spec.clusterIPs ?? (svc.spec.clusterIP ? [svc.spec.clusterIP] : [])).filter((ip) => isIP(ip) !== 0)
-    ).filter((ip) => {
-      // One address, one service: outbound traffic to it can only be matched to the first.
-      const owner = clusterIPOwners.get(ip);
-      if (owner === undefined) {
-        clusterIPOwners.set(ip, `${ns}/${svc.metadata.name}`);
-        return true;
-      }
-      problems.push({ kind: 'Service', namespace: ns, name: svc.metadata.name, field: 'spec.clusterIP', message: `${ip} is already the ClusterIP of Service ${owner}; not used for this one` });
-      return false;
-    });
-    const tcpPorts = (svc.spec.ports ?? []).filter((p) => (p.protocol ?? 'TCP') === 'TCP');
-    const seenPorts = new Set<number>();
-    for (const port of tcpPorts) {
-      if (seenPorts.has(port.port)) {
-        problems.push({ kind: 'Service', namespace: ns, name: svc.metadata.name, field: 'spec.ports', message: `port ${port.port} is listed twice` });
-        continue;
-      }
-      seenPorts.add(port.port);
-      const targetPort = resolveTargetPort(port, specs);
-      const meshService: MeshService = {
-        name: svc.metadata.name,
-        namespace: ns,
-        port: port.port,
-        targetPort,
-        portName: port.name,
-        protocol: portProtocol(port),
-        clusterIPs,
-        headless,
-      };
-      services.push(meshService);
-      const cluster = clusterName(meshService);
-      const fromObjects = endpointsFromObjects(store, svc, port, targetPort, tcpPorts.length);
-      const list = fromObjects ?? workloads.pods.flatMap((p) => {
-        const ip = podIp(p);
-        return ip ? [{ ip, port: targetPort }] : [];
-      });
-      endpoints.set(cluster, uniqueSortedEndpoints([...(endpoints.get(cluster) ?? []), ...list]));
-    }
-  }
-  services.sort((a, b) => (a.namespace !== b.namespace ? (a.namespace < b.namespace ? -1 : 1) : a.name !== b.name ? (a.name < b.name ? -1 : 1) : a.port - b.port));
+  const { services, endpoints, identitiesByService, servicesByIdentity } = buildServices(store, namespaces, problems);
 
   const names = (kind: ObjectKind) => new Set(store.list(kind).map((o) => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`));
-  const trafficTargets = keepLastGood('TrafficTarget', resolveTrafficTargets(store, namespaces, problems), options.previous?.trafficTargets, names('TrafficTarget'), (name) => {
-    const [ns, n] = name.split('/');
-    const tt = store.get<TrafficTarget>('TrafficTarget', ns, n);
-    return (tt?.spec.rules ?? []).map((r) => `${r.kind} ${ns}/${r.name}`);
-  }, problems);
+  // TrafficTargets read only these kinds and the namespaces: when none changed since the
+  // previous build, its resolution (and problems) stand.
+  const trafficTargetInputs = [store.list('TrafficTarget'), store.list('HTTPRouteGroup'), store.list('TCPRoute')] as const;
+  const previousBuild = options.previous ? builds.get(options.previous) : undefined;
+  let trafficTargets: TrafficTargetPolicy[];
+  let trafficTargetProblems: PolicyProblem[];
+  if (
+    options.previous &&
+    previousBuild &&
+    sameElements(previousBuild.trafficTargetInputs, trafficTargetInputs) &&
+    sameSet(options.previous.namespaces, namespaces)
+  ) {
+    trafficTargets = [...options.previous.trafficTargets];
+    trafficTargetProblems = [...previousBuild.trafficTargetProblems];
+  } else {
+    trafficTargetProblems = [];
+    trafficTargets = keepLastGood('TrafficTarget', resolveTrafficTargets(store, namespaces, trafficTargetProblems), options.previous?.trafficTargets, names('TrafficTarget'), (name) => {
+      const [ns, n] = name.split('/');
+      const tt = store.get<TrafficTarget>('TrafficTarget', ns, n);
+      return (tt?.spec.rules ?? []).map((r) => `${r.kind} ${ns}/${r.name}`);
+    }, trafficTargetProblems);
+  }
+  problems.push(...trafficTargetProblems);
   const serviceNames = new Set(services.map(serviceKey));
   const none = () => [];
   const trafficSplits = keepLastGood('TrafficSplit', resolveTrafficSplits(store, namespaces, serviceNames, problems), options.previous?.trafficSplits, names('TrafficSplit'), none, problems);
@@ -518,8 +455,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
   const ingressBackends = resolveIngressBackends(store, namespaces, services, problems);
   const egressPolicies = resolveEgressPolicies(store, namespaces, problems);
 
-  return {
-    snapshot: {
+  const snapshot: MeshSnapshot = {
       generation: options.generation,
       meshName: options.meshName,
       settings,
@@ -534,7 +470,194 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
       upstreamTrafficSettings,
       ingressBackends,
       egressPolicies,
-    },
-    problems,
   };
+  builds.set(snapshot, { trafficTargetInputs, trafficTargetProblems });
+  return { snapshot, problems };
+}
+
+/** What a build read and produced that the next build may reuse, by snapshot. */
+interface BuildRecord {
+  /** The store's lists of TrafficTarget, HTTPRouteGroup and TCPRoute the TrafficTargets were resolved from. */
+  readonly trafficTargetInputs: readonly (readonly unknown[])[];
+  /** The problems of that resolution (keep-last-good notes included). */
+  readonly trafficTargetProblems: readonly PolicyProblem[];
+}
+
+const builds = new WeakMap<MeshSnapshot, BuildRecord>();
+
+/** True when both lists hold the very same elements (by identity) in the same order. */
+function sameElements(a: readonly unknown[], b: readonly unknown[]): boolean {
+  if (a === b) return true;
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+function sameSet<T>(a: ReadonlySet<T>, b: ReadonlySet<T>): boolean {
+  if (a.size !== b.size) return false;
+  for (const x of a) if (!b.has(x)) return false;
+  return true;
+}
+
+/** The services part of a MeshSnapshot. */
+interface ServicesPart {
+  readonly services: MeshService[];
+  readonly endpoints: Map<string, MeshEndpoint[]>;
+  readonly identitiesByService: Map<string, ServiceIdentity[]>;
+  readonly servicesByIdentity: Map<ServiceIdentity, string[]>;
+}
+
+/**
+ * What one Service resolved to, and from what: the next build reuses it (the same MeshService
+ * and endpoint objects, so a diff can compare by identity) when the Service, the pods and pod
+ * templates its selector matches, and its Endpoints and EndpointSlices are the same objects.
+ */
+interface ServiceResolution {
+  readonly pods: readonly Pod[];
+  readonly templates: readonly PodSpec[];
+  readonly endpointsObject: Endpoints | undefined;
+  readonly slices: readonly EndpointSlice[];
+  readonly identities: ServiceIdentity[];
+  /** Per TCP port (duplicates left out): the MeshService without its ClusterIPs, and its endpoints. */
+  readonly ports: readonly { readonly service: Omit<MeshService, 'clusterIPs'>; readonly endpoints: MeshEndpoint[] }[];
+  readonly problems: readonly PolicyProblem[];
+  /** The MeshServices last built from {@link ports}, with the ClusterIPs they got then. */
+  meshServices: MeshService[] | undefined;
+}
+
+/** By Service object (store objects are frozen: a changed Service is a new object). */
+const serviceResolutions = new WeakMap<Service, ServiceResolution>();
+/** Label indexes by the store's Pod / Deployment list (the same list until a Pod / Deployment changes). */
+const podIndexes = new WeakMap<readonly Pod[], LabelIndex<Pod>>();
+const deploymentIndexes = new WeakMap<readonly Deployment[], LabelIndex<Deployment>>();
+
+function indexed<T extends { metadata: { namespace?: string } }>(
+  cache: WeakMap<readonly T[], LabelIndex<T>>,
+  list: readonly T[],
+  labelsOf: (o: T) => Readonly<Record<string, string>> | undefined,
+): LabelIndex<T> {
+  let index = cache.get(list);
+  if (!index) {
+    index = new LabelIndex(list, labelsOf);
+    cache.set(list, index);
+  }
+  return index;
+}
+
+function resolveService(store: StoreReader, svc: Service, ns: string, pods: readonly Pod[], templates: readonly PodSpec[]): ServiceResolution {
+  const endpointsObject = store.get<Endpoints>('Endpoints', ns, svc.metadata.name);
+  const slices = store.list<EndpointSlice>('EndpointSlice', ns).filter((s) => s.metadata.labels?.[SERVICE_NAME_LABEL] === svc.metadata.name);
+  const known = serviceResolutions.get(svc);
+  if (
+    known &&
+    known.endpointsObject === endpointsObject &&
+    sameElements(known.pods, pods) &&
+    sameElements(known.templates, templates) &&
+    sameElements(known.slices, slices)
+  ) {
+    return known;
+  }
+  const specs = [...pods.map((p) => p.spec ?? {}), ...templates];
+  const identities = new Set<ServiceIdentity>();
+  for (const spec of specs) identities.add(serviceIdentity(ns, spec.serviceAccountName || 'default'));
+  const problems: PolicyProblem[] = [];
+  const tcpPorts = (svc.spec.ports ?? []).filter((p) => (p.protocol ?? 'TCP') === 'TCP');
+  const seenPorts = new Set<number>();
+  const endpointsByCluster = new Map<string, MeshEndpoint[]>();
+  const ports: { service: Omit<MeshService, 'clusterIPs'>; endpoints: MeshEndpoint[] }[] = [];
+  const headless = svc.spec.clusterIP === 'None';
+  for (const port of tcpPorts) {
+    if (seenPorts.has(port.port)) {
+      problems.push({ kind: 'Service', namespace: ns, name: svc.metadata.name, field: 'spec.ports', message: `port ${port.port} is listed twice` });
+      continue;
+    }
+    seenPorts.add(port.port);
+    const targetPort = resolveTargetPort(port, specs);
+    const service = { name: svc.metadata.name, namespace: ns, port: port.port, targetPort, portName: port.name, protocol: portProtocol(port), headless };
+    const cluster = clusterName(service);
+    const fromObjects = endpointsFromObjects(svc, port, targetPort, tcpPorts.length, endpointsObject, slices);
+    const list = fromObjects ?? pods.flatMap((p) => {
+      const ip = podIp(p);
+      return ip ? [{ ip, port: targetPort }] : [];
+    });
+    // Two ports with the same targetPort share a cluster: their endpoints merge.
+    const merged = uniqueSortedEndpoints([...(endpointsByCluster.get(cluster) ?? []), ...list]);
+    endpointsByCluster.set(cluster, merged);
+    ports.push({ service, endpoints: merged });
+  }
+  for (const p of ports) p.endpoints = endpointsByCluster.get(clusterName(p.service))!;
+  // New pods or endpoints rarely change the ports: keep the MeshService objects then.
+  const samePorts = known !== undefined && JSON.stringify(known.ports.map((p) => p.service)) === JSON.stringify(ports.map((p) => p.service));
+  if (samePorts) ports.forEach((p, i) => (p.service = known.ports[i].service));
+  const resolution: ServiceResolution = {
+    pods,
+    templates,
+    endpointsObject,
+    slices,
+    identities: [...identities].sort(),
+    ports,
+    problems,
+    meshServices: samePorts ? known.meshServices : undefined,
+  };
+  serviceResolutions.set(svc, resolution);
+  return resolution;
+}
+
+/**
+ * MeshServices (one per TCP port of a Service in a monitored namespace), their endpoints, and
+ * the identities behind them. Services whose inputs did not change since the last build are
+ * not resolved again ({@link ServiceResolution}).
+ */
+function buildServices(store: StoreReader, namespaces: ReadonlySet<string>, problems: PolicyProblem[]): ServicesPart {
+  const services: MeshService[] = [];
+  const endpoints = new Map<string, MeshEndpoint[]>();
+  const identitiesByService = new Map<string, ServiceIdentity[]>();
+  const servicesByIdentity = new Map<ServiceIdentity, string[]>();
+  const clusterIPOwners = new Map<string, string>();
+  const podIndex = indexed(podIndexes, store.list<Pod>('Pod'), (p) => p.metadata.labels);
+  const deploymentIndex = indexed(deploymentIndexes, store.list<Deployment>('Deployment'), (d) => d.spec.template.metadata?.labels);
+  for (const svc of store.list<Service>('Service')) {
+    const ns = svc.metadata.namespace ?? 'default';
+    if (!namespaces.has(ns)) continue;
+    const selector = svc.spec.selector;
+    const pods = podIndex.select(ns, selector).filter((p) => isLive(p) && selectorMatches(selector, p.metadata.labels));
+    const templates = deploymentIndex
+      .select(ns, selector)
+      .filter((d) => selectorMatches(selector, d.spec.template.metadata?.labels))
+      .map((d) => d.spec.template.spec ?? {});
+    const resolution = resolveService(store, svc, ns, pods, templates);
+
+    const key = serviceKey({ namespace: ns, name: svc.metadata.name });
+    identitiesByService.set(key, resolution.identities);
+    for (const id of resolution.identities) {
+      const list = servicesByIdentity.get(id) ?? [];
+      list.push(key);
+      servicesByIdentity.set(id, list);
+    }
+
+    const clusterIPs = (
+      svc.spec.clusterIP === 'None'
+        ? []
+        : (svc.spec.clusterIPs ?? (svc.spec.clusterIP ? [svc.spec.clusterIP] : [])).filter((ip) => isIP(ip) !== 0)
+    ).filter((ip) => {
+      // One address, one service: outbound traffic to it can only be matched to the first.
+      const owner = clusterIPOwners.get(ip);
+      if (owner === undefined) {
+        clusterIPOwners.set(ip, `${ns}/${svc.metadata.name}`);
+        return true;
+      }
+      problems.push({ kind: 'Service', namespace: ns, name: svc.metadata.name, field: 'spec.clusterIP', message: `${ip} is already the ClusterIP of Service ${owner}; not used for this one` });
+      return false;
+    });
+    problems.push(...resolution.problems);
+    const reuse = resolution.meshServices && resolution.meshServices.every((m) => sameElements(m.clusterIPs, clusterIPs));
+    const meshServices = reuse ? resolution.meshServices! : resolution.ports.map((p) => ({ ...p.service, clusterIPs }));
+    resolution.meshServices = meshServices;
+    for (let i = 0; i < meshServices.length; i++) {
+      services.push(meshServices[i]);
+      endpoints.set(clusterName(meshServices[i]), resolution.ports[i].endpoints);
+    }
+  }
+  services.sort((a, b) => (a.namespace !== b.namespace ? (a.namespace < b.namespace ? -1 : 1) : a.name !== b.name ? (a.name < b.name ? -1 : 1) : a.port - b.port));
+  return { services, endpoints, identitiesByService, servicesByIdentity };
 }

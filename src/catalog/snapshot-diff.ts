@@ -10,12 +10,13 @@ import type { MeshSnapshot } from './types.js';
  * configuration depends on one of those services need regenerating.
  */
 export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'all' | Set<string> {
-  const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+  // Builds reuse the objects of what did not change, so identity settles most comparisons.
+  const same = (a: unknown, b: unknown) => a === b || sameElementsOrJson(a, b);
   if (
     !same(before.settings, after.settings) ||
-    !same([...before.namespaces].sort(), [...after.namespaces].sort()) ||
+    !sameSet(before.namespaces, after.namespaces) ||
     !same(before.services, after.services) ||
-    !same([...before.identitiesByService], [...after.identitiesByService]) ||
+    !sameMap(before.identitiesByService, after.identitiesByService, same) ||
     !same(before.trafficTargets, after.trafficTargets) ||
     !same(before.retryPolicies, after.retryPolicies) ||
     !same(before.ingressBackends, after.ingressBackends) ||
@@ -44,4 +45,31 @@ export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'a
     changed.add(service);
   }
   return changed;
+}
+
+/** Arrays compare element by element (identity first, then JSON); anything else by JSON. */
+function sameElementsOrJson(a: unknown, b: unknown): boolean {
+  if (Array.isArray(a) && Array.isArray(b)) {
+    if (a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (a[i] !== b[i] && JSON.stringify(a[i]) !== JSON.stringify(b[i])) return false;
+    return true;
+  }
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+function sameSet<T>(a: ReadonlySet<T>, b: ReadonlySet<T>): boolean {
+  if (a.size !== b.size) return false;
+  for (const x of a) if (!b.has(x)) return false;
+  return true;
+}
+
+/** Same keys in the same order, and values equal by `same`. */
+function sameMap<K, V>(a: ReadonlyMap<K, V>, b: ReadonlyMap<K, V>, same: (x: V, y: V) => boolean): boolean {
+  if (a.size !== b.size) return false;
+  const ib = b.entries();
+  for (const [k, v] of a) {
+    const next = ib.next();
+    if (next.done || next.value[0] !== k || !same(v, next.value[1])) return false;
+  }
+  return true;
 }
