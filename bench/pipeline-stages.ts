@@ -2,14 +2,15 @@
  * In-process cost of each stage of the controller's push pipeline for one synthetic mesh, to
  * locate what a push spends its time on (no gRPC, no second process):
  * manifests load, `buildMeshSnapshot`, and per proxy `getServiceCertificate` (first issue),
- * `generateProxyResources`, `validateProxyResources`, `encodeResources`, `buildProxySnapshot`.
+ * `generateProxyResources`, `validateProxyResources`, `encodeResources`, `buildProxySnapshot`,
+ * on first connection and again after scenario (d)'s MeshConfig change (warm caches).
  *
  * ```
  * node --import tsx bench/pipeline-stages.ts --services 1000 --proxies 50 [--mode smi|permissive]
  * ```
  */
 import 'reflect-metadata';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -25,7 +26,18 @@ import { ManifestsSource } from '../src/sources/manifests/manifests-source.js';
 import { ObjectStore } from '../src/store/object-store.js';
 import { buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
 import { nowMs } from './lean-sidecar.js';
-import { MESH_NAME, planMesh, planProxies, writeMesh, type MeshMode } from './mesh-generator.js';
+import { MESH_NAME, meshConfigChange, planMesh, planProxies, writeMesh, type MeshMode } from './mesh-generator.js';
+import type { MeshSnapshot } from '../src/catalog/types.js';
+
+interface Totals {
+  cert: number;
+  generate: number;
+  validate: number;
+  encode: number;
+  snapshot: number;
+  resources: number;
+  bytes: number;
+}
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -44,7 +56,6 @@ async function main(): Promise<void> {
     let t = nowMs();
     const source = new ManifestsSource({ dir, store, logger, watch: false });
     await source.start();
-    await source.stop();
     const load = nowMs() - t;
     t = nowMs();
     const { snapshot: mesh } = buildMeshSnapshot(store, { meshName: MESH_NAME, generation: 1 });
@@ -54,39 +65,53 @@ async function main(): Promise<void> {
     const rebuild = nowMs() - t;
     const ca = await CertificateAuthority.loadOrCreate(path.join(work, 'state'));
     const certificates = new CertificateManager({ ca });
-    const totals = { cert: 0, generate: 0, validate: 0, encode: 0, snapshot: 0, resources: 0, bytes: 0 };
     // One cache for every proxy, as the controller keeps one (repeated content is encoded and checked once).
     const checked = new ResourceCheckCache();
-    for (const p of planProxies(plan, count)) {
-      const proxy = parseCommonName(proxyCommonName(p.uuid, 'sidecar', p.namespace, p.serviceAccount));
-      t = nowMs();
-      const cert = await certificates.getServiceCertificate(proxy.identity);
-      totals.cert += nowMs() - t;
-      t = nowMs();
-      const resources = generateProxyResources(mesh, proxy, { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
-      totals.generate += nowMs() - t;
-      t = nowMs();
-      validateProxyResources(resources, checked);
-      totals.validate += nowMs() - t;
-      t = nowMs();
-      const encoded = encodeResources(resources, checked);
-      totals.encode += nowMs() - t;
-      t = nowMs();
-      buildProxySnapshot(encoded);
-      totals.snapshot += nowMs() - t;
-      for (const list of encoded.values()) {
-        totals.resources += list.length;
-        for (const r of list) totals.bytes += r.resource.value.length;
+    const proxies = planProxies(plan, count).map((p) => parseCommonName(proxyCommonName(p.uuid, 'sidecar', p.namespace, p.serviceAccount)));
+    const pass = async (snapshot: MeshSnapshot): Promise<Totals> => {
+      const totals = { cert: 0, generate: 0, validate: 0, encode: 0, snapshot: 0, resources: 0, bytes: 0 };
+      for (const proxy of proxies) {
+        let t = nowMs();
+        const cert = await certificates.getServiceCertificate(proxy.identity);
+        totals.cert += nowMs() - t;
+        t = nowMs();
+        const resources = generateProxyResources(snapshot, proxy, { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
+        totals.generate += nowMs() - t;
+        t = nowMs();
+        validateProxyResources(resources, checked);
+        totals.validate += nowMs() - t;
+        t = nowMs();
+        const encoded = encodeResources(resources, checked);
+        totals.encode += nowMs() - t;
+        t = nowMs();
+        buildProxySnapshot(encoded);
+        totals.snapshot += nowMs() - t;
+        for (const list of encoded.values()) {
+          totals.resources += list.length;
+          for (const r of list) totals.bytes += r.resource.value.length;
+        }
       }
-    }
+      return totals;
+    };
+    const first = await pass(mesh);
+    // Scenario (d) of the benchmark: a MeshConfig change that alters every cluster and listener.
+    const edit = meshConfigChange(plan);
+    await writeFile(path.join(dir, edit.file), edit.text);
+    await source.rescan();
+    const changed = buildMeshSnapshot(store, { meshName: MESH_NAME, generation: 3, previous: mesh }).snapshot;
+    const second = await pass(changed);
     certificates.stop();
+    await source.stop();
     const per = (v: number): string => (v / count).toFixed(2);
+    const line = (name: string, x: Totals): string =>
+      `${name} per proxy (ms): service cert ${per(x.cert)}, generate ${per(x.generate)}, validate ${per(x.validate)}, encode ${per(x.encode)}, buildProxySnapshot ${per(x.snapshot)}`;
     process.stdout.write(
       [
         `S=${services} mode=${mode} proxies sampled=${count}`,
         `manifests load ${load.toFixed(0)} ms; buildMeshSnapshot ${build.toFixed(0)} ms (again: ${rebuild.toFixed(0)} ms)`,
-        `per proxy (ms): first service cert ${per(totals.cert)}, generate ${per(totals.generate)}, validate ${per(totals.validate)}, encode ${per(totals.encode)}, buildProxySnapshot ${per(totals.snapshot)}`,
-        `per proxy: ${(totals.resources / count).toFixed(0)} resources, ${(totals.bytes / count / 1024).toFixed(1)} KB encoded`,
+        line('first connection', first),
+        line('after a MeshConfig change', second),
+        `per proxy: ${(first.resources / count).toFixed(0)} resources, ${(first.bytes / count / 1024).toFixed(1)} KB encoded`,
         '',
       ].join('\n'),
     );

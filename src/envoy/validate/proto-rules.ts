@@ -465,6 +465,8 @@ interface MessagePlan {
   readonly skip: boolean;
   /** Oneofs marked `(validate.required)`. */
   readonly requiredOneofs: readonly protobuf.OneOf[];
+  /** Every field in declaration order with its merged `(validate.rules)` (null: none). */
+  readonly fields: readonly { readonly field: protobuf.Field; readonly rules: Rules | null }[];
 }
 const messagePlans = new WeakMap<protobuf.Type, MessagePlan>();
 function messagePlan(type: protobuf.Type): MessagePlan {
@@ -473,6 +475,7 @@ function messagePlan(type: protobuf.Type): MessagePlan {
     plan = {
       skip: hasOption(type, '(validate.disabled)') || hasOption(type, '(validate.ignored)'),
       requiredOneofs: type.oneofsArray.filter((o) => hasOption(o, '(validate.required)')),
+      fields: type.fieldsArray.map((field) => ({ field, rules: fieldRules(field) })),
     };
     messagePlans.set(type, plan);
   }
@@ -498,9 +501,8 @@ function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViola
       out.push({ path: join(path, oneof.name), rule: 'oneof.required', message: `exactly one of [${oneof.oneof.join(', ')}] must be set, got ${set.join(', ')}` });
     }
   }
-  for (const field of type.fieldsArray) {
+  for (const { field, rules } of plan.fields) {
     const value = obj[field.name];
-    const rules = fieldRules(field);
     const present = isSet(value);
     // An absent field without rules can break nothing (its zero value, no items, no entries).
     if (!present && !rules) continue;
