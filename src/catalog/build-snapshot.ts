@@ -455,21 +455,24 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
   const ingressBackends = resolveIngressBackends(store, namespaces, services, problems);
   const egressPolicies = resolveEgressPolicies(store, namespaces, problems);
 
+  // Parts equal to the previous snapshot's are the previous objects: generators key what they
+  // share between proxies and snapshots by these objects (src/envoy/shared-resources.ts).
+  const prev = options.previous;
   const snapshot: MeshSnapshot = {
-      generation: options.generation,
-      meshName: options.meshName,
-      settings,
-      namespaces,
-      services,
-      endpoints,
-      identitiesByService,
-      servicesByIdentity,
-      trafficTargets,
-      trafficSplits,
-      retryPolicies,
-      upstreamTrafficSettings,
-      ingressBackends,
-      egressPolicies,
+    generation: options.generation,
+    meshName: options.meshName,
+    settings: sameOrPrevious(prev?.settings, settings),
+    namespaces,
+    services,
+    endpoints,
+    identitiesByService,
+    servicesByIdentity,
+    trafficTargets: sameOrPrevious(prev?.trafficTargets, trafficTargets),
+    trafficSplits: sameOrPrevious(prev?.trafficSplits, trafficSplits),
+    retryPolicies: sameOrPrevious(prev?.retryPolicies, retryPolicies),
+    upstreamTrafficSettings: sameOrPrevious(prev?.upstreamTrafficSettings, upstreamTrafficSettings),
+    ingressBackends: sameOrPrevious(prev?.ingressBackends, ingressBackends),
+    egressPolicies: sameOrPrevious(prev?.egressPolicies, egressPolicies),
   };
   builds.set(snapshot, { trafficTargetInputs, trafficTargetProblems });
   return { snapshot, problems };
@@ -484,6 +487,13 @@ interface BuildRecord {
 }
 
 const builds = new WeakMap<MeshSnapshot, BuildRecord>();
+
+/** `previous` when it has the same content as `current` (JSON), else `current`. */
+function sameOrPrevious<T>(previous: T | undefined, current: T): T {
+  if (previous === undefined) return current;
+  if (Array.isArray(previous) && Array.isArray(current) && sameElements(previous, current)) return previous;
+  return JSON.stringify(previous) === JSON.stringify(current) ? previous : current;
+}
 
 /** True when both lists hold the very same elements (by identity) in the same order. */
 function sameElements(a: readonly unknown[], b: readonly unknown[]): boolean {

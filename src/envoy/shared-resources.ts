@@ -1,29 +1,58 @@
 import type { MeshSnapshot } from '../catalog/types.js';
 
-/**
- * Resources that depend only on the MeshSnapshot (not on the proxy asking), computed once per
- * snapshot and handed to every proxy as the same object. Sharing the object is what lets the
- * encoder and validator (`ResourceCheckCache`) recognise it by identity instead of by content,
- * and lets every proxy's snapshot hold the same encoded bytes.
- */
-const shared = new WeakMap<MeshSnapshot, Map<string, object>>();
+/** One remembered resource and the inputs it was computed from. */
+interface Entry {
+  readonly inputs: readonly unknown[];
+  readonly value: object;
+}
+
+/** The entries of one snapshot. */
+interface Generation {
+  readonly snapshot: MeshSnapshot;
+  readonly entries: Map<string, Entry>;
+}
 
 /**
- * Returns the resource remembered for `snapshot` under `key`, computing it with `compute` the
- * first time. `key` must name everything besides the snapshot that the result depends on
- * (e.g. `ClusterLoadAssignment bookstore/bookstore-v1|14001`). The entries go with the snapshot.
+ * The entries of the latest snapshot asked about, and of the one before it: a new snapshot
+ * takes over the previous one's entries whose inputs are unchanged, and the rest are dropped
+ * with the older generation (memory stays bounded by what two snapshots use).
+ */
+let current: Generation | undefined;
+let previous: Generation | undefined;
+
+function generationOf(snapshot: MeshSnapshot): Generation {
+  if (current?.snapshot === snapshot) return current;
+  if (previous?.snapshot === snapshot) return previous;
+  previous = current;
+  current = { snapshot, entries: new Map() };
+  return current;
+}
+
+function sameInputs(a: readonly unknown[], b: readonly unknown[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/**
+ * Resources that do not depend on the proxy asking, computed once and handed to every proxy
+ * as the same object: the encoder and validator (`ResourceCheckCache`) then recognise them by
+ * identity instead of by content, and every proxy's snapshot holds the same encoded bytes.
+ *
+ * Returns the resource remembered under `key` when it was computed from the very same
+ * `inputs` (compared by identity: MeshSnapshot parts, which a rebuild keeps when unchanged),
+ * in this snapshot or the previous one; else computes it with `compute`. `key` names the
+ * resource (e.g. `ClusterLoadAssignment bookstore/bookstore-v1|14001`); `inputs` must hold
+ * everything besides the key that the result depends on.
  * @throws whatever `compute` throws (nothing is remembered then).
  */
-export function sharedResource<T extends object>(snapshot: MeshSnapshot, key: string, compute: () => T): T {
-  let entries = shared.get(snapshot);
-  if (!entries) {
-    entries = new Map();
-    shared.set(snapshot, entries);
+export function sharedResource<T extends object>(snapshot: MeshSnapshot, key: string, inputs: readonly unknown[], compute: () => T): T {
+  const generation = generationOf(snapshot);
+  let entry = generation.entries.get(key);
+  if (!entry || !sameInputs(entry.inputs, inputs)) {
+    const carried = generation === current ? previous?.entries.get(key) : undefined;
+    entry = carried && sameInputs(carried.inputs, inputs) ? carried : { inputs, value: compute() };
+    generation.entries.set(key, entry);
   }
-  let found = entries.get(key) as T | undefined;
-  if (!found) {
-    found = compute();
-    entries.set(key, found);
-  }
-  return found;
+  return entry.value as T;
 }

@@ -9,7 +9,8 @@ import { tlsTransportSocket, upstreamTlsContext } from '../tls.js';
 import { ADS_CONFIG_SOURCE, durationMs } from '../typed-config.js';
 import { generateEgressClusters } from './egress.js';
 import { httpProtocolOptions, upstreamSettingFields, upstreamTrafficSettingFor, type UpstreamHttp } from '../upstream-settings.js';
-import { byKey } from '../../util/order.js';
+import { byName } from '../../util/order.js';
+import { sharedResource } from '../shared-resources.js';
 
 /** Name of the cluster that points at Envoy's own admin port for Prometheus scraping (OSM). */
 export const ENVOY_METRICS_CLUSTER = 'envoy-metrics-cluster';
@@ -32,16 +33,22 @@ function upstreamHttp(svc: MeshService): UpstreamHttp | undefined {
  * max requests per connection (Envoy `config.cluster.v3.Cluster`; OSM v1.2
  * `getUpstreamServiceCluster`).
  */
-export function upstreamCluster(snapshot: MeshSnapshot, proxy: Proxy, svc: MeshService): Cluster {
-  return {
-    name: clusterName(svc),
-    alt_stat_name: clusterName(svc),
+export function upstreamCluster(snapshot: MeshSnapshot, proxy: Proxy, svc: MeshService): NamedResource<Cluster> {
+  const name = clusterName(svc);
+  // Everything but the transport socket is the same for every proxy that reaches the service:
+  // one object per snapshot, so it is encoded and checked once (see NamedResource.parts).
+  const setting = upstreamTrafficSettingFor(snapshot, svc);
+  const base = sharedResource(snapshot, `Cluster ${name}`, [svc, snapshot.settings, setting], (): Cluster => ({
+    name,
+    alt_stat_name: name,
     type: 'EDS',
-    eds_cluster_config: { eds_config: ADS_CONFIG_SOURCE, service_name: clusterName(svc) },
+    eds_cluster_config: { eds_config: ADS_CONFIG_SOURCE, service_name: name },
     lb_policy: 'ROUND_ROBIN',
-    transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc, snapshot.settings), true),
-    ...upstreamSettingFields(upstreamTrafficSettingFor(snapshot, svc), CONNECT_TIMEOUT_MS, upstreamHttp(svc)),
-  };
+    ...upstreamSettingFields(setting, CONNECT_TIMEOUT_MS, upstreamHttp(svc)),
+  }));
+  // The proxy's own service certificate makes the TLS context specific to its identity.
+  const own: Cluster = { transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc, snapshot.settings), true) };
+  return { name, resource: { ...base, ...own }, parts: [base, own] };
 }
 
 function staticCluster(name: string, port: number, svc?: MeshService): Cluster {
@@ -75,13 +82,14 @@ export function localCluster(svc: MeshService): Cluster {
  * ({@link generateEgressClusters}). Names are unique; sorted by name.
  */
 export function generateClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<Cluster>[] {
-  const clusters = new Map<string, Cluster>();
+  const clusters = new Map<string, NamedResource<Cluster>>();
+  const add = (name: string, resource: Cluster): void => void clusters.set(name, { name, resource });
   for (const svc of outboundView(snapshot, proxy.identity).upstreams) clusters.set(clusterName(svc), upstreamCluster(snapshot, proxy, svc));
-  for (const svc of inboundServices(snapshot, proxy.identity)) clusters.set(localClusterName(svc), localCluster(svc));
-  clusters.set(ENVOY_METRICS_CLUSTER, staticCluster(ENVOY_METRICS_CLUSTER, ENVOY_ADMIN_PORT));
-  for (const c of generateEgressClusters(snapshot, proxy)) clusters.set(c.name ?? '', c);
+  for (const svc of inboundServices(snapshot, proxy.identity)) add(localClusterName(svc), localCluster(svc));
+  add(ENVOY_METRICS_CLUSTER, staticCluster(ENVOY_METRICS_CLUSTER, ENVOY_ADMIN_PORT));
+  for (const c of generateEgressClusters(snapshot, proxy)) add(c.name ?? '', c);
   if (snapshot.settings.enableEgress) {
-    clusters.set(PASSTHROUGH_OUTBOUND_CLUSTER, {
+    add(PASSTHROUGH_OUTBOUND_CLUSTER, {
       name: PASSTHROUGH_OUTBOUND_CLUSTER,
       alt_stat_name: PASSTHROUGH_OUTBOUND_CLUSTER,
       type: 'ORIGINAL_DST',
@@ -89,5 +97,5 @@ export function generateClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedRes
       connect_timeout: durationMs(CONNECT_TIMEOUT_MS),
     });
   }
-  return [...clusters.entries()].sort(byKey).map(([name, resource]) => ({ name, resource }));
+  return [...clusters.values()].sort(byName);
 }

@@ -35,6 +35,6 @@ export function generateClusterLoadAssignments(snapshot: MeshSnapshot, proxy: Pr
   return outboundView(snapshot, proxy.identity).upstreams.map((svc) => {
     const name = clusterName(svc);
     // The same for every proxy that reaches the service: one object per snapshot.
-    return { name, resource: sharedResource(snapshot, `ClusterLoadAssignment ${name}`, () => clusterLoadAssignment(snapshot, svc)) };
+    return { name, resource: sharedResource(snapshot, `ClusterLoadAssignment ${name}`, [svc, snapshot.endpoints.get(name)], () => clusterLoadAssignment(snapshot, svc)) };
   });
 }

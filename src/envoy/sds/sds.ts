@@ -74,8 +74,8 @@ export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: Pro
     if (seen.has(name)) continue;
     seen.add(name);
     // The same for every proxy that reaches the service (for one mesh root): one object per snapshot.
-    const resource = sharedResource(snapshot, `Secret ${name}\n${certs.caPem}`, () => {
-      const identities = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
+    const identities = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
+    const resource = sharedResource(snapshot, `Secret ${name}`, [identities, certs.caPem], () => {
       return {
         name,
         validation_context: {

@@ -23,6 +23,11 @@ import { canonicalJson, ipVersion } from './proto-rules.js';
 export interface DecodedResource {
   readonly name: string;
   readonly decoded: Record<string, unknown>;
+  /**
+   * `decoded` as parts setting disjoint fields (`NamedResource.parts`): the single-resource
+   * rules and references are read part by part, so a part shared by many resources is walked once.
+   */
+  readonly parts?: readonly Record<string, unknown>[];
 }
 
 /** Every decoded resource of one proxy, by type URL. */
@@ -225,7 +230,7 @@ export function validateCrossResource(resources: DecodedResources): CrossViolati
 
   for (const [typeUrl, list] of resources) {
     for (const r of list) {
-      const facts = resourceFacts(typeUrl, r.decoded);
+      const facts = r.parts && r.parts.length > 0 ? combinedFacts(typeUrl, r.parts) : resourceFacts(typeUrl, r.decoded);
       for (const ref of facts.references) {
         if (names.get(ref.typeUrl)?.has(ref.name)) continue;
         out.push({ typeUrl, name: r.name, path: ref.path, rule: REFERENCE_RULE[ref.typeUrl], message: `${typeName(ref.typeUrl)} "${ref.name}" is not in this proxy's resources` });
@@ -248,6 +253,13 @@ interface ResourceFacts {
  * (a ClusterLoadAssignment, a shared route configuration) is one object, so it is walked once.
  */
 const factsCache = new WeakMap<object, ResourceFacts>();
+
+/** The facts of a resource given as parts with disjoint fields: every rule reads fields of one part. */
+function combinedFacts(typeUrl: TypeUrl, parts: readonly Record<string, unknown>[]): ResourceFacts {
+  if (parts.length === 1) return resourceFacts(typeUrl, parts[0]);
+  const each = parts.map((p) => resourceFacts(typeUrl, p));
+  return { references: each.flatMap((f) => f.references), violations: each.flatMap((f) => f.violations) };
+}
 
 function resourceFacts(typeUrl: TypeUrl, decoded: Record<string, unknown>): ResourceFacts {
   const found = factsCache.get(decoded);

@@ -7,7 +7,8 @@ import { bookstoreMesh, k8s } from '../../../test/fixtures/mesh.js';
 import { memoryStore } from '../../../test/helpers/memory-store.js';
 import { generateProxyResources, type ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
-import { formatViolation, validateProxyResources } from './index.js';
+import { formatViolation, ResourceCheckCache, validateProxyResources } from './index.js';
+import { decodeMessage, encodeMessage } from '../../api/codec.js';
 
 type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -244,4 +245,44 @@ describe('generated configuration of the bookstore fixture', () => {
       });
     }
   }
+});
+
+describe('resources given as parts (NamedResource.parts)', () => {
+  const bookbuyer = parseCommonName('a0000000-0000-4000-8000-000000000001.sidecar.bookbuyer.bookbuyer.cluster.local');
+  const mesh = buildMeshSnapshot(memoryStore(bookstoreMesh()), { meshName: 'osm', generation: 1 }).snapshot;
+
+  it('encode, concatenated, to the same message as the whole resource', () => {
+    const clusters = generateProxyResources(mesh, bookbuyer, { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!;
+    const withParts = clusters.filter((c) => c.parts);
+    assert.ok(withParts.length >= 3, 'the upstream clusters are given as parts');
+    const cache = new ResourceCheckCache();
+    for (const c of withParts) {
+      const checked = cache.check(TypeUrl.Cluster, c.resource, c.parts);
+      assert.deepEqual(checked.violations, []);
+      // The wire form of the parts is the whole resource: decoded, nothing is lost or added.
+      assert.deepEqual(decodeMessage(TypeUrl.Cluster, checked.encoded!), decodeMessage(TypeUrl.Cluster, encodeMessage(TypeUrl.Cluster, c.resource)), c.name);
+    }
+  });
+
+  it('share the base part between proxies of different identities', () => {
+    const bookthief = parseCommonName('a0000000-0000-4000-8000-000000000002.sidecar.bookthief.bookthief.cluster.local');
+    const permissive = buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive: true })), { meshName: 'osm', generation: 1 }).snapshot;
+    const of = (proxy: Proxy) => generateProxyResources(permissive, proxy, { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!.find((c) => c.name === 'bookstore/bookstore-v1|14001')!;
+    const [a, b] = [of(bookbuyer), of(bookthief)];
+    assert.equal(a.parts![0], b.parts![0], 'one base object');
+    assert.notDeepEqual(a.parts![1], b.parts![1], 'each its own service certificate');
+    const certOf = (c: NamedResource) => (c.resource as Obj).transport_socket.typed_config.common_tls_context.tls_certificate_sds_secret_configs[0].name;
+    assert.deepEqual([certOf(a), certOf(b)], ['service-cert:bookbuyer/bookbuyer', 'service-cert:bookthief/bookthief']);
+  });
+
+  it('report a broken rule in any part, and a part that cannot be encoded', () => {
+    const cache = new ResourceCheckCache();
+    const base = { name: 'c', type: 'EDS', eds_cluster_config: { eds_config: ADS }, connect_timeout: { seconds: -1 } };
+    const own = { transport_socket: { name: '' } };
+    const checked = cache.check(TypeUrl.Cluster, { ...base, ...own }, [base, own]);
+    assert.deepEqual(checked.violations.map((v) => `${v.path} ${v.rule}`).sort(), ['connect_timeout duration.gt', 'transport_socket.name string.min_len']);
+    const broken = cache.check(TypeUrl.Cluster, { ...base }, [base, { transport_socket: { nonsense: 1 } }]);
+    assert.equal(broken.encoded, undefined);
+    assert.match(broken.error!, /unknown field "nonsense"/);
+  });
 });

@@ -15,7 +15,7 @@ import type { TypeUrl } from '../../api/type-urls.js';
 import type { ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
 import { resourceReferences, validateCrossResource, type DecodedResource } from './cross-resource.js';
-import { validateMessage, type RuleViolation } from './proto-rules.js';
+import { validateMessage, validateMessagePart, type RuleViolation } from './proto-rules.js';
 
 export { validateMessage, validateEncoded, type RuleViolation } from './proto-rules.js';
 export { validateCrossResource, resourceReferences, type CrossViolation, type DecodedResources, type ResourceReference } from './cross-resource.js';
@@ -88,22 +88,49 @@ export class ResourceCheckCache {
   private readonly entries = new Map<string, CheckedResource>();
   /** The result for an object already checked (generated objects are not mutated afterwards). */
   private readonly byObject = new WeakMap<object, CheckedResource>();
+  /** The same for objects checked as a part after the first (fewer rules apply to those). */
+  private readonly byPartObject = new WeakMap<object, CheckedResource>();
 
   /** @param maxEntries how many resources to remember (default 20 000). */
   constructor(private readonly maxEntries = 20_000) {}
 
-  /** Encodes and checks `resource` of `typeUrl`, or returns the remembered result for the same content. */
-  check(typeUrl: TypeUrl, resource: object): CheckedResource {
+  /**
+   * Encodes and checks `resource` of `typeUrl`, or returns the remembered result for the same
+   * object or content. With `parts` (see `NamedResource.parts`), each part is encoded and
+   * checked on its own (the first whole, the others for the fields they set) and the
+   * encodings are concatenated: a part shared by many resources costs once.
+   */
+  check(typeUrl: TypeUrl, resource: object, parts?: readonly object[]): CheckedResource {
     // Validation and encoding of one proxy ask for the same object twice: skip the JSON key then.
     const seen = this.byObject.get(resource);
     if (seen) return seen;
-    const result = this.checkContent(typeUrl, resource);
+    const result = parts && parts.length > 0 ? this.checkParts(typeUrl, parts) : this.checkObject(typeUrl, resource, false);
     this.byObject.set(resource, result);
     return result;
   }
 
-  private checkContent(typeUrl: TypeUrl, resource: object): CheckedResource {
-    const k = `${typeUrl}\n${JSON.stringify(resource)}`;
+  private checkParts(typeUrl: TypeUrl, parts: readonly object[]): CheckedResource {
+    const results = parts.map((part, i) => this.checkObject(typeUrl, part, i > 0));
+    const failed = results.find((r) => r.encoded === undefined);
+    if (failed) return failed;
+    return {
+      encoded: Buffer.concat(results.map((r) => r.encoded!)),
+      error: undefined,
+      violations: results.flatMap((r) => r.violations),
+    };
+  }
+
+  private checkObject(typeUrl: TypeUrl, resource: object, part: boolean): CheckedResource {
+    const cache = part ? this.byPartObject : this.byObject;
+    const seen = cache.get(resource);
+    if (seen) return seen;
+    const result = this.checkContent(typeUrl, resource, part);
+    cache.set(resource, result);
+    return result;
+  }
+
+  private checkContent(typeUrl: TypeUrl, resource: object, part: boolean): CheckedResource {
+    const k = `${part ? 'part ' : ''}${typeUrl}\n${JSON.stringify(resource)}`;
     const found = this.entries.get(k);
     if (found) {
       this.entries.delete(k);
@@ -113,7 +140,8 @@ export class ResourceCheckCache {
     let result: CheckedResource;
     try {
       const encoded = encodeMessage(typeUrl, resource);
-      result = { encoded, error: undefined, violations: validateMessage(typeUrl, decodeMessage(typeUrl, encoded)) };
+      const decoded = decodeMessage(typeUrl, encoded);
+      result = { encoded, error: undefined, violations: part ? validateMessagePart(typeUrl, decoded) : validateMessage(typeUrl, decoded) };
     } catch (err) {
       result = { encoded: undefined, error: err instanceof Error ? err.message : String(err), violations: [] };
     }
@@ -152,7 +180,7 @@ export function validateProxyResources(resources: ProxyResources, cache: Resourc
   for (const [typeUrl, list] of resources) {
     const out: DecodedResource[] = [];
     for (const r of list) {
-      const checked = cache.check(typeUrl, r.resource);
+      const checked = cache.check(typeUrl, r.resource, r.parts);
       if (checked.error !== undefined) {
         violations.push({ typeUrl, name: r.name, path: '', rule: 'encode', message: checked.error });
         continue;
@@ -160,7 +188,7 @@ export function validateProxyResources(resources: ProxyResources, cache: Resourc
       // Cross-resource rules read names, references, domains, weights and addresses, which the
       // generated object carries exactly as its decoded form does (Envoy field names, `@type`).
       const d = r.resource as Record<string, unknown>;
-      out.push({ name: r.name, decoded: d });
+      out.push({ name: r.name, decoded: d, ...(r.parts ? { parts: r.parts as Record<string, unknown>[] } : {}) });
       decodedByKey.set(key(typeUrl, r.name), d);
       for (const v of checked.violations) violations.push({ typeUrl, name: r.name, ...v });
     }

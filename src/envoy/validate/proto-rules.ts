@@ -490,10 +490,14 @@ function requiredKind(rules: Rules): string | undefined {
   return undefined;
 }
 
-function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViolation[]): void {
+/**
+ * @param presentOnly check only the fields `obj` sets, at this level (not oneof requirements or
+ *   absent fields): for a part of a message whose other fields are checked with another part.
+ */
+function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViolation[], presentOnly = false): void {
   const plan = messagePlan(type);
   if (plan.skip) return;
-  for (const oneof of plan.requiredOneofs) {
+  for (const oneof of presentOnly ? [] : plan.requiredOneofs) {
     const set = oneof.oneof.filter((n) => isSet(obj[n]));
     if (set.length === 0) {
       out.push({ path: join(path, oneof.name), rule: 'oneof.required', message: `exactly one of [${oneof.oneof.join(', ')}] must be set, none is` });
@@ -505,7 +509,7 @@ function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViola
     const value = obj[field.name];
     const present = isSet(value);
     // An absent field without rules can break nothing (its zero value, no items, no entries).
-    if (!present && !rules) continue;
+    if (!present && (!rules || presentOnly)) continue;
     const here = join(path, field.name);
     if (field.map) {
       const entries = present ? Object.entries(value as Obj) : [];
@@ -609,6 +613,19 @@ function canonical(value: unknown): unknown {
 export function validateMessage(typeNameOrUrl: string, decoded: Record<string, unknown>): RuleViolation[] {
   const out: RuleViolation[] = [];
   walkMessage(messageType(typeNameOrUrl), decoded, '', out);
+  return out;
+}
+
+/**
+ * Like {@link validateMessage} for one part of a message (see `NamedResource.parts`): only the
+ * fields `decoded` sets are checked at its top level (absent fields and `(validate.required)`
+ * oneofs are the business of the part that carries them); nested messages are checked whole.
+ * @returns the violations found, in field order (empty when valid).
+ * @throws Error when the type is not in the loaded protos.
+ */
+export function validateMessagePart(typeNameOrUrl: string, decoded: Record<string, unknown>): RuleViolation[] {
+  const out: RuleViolation[] = [];
+  walkMessage(messageType(typeNameOrUrl), decoded, '', out, true);
   return out;
 }
 
