@@ -535,9 +535,45 @@ interface ServiceResolution {
   meshServices: MeshService[] | undefined;
 }
 
+/** What the Services of one namespace resolved to, and the store lists they were resolved from. */
+interface NamespaceResolution {
+  /** The namespace's Service, Pod, Deployment, Endpoints and EndpointSlice lists. */
+  readonly inputs: readonly (readonly unknown[])[];
+  readonly services: readonly { readonly svc: Service; readonly resolution: ServiceResolution }[];
+}
+
+/** By namespace: a namespace none of whose lists changed is not looked at again. */
+const namespaceResolutions = new Map<string, NamespaceResolution>();
+
+function resolveNamespace(store: StoreReader, ns: string): NamespaceResolution['services'] {
+  const inputs = [
+    store.list<Service>('Service', ns),
+    store.list<Pod>('Pod', ns),
+    store.list<Deployment>('Deployment', ns),
+    store.list<Endpoints>('Endpoints', ns),
+    store.list<EndpointSlice>('EndpointSlice', ns),
+  ] as const;
+  const known = namespaceResolutions.get(ns);
+  if (known && known.inputs.every((list, i) => list === inputs[i])) return known.services;
+  const [services, pods, deployments] = inputs;
+  const podIndex = indexed(podIndexes, pods, (p) => p.metadata.labels);
+  const deploymentIndex = indexed(deploymentIndexes, deployments, (d) => d.spec.template.metadata?.labels);
+  const resolved = services.map((svc) => {
+    const selector = svc.spec.selector;
+    const selected = podIndex.select(ns, selector).filter((p) => isLive(p) && selectorMatches(selector, p.metadata.labels));
+    const templates = deploymentIndex
+      .select(ns, selector)
+      .filter((d) => selectorMatches(selector, d.spec.template.metadata?.labels))
+      .map((d) => d.spec.template.spec ?? {});
+    return { svc, resolution: resolveService(store, svc, ns, selected, templates) };
+  });
+  namespaceResolutions.set(ns, { inputs, services: resolved });
+  return resolved;
+}
+
 /** By Service object (store objects are frozen: a changed Service is a new object). */
 const serviceResolutions = new WeakMap<Service, ServiceResolution>();
-/** Label indexes by the store's Pod / Deployment list (the same list until a Pod / Deployment changes). */
+/** Label indexes by the store's Pod / Deployment list of a namespace (the same list until one in it changes). */
 const podIndexes = new WeakMap<readonly Pod[], LabelIndex<Pod>>();
 const deploymentIndexes = new WeakMap<readonly Deployment[], LabelIndex<Deployment>>();
 
@@ -624,48 +660,40 @@ function buildServices(store: StoreReader, namespaces: ReadonlySet<string>, prob
   const identitiesByService = new Map<string, ServiceIdentity[]>();
   const servicesByIdentity = new Map<ServiceIdentity, string[]>();
   const clusterIPOwners = new Map<string, string>();
-  const podIndex = indexed(podIndexes, store.list<Pod>('Pod'), (p) => p.metadata.labels);
-  const deploymentIndex = indexed(deploymentIndexes, store.list<Deployment>('Deployment'), (d) => d.spec.template.metadata?.labels);
-  for (const svc of store.list<Service>('Service')) {
-    const ns = svc.metadata.namespace ?? 'default';
-    if (!namespaces.has(ns)) continue;
-    const selector = svc.spec.selector;
-    const pods = podIndex.select(ns, selector).filter((p) => isLive(p) && selectorMatches(selector, p.metadata.labels));
-    const templates = deploymentIndex
-      .select(ns, selector)
-      .filter((d) => selectorMatches(selector, d.spec.template.metadata?.labels))
-      .map((d) => d.spec.template.spec ?? {});
-    const resolution = resolveService(store, svc, ns, pods, templates);
-
-    const key = serviceKey({ namespace: ns, name: svc.metadata.name });
-    identitiesByService.set(key, resolution.identities);
-    for (const id of resolution.identities) {
-      const list = servicesByIdentity.get(id) ?? [];
-      list.push(key);
-      servicesByIdentity.set(id, list);
-    }
-
-    const clusterIPs = (
-      svc.spec.clusterIP === 'None'
-        ? []
-        : (svc.spec.clusterIPs ?? (svc.spec.clusterIP ? [svc.spec.clusterIP] : [])).filter((ip) => isIP(ip) !== 0)
-    ).filter((ip) => {
-      // One address, one service: outbound traffic to it can only be matched to the first.
-      const owner = clusterIPOwners.get(ip);
-      if (owner === undefined) {
-        clusterIPOwners.set(ip, `${ns}/${svc.metadata.name}`);
-        return true;
+  // Namespace by namespace, in the store's order (namespace, then name), which the ClusterIP
+  // ownership below depends on.
+  for (const ns of [...namespaces].sort()) {
+    for (const { svc, resolution } of resolveNamespace(store, ns)) {
+      const key = serviceKey({ namespace: ns, name: svc.metadata.name });
+      identitiesByService.set(key, resolution.identities);
+      for (const id of resolution.identities) {
+        const list = servicesByIdentity.get(id) ?? [];
+        list.push(key);
+        servicesByIdentity.set(id, list);
       }
-      problems.push({ kind: 'Service', namespace: ns, name: svc.metadata.name, field: 'spec.clusterIP', message: `${ip} is already the ClusterIP of Service ${owner}; not used for this one` });
-      return false;
-    });
-    problems.push(...resolution.problems);
-    const reuse = resolution.meshServices && resolution.meshServices.every((m) => sameElements(m.clusterIPs, clusterIPs));
-    const meshServices = reuse ? resolution.meshServices! : resolution.ports.map((p) => ({ ...p.service, clusterIPs }));
-    resolution.meshServices = meshServices;
-    for (let i = 0; i < meshServices.length; i++) {
-      services.push(meshServices[i]);
-      endpoints.set(clusterName(meshServices[i]), resolution.ports[i].endpoints);
+
+      const clusterIPs = (
+        svc.spec.clusterIP === 'None'
+          ? []
+          : (svc.spec.clusterIPs ?? (svc.spec.clusterIP ? [svc.spec.clusterIP] : [])).filter((ip) => isIP(ip) !== 0)
+      ).filter((ip) => {
+        // One address, one service: outbound traffic to it can only be matched to the first.
+        const owner = clusterIPOwners.get(ip);
+        if (owner === undefined) {
+          clusterIPOwners.set(ip, `${ns}/${svc.metadata.name}`);
+          return true;
+        }
+        problems.push({ kind: 'Service', namespace: ns, name: svc.metadata.name, field: 'spec.clusterIP', message: `${ip} is already the ClusterIP of Service ${owner}; not used for this one` });
+        return false;
+      });
+      problems.push(...resolution.problems);
+      const reuse = resolution.meshServices && resolution.meshServices.every((m) => sameElements(m.clusterIPs, clusterIPs));
+      const meshServices = reuse ? resolution.meshServices! : resolution.ports.map((p) => ({ ...p.service, clusterIPs }));
+      resolution.meshServices = meshServices;
+      for (let i = 0; i < meshServices.length; i++) {
+        services.push(meshServices[i]);
+        endpoints.set(clusterName(meshServices[i]), resolution.ports[i].endpoints);
+      }
     }
   }
   services.sort((a, b) => (a.namespace !== b.namespace ? (a.namespace < b.namespace ? -1 : 1) : a.name !== b.name ? (a.name < b.name ? -1 : 1) : a.port - b.port));

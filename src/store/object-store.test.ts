@@ -66,6 +66,19 @@ describe('ObjectStore', () => {
     assert.deepEqual(store.list('Pod'), []);
   });
 
+  it('keeps a namespace\'s list (the same array) while only other namespaces change', () => {
+    const store = new ObjectStore();
+    store.replaceAll('a', [svc('a', 'x'), svc('b', 'y')]);
+    const [inA, inB] = [store.list('Service', 'a'), store.list('Service', 'b')];
+    store.replaceAll('a', [svc('a', 'x', 81), svc('b', 'y')]);
+    assert.equal(store.list('Service', 'b'), inB, 'b unchanged: same array');
+    assert.notEqual(store.list('Service', 'a'), inA);
+    assert.deepEqual(store.list('Service', 'a').map((o) => (o as Service).spec.ports?.[0]?.port), [81]);
+    store.delete('Service', 'b', 'y');
+    assert.deepEqual(store.list('Service', 'b'), []);
+    assert.deepEqual(store.list('Service').map((o) => o.metadata.name), ['x']);
+  });
+
   it('upsert and delete emit single changes; cluster-scoped kinds ignore a namespace', () => {
     const store = new ObjectStore();
     const batches: string[][] = [];

@@ -35,11 +35,14 @@ const KIND_ORDER: ReadonlyMap<string, number> = new Map(OBJECT_KINDS.map((k, i) 
  *   when nothing changed. An object counts as changed when its content differs
  *   (order-insensitive JSON comparison of the whole object).
  * - {@link ObjectStore.list} results are sorted by (namespace, name) and cached per kind
- *   (and per kind + namespace) until that kind changes; they are frozen arrays.
+ *   until that kind changes, and per kind + namespace until that kind changes in that
+ *   namespace; they are frozen arrays (the same array while unchanged).
  */
 export class ObjectStore implements StoreReader {
   readonly #entries = new Map<string, Entry>();
   readonly #byKind = new Map<ObjectKind, Map<string, Entry>>();
+  /** The same entries by kind, then namespace (`''` for cluster-scoped kinds). */
+  readonly #byKindNamespace = new Map<ObjectKind, Map<string, Map<string, Entry>>>();
   readonly #listCache = new Map<string, readonly KubeObject[]>();
   readonly #listeners = new Set<ChangeListener>();
   readonly #logger: Logger | undefined;
@@ -76,7 +79,10 @@ export class ObjectStore implements StoreReader {
       const entries = [...(this.#byKind.get(kind)?.values() ?? [])];
       result = entries.map((e) => e.object).sort(compareObjects);
     } else {
-      result = this.list(kind).filter((o) => o.metadata.namespace === namespace);
+      // From the namespace's own entries, so that a change elsewhere neither invalidates nor
+      // recomputes this list (readers key derived data by its identity).
+      const entries = [...(this.#byKindNamespace.get(kind)?.get(namespace)?.values() ?? [])];
+      result = entries.map((e) => e.object).sort(compareObjects);
     }
     const frozen = Object.freeze(result);
     this.#listCache.set(cacheKey, frozen);
@@ -167,19 +173,14 @@ export class ObjectStore implements StoreReader {
       if (previous.sourceId !== sourceId) {
         const moved: Entry = { ...previous, sourceId };
         this.#entries.set(key, moved);
-        this.#byKind.get(object.kind)?.set(key, moved);
+        this.#index(key, moved);
       }
       return undefined;
     }
     const entry: Entry = { object: deepFreeze(object), sourceId, fingerprint };
     this.#entries.set(key, entry);
-    let kindMap = this.#byKind.get(object.kind);
-    if (!kindMap) {
-      kindMap = new Map();
-      this.#byKind.set(object.kind, kindMap);
-    }
-    kindMap.set(key, entry);
-    this.#invalidate(object.kind);
+    this.#index(key, entry);
+    this.#invalidate(object.kind, object.metadata.namespace);
     return {
       kind: object.kind,
       namespace: object.metadata.namespace,
@@ -192,7 +193,8 @@ export class ObjectStore implements StoreReader {
   #remove(key: string, entry: Entry): ObjectChange {
     this.#entries.delete(key);
     this.#byKind.get(entry.object.kind)?.delete(key);
-    this.#invalidate(entry.object.kind);
+    this.#byKindNamespace.get(entry.object.kind)?.get(entry.object.metadata.namespace ?? '')?.delete(key);
+    this.#invalidate(entry.object.kind, entry.object.metadata.namespace);
     return {
       kind: entry.object.kind,
       namespace: entry.object.metadata.namespace,
@@ -202,10 +204,32 @@ export class ObjectStore implements StoreReader {
     };
   }
 
-  #invalidate(kind: ObjectKind): void {
-    for (const cacheKey of [...this.#listCache.keys()]) {
-      if (cacheKey === kind || cacheKey.startsWith(`${kind}/`)) this.#listCache.delete(cacheKey);
+  /** Files `entry` under its kind and its kind + namespace. */
+  #index(key: string, entry: Entry): void {
+    const { kind, metadata } = entry.object;
+    let kindMap = this.#byKind.get(kind);
+    if (!kindMap) {
+      kindMap = new Map();
+      this.#byKind.set(kind, kindMap);
     }
+    kindMap.set(key, entry);
+    let namespaces = this.#byKindNamespace.get(kind);
+    if (!namespaces) {
+      namespaces = new Map();
+      this.#byKindNamespace.set(kind, namespaces);
+    }
+    let nsMap = namespaces.get(metadata.namespace ?? '');
+    if (!nsMap) {
+      nsMap = new Map();
+      namespaces.set(metadata.namespace ?? '', nsMap);
+    }
+    nsMap.set(key, entry);
+  }
+
+  /** Forgets the cached lists a change of `kind` in `namespace` makes stale. */
+  #invalidate(kind: ObjectKind, namespace: string | undefined): void {
+    this.#listCache.delete(kind);
+    if (namespace !== undefined) this.#listCache.delete(`${kind}/${namespace}`);
   }
 
   #emit(changes: readonly ObjectChange[]): void {
