@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { OBJECT_KINDS, isNamespacedKind, objectKey } from './objects.js';
+import { OBJECT_KINDS, isNamespacedKind, objectKey, objectKeyOf } from './objects.js';
 import type { KubeObject, ObjectKind } from './objects.js';
 import type { ChangeListener, ObjectChange, StoreReader } from './store.js';
 import { compareStrings } from '../util/order.js';
@@ -257,7 +257,7 @@ function normalize(object: KubeObject): KubeObject {
 }
 
 function keyOf(object: KubeObject): string {
-  return objectKey(object.kind, object.metadata.namespace, object.metadata.name);
+  return objectKeyOf(object);
 }
 
 function compareObjects(a: KubeObject, b: KubeObject): number {

@@ -309,6 +309,19 @@ export function objectKey(kind: ObjectKind, namespace: string | undefined, name:
   return `${kind}/${namespace ?? ''}/${name}`;
 }
 
+/** Keys of objects already keyed: a rescan hands the store the same (frozen) objects again and again. */
+const keysOfObjects = new WeakMap<KubeObject, string>();
+
+/** {@link objectKey} of an object (its kind, namespace and name), remembered per object. */
+export function objectKeyOf(object: KubeObject): string {
+  let key = keysOfObjects.get(object);
+  if (key === undefined) {
+    key = objectKey(object.kind, object.metadata.namespace, object.metadata.name);
+    keysOfObjects.set(object, key);
+  }
+  return key;
+}
+
 /**
  * The `apiVersion`s accepted for each kind (`group/version`, or `version` for the core group).
  * Manifests of a known kind with any other `apiVersion` are rejected by the sources.

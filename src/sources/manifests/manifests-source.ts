@@ -3,7 +3,7 @@ import path from 'node:path';
 import { watch } from 'chokidar';
 import type { FSWatcher } from 'chokidar';
 import type { Logger } from 'pino';
-import { objectKey } from '../../store/objects.js';
+import { objectKeyOf } from '../../store/objects.js';
 import type { KubeObject } from '../../store/objects.js';
 import type { StoreWriter } from '../../store/store.js';
 import { formatManifestError, parseManifests } from './parse.js';
@@ -245,7 +245,18 @@ export class ManifestsSource {
   }
 
   async #scanOnce(dirty: ReadonlySet<string> | 'all'): Promise<void> {
-    const relativePaths = await listManifestFiles(this.#absoluteDir);
+    // The watcher named every file added, changed or removed (a folder event makes it 'all'):
+    // the file list is the known one plus the named manifests; a named file that is gone is
+    // dropped when reading it finds nothing. The periodic full rescan lists the directory.
+    let relativePaths: string[];
+    if (dirty === 'all' || this.#files.size === 0) relativePaths = await listManifestFiles(this.#absoluteDir);
+    else {
+      // A directory that is gone (renamed away, deleted) is not a deletion of its files: fail
+      // as listing it would, and keep the objects.
+      const root = await stat(this.#absoluteDir);
+      if (!root.isDirectory()) throw new Error(`${this.#dir} is not a directory`);
+      relativePaths = [...new Set([...this.#files.keys(), ...[...dirty].filter(isManifestFileName)])].sort();
+    }
     const next = new Map<string, FileState>();
     // Files the watcher did not name keep their state without being read again; the others
     // are read a batch at a time (a full scan of a large directory is I/O bound).
@@ -271,7 +282,7 @@ export class ManifestsSource {
       errors.push(...state.errors);
       warnings.push(...(state.parsed?.warnings ?? []));
       state.objects.forEach((object, i) => {
-        const key = objectKey(object.kind, object.metadata.namespace, object.metadata.name);
+        const key = objectKeyOf(object);
         const first = owner.get(key);
         if (first !== undefined) {
           errors.push({
@@ -331,9 +342,9 @@ export class ManifestsSource {
     const lines = [...parsed.lines];
     if (previous && parsed.rejectedKeys.length > 0) {
       const rejected = new Set(parsed.rejectedKeys);
-      const loaded = new Set(objects.map((o) => objectKey(o.kind, o.metadata.namespace, o.metadata.name)));
+      const loaded = new Set(objects.map(objectKeyOf));
       previous.objects.forEach((object, i) => {
-        const key = objectKey(object.kind, object.metadata.namespace, object.metadata.name);
+        const key = objectKeyOf(object);
         if (rejected.has(key) && !loaded.has(key)) {
           objects.push(object); // the last good version of a document now invalid
           lines.push(previous.lines[i]);
@@ -363,6 +374,11 @@ export class ManifestsSource {
   }
 }
 
+/** True for a file name with a manifest extension (`.yaml`, `.yml`, `.json`). */
+function isManifestFileName(name: string): boolean {
+  return MANIFEST_EXTENSIONS.some((ext) => name.endsWith(ext));
+}
+
 /**
  * The manifest files below `root`, as paths relative to it, sorted. Entries whose name starts
  * with `.` are skipped; symbolic links to files are followed, to directories not.
@@ -383,7 +399,7 @@ export async function listManifestFiles(root: string): Promise<string[]> {
       const relative = path.join(relativeDir, entry.name);
       if (entry.isDirectory()) {
         await walk(relative);
-      } else if (MANIFEST_EXTENSIONS.some((ext) => entry.name.endsWith(ext))) {
+      } else if (isManifestFileName(entry.name)) {
         if (entry.isFile()) found.push(relative);
         else if (entry.isSymbolicLink()) {
           const target = await stat(path.join(root, relative)).catch(() => undefined);
