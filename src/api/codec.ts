@@ -75,8 +75,43 @@ export function loadEnvoyRoot(): protobuf.Root {
   };
   r.loadSync([...PROTO_FILES], { keepCase: true });
   r.resolveAll();
+  freezeNames(r);
+  cacheAnyLookups(r);
   root = r;
   return r;
+}
+
+/**
+ * protobufjs computes `fullName` by walking up the namespace tree on every read, and its
+ * `Any` wrapper reads it for every `Any` it converts. The tree is complete once loaded: pin
+ * each object's `fullName` as a plain property.
+ */
+function freezeNames(ns: protobuf.NamespaceBase): void {
+  for (const child of ns.nestedArray) {
+    Object.defineProperty(child, 'fullName', { value: child.fullName, writable: false, configurable: true });
+    if (child instanceof protobuf.Namespace) freezeNames(child);
+  }
+}
+
+/**
+ * protobufjs' `Any` wrapper looks the payload type up by name (a namespace walk) for every
+ * `Any` it encodes or decodes; remember the answers (the loaded tree does not change).
+ */
+function cacheAnyLookups(r: protobuf.Root): void {
+  const any = r.lookupType('google.protobuf.Any');
+  const lookup = any.lookup.bind(any);
+  const found = new Map<string, protobuf.ReflectionObject | null>();
+  any.lookup = (path: string | string[], filterTypes?: unknown, parentAlreadyChecked?: boolean) => {
+    if (typeof path !== 'string' || filterTypes !== undefined || parentAlreadyChecked !== undefined) {
+      return lookup(path, filterTypes as never, parentAlreadyChecked);
+    }
+    let hit = found.get(path);
+    if (hit === undefined) {
+      hit = lookup(path);
+      found.set(path, hit);
+    }
+    return hit;
+  };
 }
 
 /**

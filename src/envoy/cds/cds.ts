@@ -85,8 +85,10 @@ export function generateClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedRes
   const clusters = new Map<string, NamedResource<Cluster>>();
   const add = (name: string, resource: Cluster): void => void clusters.set(name, { name, resource });
   for (const svc of outboundView(snapshot, proxy.identity).upstreams) clusters.set(clusterName(svc), upstreamCluster(snapshot, proxy, svc));
-  for (const svc of inboundServices(snapshot, proxy.identity)) add(localClusterName(svc), localCluster(svc));
-  add(ENVOY_METRICS_CLUSTER, staticCluster(ENVOY_METRICS_CLUSTER, ENVOY_ADMIN_PORT));
+  for (const svc of inboundServices(snapshot, proxy.identity)) {
+    add(localClusterName(svc), sharedResource(snapshot, `Cluster ${localClusterName(svc)}`, [svc], () => localCluster(svc)));
+  }
+  add(ENVOY_METRICS_CLUSTER, sharedResource(snapshot, `Cluster ${ENVOY_METRICS_CLUSTER}`, [], () => staticCluster(ENVOY_METRICS_CLUSTER, ENVOY_ADMIN_PORT)));
   for (const c of generateEgressClusters(snapshot, proxy)) add(c.name ?? '', c);
   if (snapshot.settings.enableEgress) {
     add(PASSTHROUGH_OUTBOUND_CLUSTER, {

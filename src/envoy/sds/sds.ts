@@ -44,29 +44,31 @@ function sanMatchers(identities: readonly ServiceIdentity[]): NonNullable<
 export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: ProxyCertificates): NamedResource<Secret>[] {
   const out: NamedResource<Secret>[] = [];
   const cert = serviceCertSecretName(proxy.identity);
+  // Per identity, and unchanged until the certificate rotates: one object across snapshots.
   out.push({
     name: cert,
-    resource: {
+    resource: sharedResource(snapshot, `Secret ${cert}`, [certs.certChainPem, certs.privateKeyPem], () => ({
       name: cert,
       tls_certificate: {
         certificate_chain: { inline_string: certs.certChainPem },
         private_key: { inline_string: certs.privateKeyPem },
       },
-    },
+    })),
   });
   const inbound = inboundRootCertSecretName(proxy.identity);
   const allowedIn = snapshot.settings.permissiveTrafficPolicyMode
     ? []
     : inboundTrafficTargets(snapshot, proxy.identity).flatMap((tt) => tt.sources);
+  const allowedSans = [...new Set(allowedIn)].sort();
   out.push({
     name: inbound,
-    resource: {
+    resource: sharedResource(snapshot, `Secret ${inbound}`, [certs.caPem, allowedSans.join(' ')], () => ({
       name: inbound,
       validation_context: {
         trusted_ca: { inline_string: certs.caPem },
         ...(allowedIn.length > 0 ? { match_typed_subject_alt_names: sanMatchers(allowedIn) } : {}),
       },
-    },
+    })),
   });
   const seen = new Set<string>();
   for (const svc of outboundView(snapshot, proxy.identity).upstreams) {
