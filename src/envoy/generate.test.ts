@@ -3,6 +3,10 @@ import { describe, it } from 'node:test';
 import { TypeUrl } from '../api/type-urls.js';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
 import { generateConfig, names, type Decoded } from '../../test/helpers/generate-config.js';
+import { memoryStore } from '../../test/helpers/memory-store.js';
+import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
+import { parseCommonName } from '../proxy/types.js';
+import { generateProxyResources } from './generate.js';
 
 describe('generators on the bookstore mesh (SMI mode)', () => {
   const buyer = generateConfig(bookstoreMesh(), 'bookbuyer', 'bookbuyer');
@@ -193,3 +197,31 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
   });
 });
 
+
+describe('resources shared between proxies (one object for identities that get the same thing)', () => {
+  const snapshotOf = (permissive: boolean) => buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive })), { meshName: 'osm', generation: 1 }).snapshot;
+  const proxyOf = (ns: string, sa: string, n: number) => parseCommonName(`a0000000-0000-4000-8000-00000000000${n}.sidecar.${sa}.${ns}.cluster.local`);
+  const certs = { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' };
+  const get = (r: ReturnType<typeof generateProxyResources>, type: TypeUrl, name: string) => r.get(type)!.find((x) => x.name === name)?.resource;
+
+  it('permissive: two identities of one namespace share the outbound listener and route configuration objects', () => {
+    const mesh = snapshotOf(true);
+    const v1 = generateProxyResources(mesh, proxyOf('bookstore', 'bookstore', 1), certs);
+    const v2 = generateProxyResources(mesh, proxyOf('bookstore', 'bookstore-v2', 2), certs);
+    assert.ok(get(v1, TypeUrl.Listener, 'outbound-listener'));
+    assert.equal(get(v1, TypeUrl.Listener, 'outbound-listener'), get(v2, TypeUrl.Listener, 'outbound-listener'));
+    assert.equal(get(v1, TypeUrl.RouteConfiguration, 'rds-outbound.14001'), get(v2, TypeUrl.RouteConfiguration, 'rds-outbound.14001'));
+    // Another namespace sees other short host names: its own route configuration.
+    const buyer = generateProxyResources(mesh, proxyOf('bookbuyer', 'bookbuyer', 3), certs);
+    assert.notEqual(get(buyer, TypeUrl.RouteConfiguration, 'rds-outbound.14001'), get(v1, TypeUrl.RouteConfiguration, 'rds-outbound.14001'));
+    assert.equal(get(buyer, TypeUrl.Listener, 'outbound-listener'), get(v1, TypeUrl.Listener, 'outbound-listener'));
+  });
+
+  it('SMI: identities that may reach different services get different objects with their own contents', () => {
+    const mesh = snapshotOf(false);
+    const buyer = generateProxyResources(mesh, proxyOf('bookbuyer', 'bookbuyer', 1), certs);
+    const thief = generateProxyResources(mesh, proxyOf('bookthief', 'bookthief', 2), certs);
+    assert.ok(get(buyer, TypeUrl.Listener, 'outbound-listener'), 'bookbuyer may reach bookstore');
+    assert.equal(get(thief, TypeUrl.Listener, 'outbound-listener'), undefined, 'bookthief may reach nothing');
+  });
+});

@@ -35,20 +35,31 @@ export interface OutboundView {
  */
 export function outboundView(snapshot: MeshSnapshot, identity: ServiceIdentity): OutboundView {
   // Every generator asks for it: compute it once per snapshot and identity (both immutable).
-  let byIdentity = views.get(snapshot);
-  if (!byIdentity) {
-    byIdentity = new Map();
-    views.set(snapshot, byIdentity);
+  let memo = views.get(snapshot);
+  if (!memo) {
+    memo = { byIdentity: new Map(), byContent: new Map() };
+    views.set(snapshot, memo);
   }
-  let view = byIdentity.get(identity);
+  let view = memo.byIdentity.get(identity);
   if (!view) {
-    view = computeOutboundView(snapshot, identity);
-    byIdentity.set(identity, view);
+    // Identities that reach the same destinations the same way (every identity in permissive
+    // mode) share one view object, so what generators derive from it alone can be shared too.
+    const computed = computeOutboundView(snapshot, identity);
+    const key = viewKey(computed);
+    view = memo.byContent.get(key) ?? computed;
+    memo.byContent.set(key, view);
+    memo.byIdentity.set(identity, view);
   }
   return view;
 }
 
-const views = new WeakMap<MeshSnapshot, Map<ServiceIdentity, OutboundView>>();
+const views = new WeakMap<MeshSnapshot, { byIdentity: Map<ServiceIdentity, OutboundView>; byContent: Map<string, OutboundView> }>();
+
+/** Everything a view holds, as text: destinations with their weighted targets, then upstreams. */
+function viewKey(view: OutboundView): string {
+  const destinations = view.destinations.map((d) => `${clusterName(d.service)}>${d.targets.map((t) => `${t.cluster}*${t.weight}`).join(',')}`);
+  return `${destinations.join(';')}|${view.upstreams.map(clusterName).join(',')}`;
+}
 
 function computeOutboundView(snapshot: MeshSnapshot, identity: ServiceIdentity): OutboundView {
   const allowed = outboundServices(snapshot, identity);

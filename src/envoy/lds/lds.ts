@@ -13,6 +13,7 @@ import { outboundView, type OutboundDestination } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import { HTTP_RBAC_FILTER, inboundRouteConfigName, isHttpLike, outboundRouteConfigName } from '../rds/rds.js';
 import type { NamedResource } from '../resource.js';
+import { sharedResource } from '../shared-resources.js';
 import { downstreamTlsContext, tlsTransportSocket } from '../tls.js';
 import { ADS_CONFIG_SOURCE, ExtensionType, typedConfig } from '../typed-config.js';
 import { egressFilterChains, egressListenerFilters } from './egress.js';
@@ -208,7 +209,13 @@ export function generateListeners(snapshot: MeshSnapshot, proxy: Proxy): NamedRe
   const out: NamedResource<Listener>[] = [];
   const inbound = inboundListener(snapshot, proxy);
   if (inbound) out.push({ name: INBOUND_LISTENER.name, resource: inbound });
-  const outbound = outboundListener(snapshot, proxy);
+  // Without Egress policies of its own, a proxy's outbound listener depends only on its view:
+  // identities with the same view (all of them in permissive mode) share one object.
+  const view = outboundView(snapshot, proxy.identity);
+  const shareable = egressFilterChains(snapshot, proxy, []).length === 0;
+  const outbound = shareable
+    ? sharedResource(snapshot, `Listener ${OUTBOUND_LISTENER.name}`, [snapshot, view], () => ({ listener: outboundListener(snapshot, proxy) })).listener
+    : outboundListener(snapshot, proxy);
   if (outbound) out.push({ name: OUTBOUND_LISTENER.name, resource: outbound });
   return out;
 }

@@ -10,6 +10,7 @@ import { identityParts, type Proxy, type ServiceIdentity } from '../../proxy/typ
 import { outboundView } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import type { NamedResource } from '../resource.js';
+import { sharedResource } from '../shared-resources.js';
 import { durationMs, ExtensionType, typedConfig } from '../typed-config.js';
 import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, httpLocalRateLimitConfig } from '../rate-limit.js';
@@ -86,6 +87,19 @@ export function routeMatch(match: HttpRouteMatch): Route['match'] {
  */
 export function generateOutboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
   const clientNamespace = identityParts(proxy.identity).namespace;
+  // Without Retry policies of its own, the route configurations depend only on the view and the
+  // client's namespace (short host names): identities sharing both share the objects.
+  if (!snapshot.retryPolicies.some((r) => r.source === proxy.identity)) {
+    const view = outboundView(snapshot, proxy.identity);
+    const shared = sharedResource(snapshot, `RouteConfiguration outbound ${clientNamespace}`, [snapshot, view], () => ({
+      list: outboundRouteConfigurations(snapshot, proxy, clientNamespace),
+    }));
+    return [...shared.list]; // the caller's own array: the proxyless generator appends to it
+  }
+  return outboundRouteConfigurations(snapshot, proxy, clientNamespace);
+}
+
+function outboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy, clientNamespace: string): NamedResource<RouteConfiguration>[] {
   const byPort = new Map<number, VirtualHost[]>();
   const domainsTaken = new Map<number, Set<string>>();
   for (const dest of outboundView(snapshot, proxy.identity).destinations) {
