@@ -61,6 +61,8 @@ const HELP = `npm run bench -- [options]
   --cpu-prof DIR          run the controller with --cpu-prof into DIR and print its top functions
   --controller-log-level L  the controller's log level (default warn; info logs every push
                           with waitedMs, rebuildMs, diffMs and proxiesMs)
+  --previous FILE         results to show in the "prev" columns (default: the newest other
+                          dated results file beside --out)
   --no-floor              skip the floor measurement
   --max-receive-mb M      the sidecars' gRPC receive limit (default 4, gRPC's default)
   --sync-timeout S        seconds to wait for the initial sync (default 300)
@@ -385,6 +387,7 @@ async function main(): Promise<void> {
       out: { type: 'string' },
       'cpu-prof': { type: 'string' },
       'controller-log-level': { type: 'string' },
+      previous: { type: 'string' },
       'no-floor': { type: 'boolean' },
       'max-receive-mb': { type: 'string' },
       'sync-timeout': { type: 'string' },
@@ -437,7 +440,7 @@ async function main(): Promise<void> {
 
   const results = await readJson<BenchResults>(out, { runs: [] });
   const allDetails = await readJson<BenchDetails>(`${stem}.details.json`, { runs: [] });
-  const previous = await previousResults(out);
+  const previous = values.previous ? await readJson<BenchResults>(path.resolve(values.previous), { runs: [] }) : await previousResults(out);
   for (const config of configs) {
     const { run, details } = await runOne(config, settings);
     const key = runKey(run);
