@@ -37,7 +37,12 @@ export interface RunResult {
   rss_idle_mb: number;
   /** Controller peak RSS (VmHWM) over the run (MB). */
   rss_peak_mb: number;
-  /** The floor: time for all N streams to ACK their full configuration after a `setSnapshot` of all, on an AdsServer doing nothing else (ms). */
+  /**
+   * The floor of the initial sync: an AdsServer doing nothing else, every snapshot already in
+   * its cache; time from the N streams' connect (TLS handshakes included for mTLS) until all
+   * have ACKed their full configuration (ms). The same work as the initial sync, without
+   * generation. (Before 2026-11-30-session2 this was {@link RunDetails.floor_open_streams_ms}.)
+   */
   floor_ms: number | null;
   scenarios: Record<ScenarioName, ScenarioResult>;
 }
@@ -85,6 +90,8 @@ export interface RunDetails {
   kb_per_proxy: number;
   /** Floor of the mesh-config change: every snapshot replaced by the changed one, time to the last ACK (ms). */
   floor_change_ms: number | null;
+  /** Time for N streams already open to ACK their full configuration after a `setSnapshot` of all (ms). */
+  floor_open_streams_ms?: number | null;
   floor_build_ms: number | null;
   scenarios: Partial<Record<ScenarioName, ScenarioDetails>>;
   /** Controller log lines at warn or above (the log level is warn), and how many were "large xDS response". */

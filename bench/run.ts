@@ -325,7 +325,20 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       const fr = await gen.request<GeneratorReport>({ cmd: 'report' }, 30_000);
       const changed = fr.lastAck.filter((t) => t > 0);
       details.floor_change_ms = changed.length > 0 ? round(Math.max(...changed) - set2.setAt) : null;
-      log(`${key}: floor ${run.floor_ms} ms (full configuration), ${details.floor_change_ms} ms (mesh-config change, ${changed.length} proxies)`);
+      details.floor_open_streams_ms = run.floor_ms;
+      // The initial sync's floor: the same N streams connecting at once to a server whose cache
+      // already holds every snapshot (connection set-up and TLS handshakes included).
+      await gen.request({ cmd: 'disconnect' }, 60_000);
+      await floor.request({ cmd: 'set', which: 'before' }, 120_000);
+      await sleep(1000);
+      const { startedAt: floorConnectAt } = await gen.request<{ startedAt: number }>(
+        { cmd: 'connect', address: `127.0.0.1:${built.port}`, maxReceiveBytes: settings.maxReceiveBytes, verify: false },
+        60_000,
+      );
+      const fc = await gen.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
+      const fct = fc.syncedAt.filter((t): t is number => t !== null);
+      run.floor_ms = fct.length === config.proxies ? round(Math.max(...fct) - floorConnectAt) : null;
+      log(`${key}: floor ${run.floor_ms} ms (connect and full configuration), ${details.floor_open_streams_ms} ms (full configuration, streams open), ${details.floor_change_ms} ms (mesh-config change, ${changed.length} proxies)`);
     }
   } catch (err) {
     details.failure = err instanceof Error ? err.message : String(err);
