@@ -83,6 +83,7 @@ export interface InitialSnapshot {
 export async function startAdsHarness<S, A extends unknown[]>(
   opener: (client: AdsTestClient, ...args: A) => S,
   initial?: InitialSnapshot,
+  serverOptions: { maxBytesInFlight?: number } = {},
 ): Promise<AdsHarness<S, A>> {
   const cache = new SnapshotCache();
   const registry = new Registry();
@@ -92,6 +93,7 @@ export async function startAdsHarness<S, A extends unknown[]>(
   let resolveClosed!: (id: number) => void;
   const closed = new Promise<number>((r) => (resolveClosed = r));
   const server = new AdsServer({
+    ...serverOptions,
     watcher: cache,
     metrics: registry,
     hooks: {

@@ -3,7 +3,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { X509Certificate } from '@peculiar/x509';
 import { pino, type Logger } from 'pino';
-import { Registry } from 'prom-client';
+import { Gauge, Registry } from 'prom-client';
 import { PROTO_LOADER_OPTIONS } from '../../api/codec.js';
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import { parseCommonName, type Proxy } from '../../proxy/types.js';
@@ -40,6 +40,7 @@ export { LARGE_RESPONSE_BYTES } from './stream-common.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import { typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ResourceMap } from '../cache/types.js';
+import { DEFAULT_MAX_BYTES_IN_FLIGHT, SendBudget } from './send-budget.js';
 
 /** Largest request message the server accepts, in bytes (gRPC's default of 4 MiB is too small for big meshes). */
 export const MAX_RECEIVE_MESSAGE_LENGTH = 64 * 1024 * 1024;
@@ -57,6 +58,11 @@ export interface AdsServerOptions {
   readonly logger?: Logger;
   /** Registry the `trellis_xds_*` metrics are registered in. Default: a private registry. */
   readonly metrics?: Registry;
+  /**
+   * Bytes of responses written but not yet flushed, all streams together, before further writes
+   * wait (default {@link DEFAULT_MAX_BYTES_IN_FLIGHT}, 64 MiB). See {@link SendBudget}.
+   */
+  readonly maxBytesInFlight?: number;
 }
 
 /** One listening address of the server, with how its streams are authenticated. */
@@ -302,7 +308,9 @@ function differs(sent: ReadonlyMap<string, string>, selected: ResourceMap, compl
  * from the same snapshots on the same listeners ({@link DeltaStream}). Knows nothing about the
  * mesh. A response over {@link LARGE_RESPONSE_BYTES} is logged as a warning. Metrics: `trellis_xds_connected_proxies`,
  * `trellis_xds_responses_total{type}`, `trellis_xds_nacks_total{type}`,
- * `trellis_xds_push_duration_seconds`, `trellis_xds_response_bytes_total{type}`.
+ * `trellis_xds_push_duration_seconds`, `trellis_xds_response_bytes_total{type}`,
+ * `trellis_xds_send_bytes_in_flight`. Responses written and not yet flushed are bounded
+ * server-wide by a {@link SendBudget}.
  */
 export class AdsServer {
   private readonly servers: grpc.Server[] = [];
@@ -312,11 +320,26 @@ export class AdsServer {
   private readonly logger: Logger;
   private readonly metrics: AdsMetrics;
   private readonly hooks: AdsHooks;
+  private readonly sendBudget: SendBudget;
 
-  /** @throws Error when the metrics are already registered in `options.metrics`. */
+  /**
+   * @throws Error when the metrics are already registered in `options.metrics`, or
+   *   `maxBytesInFlight` is not a positive integer.
+   */
   constructor(private readonly options: AdsServerOptions) {
     this.logger = options.logger ?? pino({ level: 'silent' });
-    this.metrics = createMetrics(options.metrics ?? new Registry());
+    this.sendBudget = new SendBudget(options.maxBytesInFlight ?? DEFAULT_MAX_BYTES_IN_FLIGHT);
+    const registry = options.metrics ?? new Registry();
+    this.metrics = createMetrics(registry);
+    const budget = this.sendBudget;
+    new Gauge({
+      name: 'trellis_xds_send_bytes_in_flight',
+      help: 'Bytes of DiscoveryResponses written to streams and not yet flushed, all streams together',
+      registers: [registry],
+      collect() {
+        this.set(budget.bytesInFlight);
+      },
+    });
     this.hooks = options.hooks ?? {};
   }
 
@@ -401,6 +424,7 @@ export class AdsServer {
       logger: this.logger,
       listener: listen.address,
       authenticate: listen.authenticate,
+      sendBudget: this.sendBudget,
       register: (s) => {
         this.pendingStreams.delete(s);
         this.active.set(s.streamId, s);

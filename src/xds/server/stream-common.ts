@@ -13,6 +13,7 @@ import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import type { Proxy } from '../../proxy/types.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../cache/types.js';
+import type { Release, SendBudget } from './send-budget.js';
 import type {
   DeltaDiscoveryRequest__Output,
   DeltaDiscoveryResponse,
@@ -207,6 +208,8 @@ export interface StreamContext {
   /** Listening address the stream came in on (debug API). */
   readonly listener: string;
   readonly authenticate: Authenticate;
+  /** Bytes of responses in flight, shared by every stream of the server. */
+  readonly sendBudget: SendBudget;
   /** The stream is authenticated: list it in the server's streams. */
   register(stream: ServedStream): void;
   /** The stream ended: forget it. */
@@ -275,6 +278,8 @@ export abstract class StreamBase<
   private readonly noncePrefix: string;
   private nonceCounter = 0;
   private drainWaiters: Array<() => void> = [];
+  /** Grants of the send budget for responses written and not flushed yet (given back on close). */
+  private readonly held = new Set<Release>();
   /** `delta ` in the log messages of delta streams, nothing in SotW ones. */
   private readonly logPrefix: string;
 
@@ -390,8 +395,19 @@ export abstract class StreamBase<
     if (bytes > LARGE_RESPONSE_BYTES) {
       this.log.warn({ type: short, proxy: this.proxy?.uuid, bytes, resources: what.resources }, `large ${this.logPrefix}xDS response`);
     }
+    // The server-wide budget of bytes in flight: a push to every proxy does not hold every
+    // proxy's serialized response in memory at once.
+    const release = await this.ctx.sendBudget.acquire(bytes);
+    if (this.closed) {
+      release();
+      return;
+    }
+    this.held.add(release);
     this.log.debug({ type: short, ...what, bytes }, `${this.logPrefix}response sent`);
-    const flushed = this.call.write(response);
+    const flushed = this.call.write(response, () => {
+      this.held.delete(release);
+      release();
+    });
     if (!flushed) await this.waitForDrain();
   }
 
@@ -519,6 +535,9 @@ export abstract class StreamBase<
     this.closed = true;
     this.jobs.length = 0;
     this.wakeDrainWaiters();
+    // A write that never completes (the call was cancelled) must not keep its share of the budget.
+    for (const release of this.held) release();
+    this.held.clear();
     this.cancelWatch?.();
     this.cancelWatch = undefined;
     this.ctx.unregister(this);
