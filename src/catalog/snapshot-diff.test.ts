@@ -4,7 +4,7 @@ import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
 import { memoryStore } from '../../test/helpers/memory-store.js';
 import type { KubeObject } from '../store/objects.js';
 import { buildMeshSnapshot } from './build-snapshot.js';
-import { diffMeshSnapshots } from './snapshot-diff.js';
+import { diffMeshSnapshots, onlyEndpointsChanged } from './snapshot-diff.js';
 
 const build = (objects: KubeObject[]) => buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 }).snapshot;
 const withPodIp = (name: string, ip: string) =>
@@ -50,5 +50,17 @@ describe('diffMeshSnapshots', () => {
       'trafficTargets',
       'upstreamTrafficSettings',
     ]);
+  });
+
+  it('tells an endpoints-only change (only ClusterLoadAssignments differ) from one that moves listeners or routes', () => {
+    const base = build(bookstoreMesh());
+    const endpointsOnly = (after: ReturnType<typeof build>) => {
+      const changed = diffMeshSnapshots(base, after);
+      return changed !== 'all' && onlyEndpointsChanged(base, after, changed);
+    };
+    assert.equal(endpointsOnly(build(withPodIp('bookwarehouse-1', '10.9.9.9'))), true);
+    // mysql is headless: its pod addresses are the outbound listener's filter chain matches.
+    assert.equal(endpointsOnly(build(withPodIp('mysql-0', '10.9.9.9'))), false);
+    assert.equal(endpointsOnly(build(bookstoreMesh({ split: [90, 10] }))), false);
   });
 });

@@ -47,6 +47,26 @@ export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'a
   return changed;
 }
 
+/**
+ * True when, of the services `changed` names (from {@link diffMeshSnapshots}), only endpoints
+ * changed: no TrafficSplit or UpstreamTrafficSetting of theirs changed, and none is headless
+ * (a headless service's endpoint addresses are in listeners' filter chain matches). Then only
+ * the ClusterLoadAssignments of those services differ in any proxy's configuration.
+ */
+export function onlyEndpointsChanged(before: MeshSnapshot, after: MeshSnapshot, changed: ReadonlySet<string>): boolean {
+  const same = (a: unknown, b: unknown) => a === b || JSON.stringify(a) === JSON.stringify(b);
+  for (const key of changed) {
+    const [namespace, name] = key.split('/');
+    const split = (s: MeshSnapshot) => s.trafficSplits.find((t) => t.namespace === namespace && t.service === name);
+    if (!same(split(before), split(after))) return false;
+    const setting = (s: MeshSnapshot) => s.upstreamTrafficSettings.find((u) => u.service === key);
+    if (!same(setting(before), setting(after))) return false;
+    const services = after.services.filter((s) => s.namespace === namespace && s.name === name);
+    if (services.length === 0 || services.some((s) => s.headless)) return false;
+  }
+  return true;
+}
+
 /** Arrays compare element by element (identity first, then JSON); anything else by JSON. */
 function sameElementsOrJson(a: unknown, b: unknown): boolean {
   if (Array.isArray(a) && Array.isArray(b)) {

@@ -6,6 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
 import { Registry } from 'prom-client';
 import { TypeUrl } from '../api/type-urls.js';
+import { decodeMessage } from '../api/codec.js';
 import { CertificateAuthority } from '../certificate/authority.js';
 import { CertificateManager, type Timers } from '../certificate/manager.js';
 import { parseCommonName } from '../proxy/types.js';
@@ -81,6 +82,35 @@ describe('MeshController', () => {
     }
     return { store, cache, controller, certificates, seen };
   }
+
+  it('an endpoint change replaces only the ClusterLoadAssignments it changes, as a full generation would', async () => {
+    const { store, cache, controller, certificates } = await setup();
+    await controller.onStreamOpen(BUYER, 1);
+    const before = cache.getSnapshot(BUYER.uuid)!;
+    const withPod = (name: string, ip: string) =>
+      bookstoreMesh().map((o) => (o.kind === 'Pod' && o.metadata.name === name ? { ...o, status: { podIP: ip, phase: 'Running' as const } } : o));
+    store.replaceAll('test', withPod('bookstore-v1-1', '10.244.9.9'));
+    await controller.flush();
+    const after = cache.getSnapshot(BUYER.uuid)!;
+    assert.notEqual(after, before);
+    const ips = (s: ProxySnapshot, name: string) => {
+      const cla = decodeMessage(TypeUrl.ClusterLoadAssignment, s.resources.get(TypeUrl.ClusterLoadAssignment)!.get(name)!.resource.value) as any; // eslint-disable-line @typescript-eslint/no-explicit-any
+      return cla.endpoints.flatMap((l: any) => l.lb_endpoints.map((e: any) => e.endpoint.address.socket_address.address)); // eslint-disable-line @typescript-eslint/no-explicit-any
+    };
+    assert.deepEqual(ips(after, 'bookstore/bookstore-v1|14001'), ['10.244.9.9']);
+    assert.deepEqual(ips(after, 'bookstore/bookstore-v2|14001'), ips(before, 'bookstore/bookstore-v2|14001'));
+    for (const type of [TypeUrl.Cluster, TypeUrl.Listener, TypeUrl.RouteConfiguration, TypeUrl.Secret]) {
+      assert.equal(after.resources.get(type), before.resources.get(type), `${type} untouched`);
+      assert.equal(after.versions.get(type), before.versions.get(type));
+    }
+    assert.notEqual(after.versions.get(TypeUrl.ClusterLoadAssignment), before.versions.get(TypeUrl.ClusterLoadAssignment));
+    // What a full generation from the new mesh gives is what the patch gave.
+    const late = parseCommonName('55555555-5555-4555-8555-555555555555.sidecar.bookbuyer.bookbuyer.cluster.local');
+    await controller.onStreamOpen(late, 2);
+    assert.deepEqual(cache.getSnapshot(late.uuid)!.versions, after.versions);
+    controller.stop();
+    certificates.stop();
+  });
 
   it('registers a proxy with its first snapshot and drops it on disconnect', async () => {
     const { cache, controller, certificates } = await setup();

@@ -1,10 +1,12 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { TYPE_SHORT_NAME, type TypeUrl } from '../api/type-urls.js';
+import { TYPE_SHORT_NAME, TypeUrl } from '../api/type-urls.js';
 import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
-import { diffMeshSnapshots } from '../catalog/snapshot-diff.js';
+import { diffMeshSnapshots, onlyEndpointsChanged } from '../catalog/snapshot-diff.js';
+import { serviceKey } from '../catalog/names.js';
+import { sharedClusterLoadAssignment } from '../envoy/eds/eds.js';
 import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
-import type { MeshSnapshot } from '../catalog/types.js';
+import type { MeshService, MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
 import { proxyDependencies } from '../envoy/dependencies.js';
 import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
@@ -15,7 +17,7 @@ import { ProxyRegistry } from '../proxy/registry.js';
 import { awaitProxyPod, DEFAULT_POD_IDENTITY_GRACE_MS } from './pod-identity.js';
 import type { Proxy, ServiceIdentity } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
-import { buildProxySnapshot, type NamedResource as EncodedNamedResource, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
+import { buildProxySnapshot, replaceResources, type NamedResource as EncodedNamedResource, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
 
 /** Longest stretch of proxy generation between two yields to the event loop during a push, in ms. */
@@ -346,13 +348,18 @@ export class MeshController {
     const startedAt = this.timers.now();
     let scope: 'all' | ReadonlySet<string> = new Set<string>();
     let rebuiltAt = startedAt;
+    const before = this.mesh;
     if (request.configChanged) {
-      const before = this.mesh;
       this.mesh = this.rebuild();
       rebuiltAt = this.timers.now();
       scope = request.resync ? 'all' : diffMeshSnapshots(before, this.mesh);
     }
     const diffedAt = this.timers.now();
+    // Only endpoints changed: proxies keep their configuration but for the changed services'
+    // ClusterLoadAssignments, which are replaced in place of regenerating everything.
+    const endpointsOnly = scope !== 'all' && scope.size > 0 && onlyEndpointsChanged(before, this.mesh, scope)
+      ? this.mesh.services.filter((s) => scope.has(serviceKey(s)))
+      : undefined;
     const affected = (p: Proxy): boolean => {
       if (scope === 'all' || request.rotated.has(p.identity)) return true;
       const deps = this.dependencies.get(p.uuid);
@@ -363,6 +370,7 @@ export class MeshController {
     const proxies = this.registry.proxies().filter(affected);
     let slice = this.timers.now();
     for (const proxy of proxies) {
+      if (endpointsOnly && !request.rotated.has(proxy.identity) && this.patchEndpoints(proxy, endpointsOnly)) continue;
       await this.updateProxy(proxy);
       // Generation is synchronous: without a break the ADS server could write nothing until
       // every proxy is done. Yield to the event loop every few milliseconds so each proxy's
@@ -387,6 +395,28 @@ export class MeshController {
     // A resync with nothing new is routine: keep it out of the info log.
     if (request.resync && request.kinds.size === 0 && request.rotated.size === 0) this.options.logger.debug(fields, 'resync pushed');
     else this.options.logger.info(fields, 'configuration pushed');
+  }
+
+  /**
+   * Replaces the ClusterLoadAssignments of `services` in the proxy's current snapshot (the rest
+   * of its configuration does not depend on endpoints, see `onlyEndpointsChanged`).
+   * @returns false when the proxy needs a full update instead: it has no snapshot, had
+   *   violations, or a new assignment breaks a rule.
+   */
+  private patchEndpoints(proxy: Proxy, services: readonly MeshService[]): boolean {
+    const previous = this.options.cache.getSnapshot(proxy.uuid);
+    if (!previous || this.violations.has(proxy.uuid) || !this.dependencies.has(proxy.uuid)) return false;
+    const current = previous.resources.get(TypeUrl.ClusterLoadAssignment);
+    const assignments = services.map((svc) => sharedClusterLoadAssignment(this.mesh, svc)).filter((a) => current?.has(a.name));
+    if (assignments.length === 0) return true;
+    const resources = new Map([[TypeUrl.ClusterLoadAssignment, assignments]]);
+    if (validateProxyResources(resources, this.checked).violations.length > 0) return false;
+    const next = replaceResources(previous, TypeUrl.ClusterLoadAssignment, encodeResources(resources, this.checked).get(TypeUrl.ClusterLoadAssignment)!);
+    if (next !== previous) {
+      this.metrics.proxiesUpdated.inc();
+      this.options.cache.setSnapshot(proxy.uuid, next);
+    }
+    return true;
   }
 
   /**

@@ -30,11 +30,16 @@ export function clusterLoadAssignment(snapshot: MeshSnapshot, svc: MeshService):
   };
 }
 
+/**
+ * The ClusterLoadAssignment of `svc` as every proxy that reaches it gets it: one object while
+ * the service and its endpoints are the same ({@link sharedResource}).
+ */
+export function sharedClusterLoadAssignment(snapshot: MeshSnapshot, svc: MeshService): NamedResource<ClusterLoadAssignment> {
+  const name = clusterName(svc);
+  return { name, resource: sharedResource(snapshot, `ClusterLoadAssignment ${name}`, [svc, snapshot.endpoints.get(name)], () => clusterLoadAssignment(snapshot, svc)) };
+}
+
 /** EDS for one proxy: a ClusterLoadAssignment for each of its upstream (EDS) clusters, sorted by name. */
 export function generateClusterLoadAssignments(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<ClusterLoadAssignment>[] {
-  return outboundView(snapshot, proxy.identity).upstreams.map((svc) => {
-    const name = clusterName(svc);
-    // The same for every proxy that reaches the service: one object per snapshot.
-    return { name, resource: sharedResource(snapshot, `ClusterLoadAssignment ${name}`, [svc, snapshot.endpoints.get(name)], () => clusterLoadAssignment(snapshot, svc)) };
-  });
+  return outboundView(snapshot, proxy.identity).upstreams.map((svc) => sharedClusterLoadAssignment(snapshot, svc));
 }

@@ -7,6 +7,7 @@ import {
   SnapshotCache,
   VERSION_LENGTH,
   buildProxySnapshot,
+  replaceResources,
   resourceVersion,
   typeVersion,
   type NamedResource,
@@ -110,5 +111,31 @@ describe('SnapshotCache', () => {
     cache.watch('p1', () => seen.push('second'));
     assert.throws(() => cache.setSnapshot('p1', snap()), AggregateError);
     assert.deepEqual(seen, ['second']);
+  });
+});
+
+describe('replaceResources', () => {
+  const listener = (name: string, port: number): NamedResource => ({
+    name,
+    resource: encodeAny(TypeUrl.Listener, { name, address: { socket_address: { address: '0.0.0.0', port_value: port } } }),
+  });
+  const base = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a'), cluster('b')]], [TypeUrl.Listener, [listener('l', 1)]]]));
+
+  it('replaces named resources of one type, recomputes only that type\'s version, and keeps the other types as they are', () => {
+    const next = replaceResources(base, TypeUrl.Cluster, [cluster('b', 2)]);
+    assert.notEqual(next.versions.get(TypeUrl.Cluster), base.versions.get(TypeUrl.Cluster));
+    assert.equal(next.resources.get(TypeUrl.Cluster)!.get('a'), base.resources.get(TypeUrl.Cluster)!.get('a'));
+    assert.equal(next.resources.get(TypeUrl.Cluster)!.get('b')!.version, resourceVersion(cluster('b', 2).resource));
+    assert.equal(next.resources.get(TypeUrl.Listener), base.resources.get(TypeUrl.Listener));
+    assert.equal(next.versions.get(TypeUrl.Listener), base.versions.get(TypeUrl.Listener));
+    // The same as building the whole snapshot anew.
+    const rebuilt = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a'), cluster('b', 2)]], [TypeUrl.Listener, [listener('l', 1)]]]));
+    assert.deepEqual(next.versions, rebuilt.versions);
+  });
+
+  it('returns the same snapshot when nothing differs, and never adds a name it does not have', () => {
+    assert.equal(replaceResources(base, TypeUrl.Cluster, [cluster('a')]), base);
+    assert.equal(replaceResources(base, TypeUrl.Cluster, [cluster('c')]), base);
+    assert.throws(() => replaceResources(base, TypeUrl.Cluster, [listener('a', 2)]), /listed|replaced under/);
   });
 });

@@ -120,6 +120,40 @@ export function buildProxySnapshot(
 }
 
 /**
+ * `snapshot` with some resources of one type replaced by new encodings of the same names (a
+ * name the snapshot does not have is left out: this never adds a resource). Every other type
+ * keeps its resource map and version as they are; `typeUrl`'s version is computed again.
+ * Returns `snapshot` itself when nothing differs.
+ * @param interner where identical resources are shared (default {@link defaultInterner}).
+ * @throws Error when a replacement's `type_url` is not `typeUrl`.
+ */
+export function replaceResources(
+  snapshot: ProxySnapshot,
+  typeUrl: TypeUrl,
+  replacements: readonly NamedResource[],
+  interner: ResourceInterner = defaultInterner,
+): ProxySnapshot {
+  const current = snapshot.resources.get(typeUrl);
+  if (!current) return snapshot;
+  let next: Map<string, CachedResource> | undefined;
+  for (const { name, resource } of replacements) {
+    if (resource.type_url !== typeUrl) throw new Error(`snapshot: resource "${name}" has type ${resource.type_url}, replaced under ${typeUrl}`);
+    const old = current.get(name);
+    if (!old) continue;
+    const cached = interner.intern(name, resource);
+    if (cached.version === old.version) continue;
+    next ??= new Map(current);
+    next.set(name, cached);
+  }
+  if (!next) return snapshot;
+  const resources = new Map(snapshot.resources);
+  resources.set(typeUrl, next);
+  const versions = new Map(snapshot.versions);
+  versions.set(typeUrl, typeVersion(next.values()));
+  return Object.freeze({ resources, versions });
+}
+
+/**
  * Called with a proxy's new snapshot each time one is set. Must not throw and should return
  * quickly (queue work, don't do it): it runs inside {@link SnapshotCache.setSnapshot}.
  */
