@@ -23,6 +23,7 @@ import { CertificateAuthority } from '../src/certificate/authority.js';
 import { CertificateManager } from '../src/certificate/manager.js';
 import { encodeResources } from '../src/controller/mesh-controller.js';
 import { generateProxyResources } from '../src/envoy/generate.js';
+import { ResourceCheckCache } from '../src/envoy/validate/index.js';
 import { parseCommonName, proxyCommonName, type Proxy } from '../src/proxy/types.js';
 import { ManifestsSource } from '../src/sources/manifests/manifests-source.js';
 import { ObjectStore } from '../src/store/object-store.js';
@@ -48,10 +49,13 @@ async function buildSnapshots(dir: string, proxies: readonly Proxy[], certificat
   await source.stop();
   const { snapshot: mesh } = buildMeshSnapshot(store, { meshName: MESH_NAME, generation: 1 });
   const out = new Map<string, ProxySnapshot>();
+  // One cache for every proxy, as the controller keeps one: content many proxies get is encoded
+  // once and its bytes shared (a fresh cache per proxy made permissive floors hold gigabytes).
+  const checked = new ResourceCheckCache();
   for (const proxy of proxies) {
     const cert = await certificates.getServiceCertificate(proxy.identity);
     const resources = generateProxyResources(mesh, proxy, { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
-    out.set(proxy.uuid, buildProxySnapshot(encodeResources(resources)));
+    out.set(proxy.uuid, buildProxySnapshot(encodeResources(resources, checked)));
   }
   return out;
 }
