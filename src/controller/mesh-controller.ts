@@ -357,9 +357,11 @@ export class MeshController {
     const diffedAt = this.timers.now();
     // Only endpoints changed: proxies keep their configuration but for the changed services'
     // ClusterLoadAssignments, which are replaced in place of regenerating everything.
-    const endpointsOnly = scope !== 'all' && scope.size > 0 && onlyEndpointsChanged(before, this.mesh, scope)
-      ? this.mesh.services.filter((s) => scope.has(serviceKey(s)))
-      : undefined;
+    const changed = scope;
+    const endpointsOnly =
+      changed !== 'all' && changed.size > 0 && onlyEndpointsChanged(before, this.mesh, changed)
+        ? this.mesh.services.filter((s) => changed.has(serviceKey(s)))
+        : undefined;
     const affected = (p: Proxy): boolean => {
       if (scope === 'all' || request.rotated.has(p.identity)) return true;
       const deps = this.dependencies.get(p.uuid);
@@ -370,8 +372,8 @@ export class MeshController {
     const proxies = this.registry.proxies().filter(affected);
     let slice = this.timers.now();
     for (const proxy of proxies) {
-      if (endpointsOnly && !request.rotated.has(proxy.identity) && this.patchEndpoints(proxy, endpointsOnly)) continue;
-      await this.updateProxy(proxy);
+      const patched = endpointsOnly !== undefined && !request.rotated.has(proxy.identity) && this.patchEndpoints(proxy, endpointsOnly);
+      if (!patched) await this.updateProxy(proxy);
       // Generation is synchronous: without a break the ADS server could write nothing until
       // every proxy is done. Yield to the event loop every few milliseconds so each proxy's
       // responses go out as soon as its snapshot is set.
