@@ -153,6 +153,8 @@ export interface ControllerStartOptions {
   readonly cpuProfDir?: string;
   /** The controller's `--log-level` (default `warn`); `info` logs each push with its stage timings. */
   readonly logLevel?: string;
+  /** Options for the controller's `node` (e.g. `--max-semi-space-size=64`), before the script. */
+  readonly nodeOptions?: readonly string[];
   readonly readyTimeoutMs: number;
 }
 
@@ -173,6 +175,7 @@ export class ControllerProcess {
   static async start(options: ControllerStartOptions): Promise<ControllerProcess> {
     const [xdsPort, plaintextPort, httpPort] = [await freePort(), await freePort(), await freePort()];
     const args = [
+      ...(options.nodeOptions ?? []),
       ...(options.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`] : []),
       path.join(options.repoDir, 'bin/trellis.js'),
       'controller',

@@ -61,6 +61,8 @@ const HELP = `npm run bench -- [options]
   --cpu-prof DIR          run the controller with --cpu-prof into DIR and print its top functions
   --controller-log-level L  the controller's log level (default warn; info logs every push
                           with waitedMs, rebuildMs, diffMs and proxiesMs)
+  --controller-node-options O  options for the controller's node, space-separated
+                          (e.g. "--max-semi-space-size=64")
   --previous FILE         results to show in the "prev" columns (default: the newest other
                           dated results file beside --out)
   --no-floor              skip the floor measurement
@@ -87,6 +89,7 @@ interface Settings {
   floor: boolean;
   cpuProfDir?: string;
   controllerLogLevel?: string;
+  controllerNodeOptions?: string[];
   maxReceiveBytes: number;
   syncTimeoutMs: number;
   scenarioTimeoutMs: number;
@@ -213,7 +216,7 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     log(`${key}: ${files} manifest files in ${manifests}`);
 
     controller = await ControllerProcess.start({
-      repoDir: REPO_DIR, manifests, stateDir, logFile: controllerLog, cpuProfDir: settings.cpuProfDir, logLevel: settings.controllerLogLevel, readyTimeoutMs: 120_000,
+      repoDir: REPO_DIR, manifests, stateDir, logFile: controllerLog, cpuProfDir: settings.cpuProfDir, logLevel: settings.controllerLogLevel, nodeOptions: settings.controllerNodeOptions, readyTimeoutMs: 120_000,
     });
     const c = controller;
     await sleep(2000);
@@ -400,6 +403,7 @@ async function main(): Promise<void> {
       out: { type: 'string' },
       'cpu-prof': { type: 'string' },
       'controller-log-level': { type: 'string' },
+      'controller-node-options': { type: 'string' },
       previous: { type: 'string' },
       'no-floor': { type: 'boolean' },
       'max-receive-mb': { type: 'string' },
@@ -442,6 +446,7 @@ async function main(): Promise<void> {
     floor: !values['no-floor'],
     cpuProfDir: values['cpu-prof'] ? path.resolve(values['cpu-prof']) : undefined,
     controllerLogLevel: values['controller-log-level'],
+    controllerNodeOptions: values['controller-node-options']?.split(/\s+/).filter((o) => o !== ''),
     maxReceiveBytes: Number(values['max-receive-mb'] ?? '4') * 1024 * 1024,
     syncTimeoutMs: Number(values['sync-timeout'] ?? '300') * 1000,
     scenarioTimeoutMs: Number(values['scenario-timeout'] ?? '120') * 1000,
