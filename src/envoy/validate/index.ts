@@ -176,7 +176,6 @@ export class ResourceCheckCache {
 export function validateProxyResources(resources: ProxyResources, cache: ResourceCheckCache = new ResourceCheckCache()): ValidationResult {
   const violations: Violation[] = [];
   const decoded = new Map<TypeUrl, DecodedResource[]>();
-  const decodedByKey = new Map<string, Record<string, unknown>>();
   for (const [typeUrl, list] of resources) {
     const out: DecodedResource[] = [];
     for (const r of list) {
@@ -189,7 +188,6 @@ export function validateProxyResources(resources: ProxyResources, cache: Resourc
       // generated object carries exactly as its decoded form does (Envoy field names, `@type`).
       const d = r.resource as Record<string, unknown>;
       out.push({ name: r.name, decoded: d, ...(r.parts ? { parts: r.parts as Record<string, unknown>[] } : {}) });
-      decodedByKey.set(key(typeUrl, r.name), d);
       for (const v of checked.violations) violations.push({ typeUrl, name: r.name, ...v });
     }
     decoded.set(typeUrl, out);
@@ -206,6 +204,9 @@ export function validateProxyResources(resources: ProxyResources, cache: Resourc
     droppedKeys.add(k);
     dropped.push({ typeUrl: v.typeUrl, name: v.name, reason: 'violation' });
   }
+  // Only needed when something is dropped (rare): by type and name.
+  const decodedByKey = new Map<string, Record<string, unknown>>();
+  if (droppedKeys.size > 0) for (const [typeUrl, list] of decoded) for (const r of list) decodedByKey.set(key(typeUrl, r.name), r.decoded);
   for (let changed = droppedKeys.size > 0; changed; ) {
     changed = false;
     for (const [typeUrl, list] of resources) {

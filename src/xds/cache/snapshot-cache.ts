@@ -55,12 +55,22 @@ export function typeVersion(resources: Iterable<CachedResource>): string {
  */
 export class ResourceInterner {
   private readonly entries = new Map<string, CachedResource>();
+  /** The fast path: a resource whose bytes are the very Buffer interned before (shared encodings). */
+  private readonly byValue = new WeakMap<Buffer, CachedResource>();
 
   /** @param maxEntries how many distinct resources to remember (default 100 000). */
   constructor(private readonly maxEntries = 100_000) {}
 
   /** Returns the interned resource for `name` and these bytes, creating it if needed. */
   intern(name: string, resource: EncodedAny): CachedResource {
+    const known = this.byValue.get(resource.value);
+    if (known && known.name === name && known.resource.type_url === resource.type_url) return known;
+    const interned = this.internByVersion(name, resource);
+    this.byValue.set(resource.value, interned);
+    return interned;
+  }
+
+  private internByVersion(name: string, resource: EncodedAny): CachedResource {
     const version = resourceVersion(resource);
     const key = `${resource.type_url}\0${name}\0${version}`;
     const found = this.entries.get(key);
