@@ -21,6 +21,12 @@ import { SnapshotCache } from './xds/cache/snapshot-cache.js';
 import { AdsServer, authenticateFromNodeId, authenticateFromPeerCertificate } from './xds/server/ads-server.js';
 import { splitHostPort } from './util/address.js';
 
+/**
+ * Longest /readyz waits for the service certificates of the mesh's identities to be issued at
+ * start-up, in ms ({@link MeshController.warmCertificates}); issuance goes on after it.
+ */
+export const CERTIFICATE_WARM_UP_LIMIT_MS = 30_000;
+
 /** Options of {@link runController}; the CLI's `trellis controller` flags. */
 export interface ControllerOptions {
   /** Directory of manifests to load and watch (exclusive with {@link ControllerOptions.kubernetes}). */
@@ -108,10 +114,17 @@ export async function runController(options: ControllerOptions): Promise<Running
 
   // The operations server comes first: /healthz answers and /readyz says "not ready" while
   // the rest starts (in Kubernetes mode, possibly waiting for an unreachable API server).
-  const parts: { controller?: MeshController; ads?: AdsServer; cache?: SnapshotCache; source?: { synced: boolean }; kube?: KubernetesSource } = {};
+  const parts: {
+    controller?: MeshController;
+    ads?: AdsServer;
+    cache?: SnapshotCache;
+    source?: { synced: boolean };
+    kube?: KubernetesSource;
+    certificatesWarm?: boolean;
+  } = {};
   const ops = new OpsServer(
     {
-      ready: () => parts.source?.synced === true && parts.controller !== undefined,
+      ready: () => parts.source?.synced === true && parts.controller !== undefined && parts.certificatesWarm === true,
       metrics,
       proxies: () => (parts.controller && parts.ads ? proxiesView(parts.controller, parts.ads) : []),
       configDump: (uuid) => {
@@ -215,6 +228,21 @@ export async function runController(options: ControllerOptions): Promise<Running
   controller.start();
   parts.controller = controller;
   parts.cache = cache;
+  // Ready once the known identities have their service certificates (bounded wait): a mesh
+  // reconnecting all at once then gets its configuration without waiting for issuance.
+  const warmUp = (async () => {
+    try {
+      await kube?.whenSynced();
+      const started = Date.now();
+      const limit = new Promise<number>((r) => setTimeout(() => r(-1), CERTIFICATE_WARM_UP_LIMIT_MS).unref());
+      const issued = await Promise.race([controller.warmCertificates(), limit]);
+      logger.info({ issued: issued < 0 ? 'some (still issuing)' : issued, ms: Date.now() - started }, 'service certificates issued ahead');
+    } catch (err) {
+      logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'service certificates not issued ahead; they will be on first connection');
+    } finally {
+      parts.certificatesWarm = true;
+    }
+  })();
 
   const ads = new AdsServer({
     watcher: cache,
@@ -270,6 +298,9 @@ export async function runController(options: ControllerOptions): Promise<Running
     );
   }
 
+  // With manifests everything is known already: return once ready. A Kubernetes source may
+  // take long to sync (an unreachable API server); /readyz tells when then.
+  if (!kube) await warmUp;
   logger.info(
     { ...(options.manifests !== undefined ? { manifests: path.resolve(options.manifests) } : { kubernetes: true }), xdsPort, xdsPlaintextPort, httpPort, mesh: options.meshName, services: controller.snapshot.services.length },
     'controller started',

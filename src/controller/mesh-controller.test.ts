@@ -9,7 +9,7 @@ import { TypeUrl } from '../api/type-urls.js';
 import { decodeMessage } from '../api/codec.js';
 import { CertificateAuthority } from '../certificate/authority.js';
 import { CertificateManager, type Timers } from '../certificate/manager.js';
-import { parseCommonName } from '../proxy/types.js';
+import { parseCommonName, serviceIdentity } from '../proxy/types.js';
 import { ObjectStore } from '../store/object-store.js';
 import { SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
@@ -108,6 +108,21 @@ describe('MeshController', () => {
     const late = parseCommonName('55555555-5555-4555-8555-555555555555.sidecar.bookbuyer.bookbuyer.cluster.local');
     await controller.onStreamOpen(late, 2);
     assert.deepEqual(cache.getSnapshot(late.uuid)!.versions, after.versions);
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('issues the certificates of the mesh identities ahead, once, so a connecting proxy finds its own', async () => {
+    const { controller, certificates } = await setup();
+    assert.equal(certificates.peekServiceCertificate(BUYER.identity), undefined);
+    const issued = await controller.warmCertificates(2);
+    assert.ok(issued >= 5, `issued ${issued}`);
+    const buyerCert = certificates.peekServiceCertificate(BUYER.identity);
+    assert.ok(buyerCert, 'bookbuyer (a client with no Service) has its certificate');
+    assert.ok(certificates.peekServiceCertificate(serviceIdentity('bookwarehouse', 'bookwarehouse')));
+    assert.equal(await controller.warmCertificates(2), 0, 'nothing left to issue');
+    await controller.onStreamOpen(BUYER, 1);
+    assert.equal(certificates.peekServiceCertificate(BUYER.identity), buyerCert, 'the connection used the certificate issued ahead');
     controller.stop();
     certificates.stop();
   });

@@ -15,7 +15,7 @@ import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import { withClientType, type NodeSoftware } from '../proxy/client-type.js';
 import { ProxyRegistry } from '../proxy/registry.js';
 import { awaitProxyPod, DEFAULT_POD_IDENTITY_GRACE_MS } from './pod-identity.js';
-import type { Proxy, ServiceIdentity } from '../proxy/types.js';
+import { serviceIdentity, type Proxy, type ServiceIdentity } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
 import { buildProxySnapshot, replaceResources, type NamedResource as EncodedNamedResource, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
@@ -185,6 +185,39 @@ export class MeshController {
       ),
     );
     this.armResync();
+  }
+
+  /**
+   * Issues the service certificates of the mesh's identities that have none yet (the service
+   * accounts of monitored namespaces, and the identities behind services), `concurrency` at a
+   * time, so that proxies connecting later (a whole mesh reconnecting after a restart) find
+   * their certificate ready instead of each waiting for an issuance. A failure is logged; that
+   * identity's certificate is then issued on demand as before.
+   * @param concurrency issuances in flight at once (default 4: key generation and signing run
+   *   on libuv's thread pool).
+   * @returns the number of certificates issued.
+   */
+  async warmCertificates(concurrency = 4): Promise<number> {
+    const mesh = this.mesh;
+    const identities = new Set<ServiceIdentity>(mesh.servicesByIdentity.keys());
+    for (const sa of this.options.store.list('ServiceAccount')) {
+      const ns = sa.metadata.namespace ?? 'default';
+      if (mesh.namespaces.has(ns)) identities.add(serviceIdentity(ns, sa.metadata.name));
+    }
+    const todo = [...identities].filter((id) => !this.options.certificates.peekServiceCertificate(id));
+    let issued = 0;
+    const worker = async (): Promise<void> => {
+      for (let id = todo.pop(); id !== undefined; id = todo.pop()) {
+        try {
+          await this.options.certificates.getServiceCertificate(id);
+          issued++;
+        } catch (err) {
+          this.options.logger.warn({ identity: id, err: err instanceof Error ? err.message : String(err) }, 'service certificate not issued ahead; it will be on first connection');
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.max(1, concurrency) }, worker));
+    return issued;
   }
 
   /** The resync interval in force, in ms: MeshConfig `sidecar.configResyncInterval` when set, else the option. */
