@@ -61,7 +61,7 @@ const HELP = `npm run bench -- [options]
   --cpu-prof DIR          run the controller with --cpu-prof into DIR and print its top functions
   --controller-log-level L  the controller's log level (default warn; info logs every push
                           with waitedMs, rebuildMs, diffMs and proxiesMs)
-  --controller-node-options O  options for the controller's node, space-separated
+  --controller-node-options=O  options for the controller's node, space-separated
                           (e.g. "--max-semi-space-size=64")
   --previous FILE         results to show in the "prev" columns (default: the newest other
                           dated results file beside --out)
