@@ -15,8 +15,12 @@ describe('diffMeshSnapshots', () => {
     assert.deepEqual([...(diffMeshSnapshots(build(bookstoreMesh()), build(withPodIp('bookwarehouse-1', '10.9.9.9'))) as Set<string>)], ['bookwarehouse/bookwarehouse']);
   });
 
-  it('names a split apex whose weights changed', () => {
-    assert.deepEqual([...(diffMeshSnapshots(build(bookstoreMesh()), build(bookstoreMesh({ split: [90, 10] }))) as Set<string>)], ['bookstore/bookstore']);
+  it('names a split apex whose weights changed, and its backends (their proxies serve the apex names)', () => {
+    assert.deepEqual([...(diffMeshSnapshots(build(bookstoreMesh()), build(bookstoreMesh({ split: [90, 10] }))) as Set<string>)].sort(), [
+      'bookstore/bookstore',
+      'bookstore/bookstore-v1',
+      'bookstore/bookstore-v2',
+    ]);
   });
 
   it('is empty when nothing a proxy uses changed', () => {

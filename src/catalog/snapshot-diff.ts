@@ -32,7 +32,12 @@ export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'a
   const byApex = (s: MeshSnapshot) => new Map(s.trafficSplits.map((t) => [`${t.namespace}/${t.service}`, t]));
   const [splitsBefore, splitsAfter] = [byApex(before), byApex(after)];
   for (const apex of new Set([...splitsBefore.keys(), ...splitsAfter.keys()])) {
-    if (!same(splitsBefore.get(apex), splitsAfter.get(apex))) changed.add(apex);
+    const [a, b] = [splitsBefore.get(apex), splitsAfter.get(apex)];
+    if (same(a, b)) continue;
+    changed.add(apex);
+    // A backend's own proxies answer to the apex's host names (inbound virtual host): a service
+    // that becomes or stops being a backend changes its proxies, which did not depend on the apex.
+    for (const split of [a, b]) for (const backend of split?.backends ?? []) changed.add(`${split!.namespace}/${backend.service}`);
   }
   const byHost = (s: MeshSnapshot) => new Map(s.upstreamTrafficSettings.map((u) => [u.host, u]));
   const [settingsBefore, settingsAfter] = [byHost(before), byHost(after)];

@@ -127,6 +127,33 @@ describe('MeshController', () => {
     certificates.stop();
   });
 
+  it('a service that becomes a TrafficSplit backend gets the apex host names on its inbound routes', async () => {
+    const { store, cache, controller, certificates } = await setup();
+    const v3 = [
+      k8s.serviceAccount('bookstore', 'bookstore-v3'),
+      k8s.service('bookstore', 'bookstore-v3', { app: 'bookstore-v3' }, [{ port: 14001, name: 'bookstore-port' }], '10.96.0.13'),
+      k8s.pod('bookstore', 'bookstore-v3-1', 'bookstore-v3', { app: 'bookstore-v3' }, '10.244.2.30', [14001]),
+    ];
+    store.replaceAll('test', [...bookstoreMesh(), ...v3]);
+    await controller.flush();
+    const V3 = parseCommonName('66666666-6666-4666-8666-666666666666.sidecar.bookstore-v3.bookstore.cluster.local');
+    await controller.onStreamOpen(V3, 1);
+    const domains = () => {
+      const rc = decodeMessage(TypeUrl.RouteConfiguration, cache.getSnapshot(V3.uuid)!.resources.get(TypeUrl.RouteConfiguration)!.get('rds-inbound.14001')!.resource.value) as any; // eslint-disable-line @typescript-eslint/no-explicit-any
+      return rc.virtual_hosts.flatMap((vh: { domains: string[] }) => vh.domains) as string[];
+    };
+    assert.ok(!domains().includes('bookstore.bookstore'), 'not a backend yet: no apex names');
+    const split = k8s.trafficSplit('bookstore', 'bookstore-split', 'bookstore.bookstore', [
+      { service: 'bookstore-v2', weight: 90 },
+      { service: 'bookstore-v3', weight: 10 },
+    ]);
+    store.replaceAll('test', [...bookstoreMesh().filter((o) => o.kind !== 'TrafficSplit'), ...v3, split]);
+    await controller.flush();
+    assert.ok(domains().includes('bookstore.bookstore'), 'a backend now: the apex names route to it');
+    controller.stop();
+    certificates.stop();
+  });
+
   it('registers a proxy with its first snapshot and drops it on disconnect', async () => {
     const { cache, controller, certificates } = await setup();
     await controller.onStreamOpen(BUYER, 1);

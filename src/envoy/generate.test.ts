@@ -224,4 +224,28 @@ describe('resources shared between proxies (one object for identities that get t
     assert.ok(get(buyer, TypeUrl.Listener, 'outbound-listener'), 'bookbuyer may reach bookstore');
     assert.equal(get(thief, TypeUrl.Listener, 'outbound-listener'), undefined, 'bookthief may reach nothing');
   });
+
+  it('SMI: identities allowed different ports of one service (same target port) do not share a view', () => {
+    const objects = [
+      k8s.namespace('ns1'),
+      k8s.meshConfig(false),
+      k8s.serviceAccount('ns1', 'a'),
+      k8s.serviceAccount('ns1', 'b'),
+      k8s.serviceAccount('ns1', 'db'),
+      k8s.service('ns1', 'db', { app: 'db' }, [{ port: 80, name: 'tcp-a', appProtocol: 'tcp', targetPort: 8080 }, { port: 81, name: 'tcp-b', appProtocol: 'tcp', targetPort: 8080 }], '10.96.5.5'),
+      k8s.pod('ns1', 'db-1', 'db', { app: 'db' }, '10.244.5.5', [8080]),
+      k8s.tcpRoute('ns1', 'r80', [80]),
+      k8s.tcpRoute('ns1', 'r81', [81]),
+      k8s.trafficTarget('ns1', 'a-db', 'db', [{ ns: 'ns1', sa: 'a' }], [{ kind: 'TCPRoute', name: 'r80' }]),
+      k8s.trafficTarget('ns1', 'b-db', 'db', [{ ns: 'ns1', sa: 'b' }], [{ kind: 'TCPRoute', name: 'r81' }]),
+    ];
+    const mesh = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 }).snapshot;
+    const ports = (sa: string, n: number) => {
+      const listener = get(generateProxyResources(mesh, proxyOf('ns1', sa, n), certs), TypeUrl.Listener, 'outbound-listener') as Decoded;
+      return listener.filter_chains.map((c: Decoded) => c.filter_chain_match.destination_port.value);
+    };
+    // a first: b must not inherit a's view (port 80).
+    assert.deepEqual(ports('a', 1), [80]);
+    assert.deepEqual(ports('b', 2), [81]);
+  });
 });

@@ -57,8 +57,10 @@ const views = new WeakMap<MeshSnapshot, { byIdentity: Map<ServiceIdentity, Outbo
 
 /** Everything a view holds, as text: destinations with their weighted targets, then upstreams. */
 function viewKey(view: OutboundView): string {
-  const destinations = view.destinations.map((d) => `${clusterName(d.service)}>${d.targets.map((t) => `${t.cluster}*${t.weight}`).join(',')}`);
-  return `${destinations.join(';')}|${view.upstreams.map(clusterName).join(',')}`;
+  // The service port, not only the cluster (`<ns>/<svc>|<targetPort>`): two ports of a service can
+  // share a target port, and a proxy may be allowed one of them only.
+  const destinations = view.destinations.map((d) => `${clusterName(d.service)}:${d.service.port}>${d.targets.map((t) => `${t.cluster}*${t.weight}`).join(',')}`);
+  return `${destinations.join(';')}|${view.upstreams.map((u) => `${clusterName(u)}:${u.port}`).join(',')}`;
 }
 
 function computeOutboundView(snapshot: MeshSnapshot, identity: ServiceIdentity): OutboundView {
