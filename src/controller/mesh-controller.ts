@@ -100,6 +100,8 @@ export class MeshController {
   private mesh: MeshSnapshot;
   private problems: readonly PolicyProblem[] = [];
   private generation = 0;
+  /** The store changed since the MeshSnapshot was last built (a debounced push is pending). */
+  private storeChanged = false;
   private readonly debouncer: Debouncer<PushRequest>;
   private resyncTimer: unknown;
   private readonly timers: Timers;
@@ -177,9 +179,10 @@ export class MeshController {
   /** Starts listening to the store and rotations, and the resync timer. */
   start(): void {
     this.unsubscribe.push(
-      this.options.store.onChange((changes) =>
-        this.debouncer.push({ configChanged: true, resync: false, rotated: new Set(), kinds: new Set(changes.map((c) => c.kind)), firstEventAt: this.timers.now() }),
-      ),
+      this.options.store.onChange((changes) => {
+        this.storeChanged = true;
+        this.debouncer.push({ configChanged: true, resync: false, rotated: new Set(), kinds: new Set(changes.map((c) => c.kind)), firstEventAt: this.timers.now() });
+      }),
       this.options.certificates.onRotated((identity) =>
         this.debouncer.push({ configChanged: false, resync: false, rotated: new Set([identity]), kinds: new Set(), firstEventAt: this.timers.now() }),
       ),
@@ -198,6 +201,7 @@ export class MeshController {
    * @returns the number of certificates issued.
    */
   async warmCertificates(concurrency = 4): Promise<number> {
+    if (this.storeChanged) await this.flush();
     const mesh = this.mesh;
     const identities = new Set<ServiceIdentity>(mesh.servicesByIdentity.keys());
     for (const sa of this.options.store.list('ServiceAccount')) {
@@ -249,6 +253,7 @@ export class MeshController {
   }
 
   private rebuild(): MeshSnapshot {
+    this.storeChanged = false;
     const { snapshot, problems } = buildMeshSnapshot(this.options.store, {
       meshName: this.options.meshName,
       generation: ++this.generation,
@@ -294,6 +299,9 @@ export class MeshController {
       this.metrics.refusals.inc({ reason: 'uuid_conflict' });
       throw new Error(`proxy UUID ${proxy.uuid} is already connected as ${existing.proxy.identity}; refusing ${proxy.identity}`);
     }
+    // A proxy connecting while a push is pending (right after a source synced, or in a burst
+    // of changes) would get configuration from the stale MeshSnapshot: run the push first.
+    if (this.storeChanged) await this.flush();
     this.registry.register(proxy, streamId, new Date(this.timers.now()));
     this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, clientType: proxy.clientType ?? 'envoy', streamId }, 'proxy connected');
     const ok = await this.updateProxy(proxy);
