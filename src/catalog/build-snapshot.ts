@@ -35,6 +35,7 @@ import { parseGoDuration } from './duration.js';
 import { HTTP_HEADER_NAME, re2Problem } from '../util/re2.js';
 import { resolveRetryPolicies, resolveUpstreamTrafficSettings } from './upstream-policies.js';
 import { keepLastGood } from './last-good.js';
+import { sameElements, sameSet } from '../util/same.js';
 import { resolveIngressBackends } from './ingress.js';
 import { resolveEgressPolicies } from './egress.js';
 
@@ -493,20 +494,6 @@ function sameOrPrevious<T>(previous: T | undefined, current: T): T {
   if (previous === undefined) return current;
   if (Array.isArray(previous) && Array.isArray(current) && sameElements(previous, current)) return previous;
   return JSON.stringify(previous) === JSON.stringify(current) ? previous : current;
-}
-
-/** True when both lists hold the very same elements (by identity) in the same order. */
-function sameElements(a: readonly unknown[], b: readonly unknown[]): boolean {
-  if (a === b) return true;
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
-}
-
-function sameSet<T>(a: ReadonlySet<T>, b: ReadonlySet<T>): boolean {
-  if (a.size !== b.size) return false;
-  for (const x of a) if (!b.has(x)) return false;
-  return true;
 }
 
 /** The services part of a MeshSnapshot. */

@@ -1,5 +1,6 @@
 import { clusterName, serviceKey } from './names.js';
 import type { MeshSnapshot } from './types.js';
+import { sameSet } from '../util/same.js';
 
 /**
  * What changed between two MeshSnapshots, as far as proxies are concerned: `'all'` when the
@@ -10,8 +11,7 @@ import type { MeshSnapshot } from './types.js';
  * configuration depends on one of those services need regenerating.
  */
 export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'all' | Set<string> {
-  // Builds reuse the objects of what did not change, so identity settles most comparisons.
-  const same = (a: unknown, b: unknown) => a === b || sameElementsOrJson(a, b);
+  const same = sameContent;
   if (
     !same(before.settings, after.settings) ||
     !sameSet(before.namespaces, after.namespaces) ||
@@ -59,7 +59,7 @@ export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'a
  * the ClusterLoadAssignments of those services differ in any proxy's configuration.
  */
 export function onlyEndpointsChanged(before: MeshSnapshot, after: MeshSnapshot, changed: ReadonlySet<string>): boolean {
-  const same = (a: unknown, b: unknown) => a === b || JSON.stringify(a) === JSON.stringify(b);
+  const same = sameContent;
   for (const key of changed) {
     const [namespace, name] = key.split('/');
     const split = (s: MeshSnapshot) => s.trafficSplits.find((t) => t.namespace === namespace && t.service === name);
@@ -72,20 +72,18 @@ export function onlyEndpointsChanged(before: MeshSnapshot, after: MeshSnapshot, 
   return true;
 }
 
-/** Arrays compare element by element (identity first, then JSON); anything else by JSON. */
-function sameElementsOrJson(a: unknown, b: unknown): boolean {
+/**
+ * Equal content. Builds reuse the objects of what did not change, so identity settles most
+ * comparisons; arrays compare element by element (identity first, then JSON), the rest by JSON.
+ */
+function sameContent(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
   if (Array.isArray(a) && Array.isArray(b)) {
     if (a.length !== b.length) return false;
     for (let i = 0; i < a.length; i++) if (a[i] !== b[i] && JSON.stringify(a[i]) !== JSON.stringify(b[i])) return false;
     return true;
   }
   return JSON.stringify(a) === JSON.stringify(b);
-}
-
-function sameSet<T>(a: ReadonlySet<T>, b: ReadonlySet<T>): boolean {
-  if (a.size !== b.size) return false;
-  for (const x of a) if (!b.has(x)) return false;
-  return true;
 }
 
 /** Same keys in the same order, and values equal by `same`. */

@@ -1,4 +1,5 @@
 import type { MeshSnapshot } from '../catalog/types.js';
+import { sameElements } from '../util/same.js';
 
 /** One remembered resource and the inputs it was computed from. */
 interface Entry {
@@ -28,12 +29,6 @@ function generationOf(snapshot: MeshSnapshot): Generation {
   return current;
 }
 
-function sameInputs(a: readonly unknown[], b: readonly unknown[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
-}
-
 /**
  * Resources that do not depend on the proxy asking, computed once and handed to every proxy
  * as the same object: the encoder and validator (`ResourceCheckCache`) then recognise them by
@@ -49,9 +44,9 @@ function sameInputs(a: readonly unknown[], b: readonly unknown[]): boolean {
 export function sharedResource<T extends object>(snapshot: MeshSnapshot, key: string, inputs: readonly unknown[], compute: () => T): T {
   const generation = generationOf(snapshot);
   let entry = generation.entries.get(key);
-  if (!entry || !sameInputs(entry.inputs, inputs)) {
+  if (!entry || !sameElements(entry.inputs, inputs)) {
     const carried = generation === current ? previous?.entries.get(key) : undefined;
-    entry = carried && sameInputs(carried.inputs, inputs) ? carried : { inputs, value: compute() };
+    entry = carried && sameElements(carried.inputs, inputs) ? carried : { inputs, value: compute() };
     generation.entries.set(key, entry);
   }
   return entry.value as T;
