@@ -399,9 +399,9 @@ export class MeshController {
     // Only endpoints changed: proxies keep their configuration but for the changed services'
     // ClusterLoadAssignments, which are replaced in place of regenerating everything.
     const changed = scope;
-    const endpointsOnly =
+    const endpointsPatch =
       changed !== 'all' && changed.size > 0 && onlyEndpointsChanged(before, this.mesh, changed)
-        ? this.mesh.services.filter((s) => changed.has(serviceKey(s)))
+        ? this.encodedAssignments(this.mesh.services.filter((s) => changed.has(serviceKey(s))))
         : undefined;
     const affected = (p: Proxy): boolean => {
       if (scope === 'all' || request.rotated.has(p.identity)) return true;
@@ -413,7 +413,7 @@ export class MeshController {
     const proxies = this.registry.proxies().filter(affected);
     let slice = this.timers.now();
     for (const proxy of proxies) {
-      const patched = endpointsOnly !== undefined && !request.rotated.has(proxy.identity) && this.patchEndpoints(proxy, endpointsOnly);
+      const patched = endpointsPatch !== undefined && !request.rotated.has(proxy.identity) && this.patchEndpoints(proxy, endpointsPatch);
       if (!patched) await this.updateProxy(proxy);
       // Generation is synchronous: without a break the ADS server could write nothing until
       // every proxy is done. Yield to the event loop every few milliseconds so each proxy's
@@ -441,20 +441,25 @@ export class MeshController {
   }
 
   /**
-   * Replaces the ClusterLoadAssignments of `services` in the proxy's current snapshot (the rest
-   * of its configuration does not depend on endpoints, see `onlyEndpointsChanged`).
-   * @returns false when the proxy needs a full update instead: it has no snapshot, had
-   *   violations, or a new assignment breaks a rule.
+   * The ClusterLoadAssignments of `services` from the current MeshSnapshot, validated and encoded
+   * once for every proxy of a push; undefined when one breaks a rule (proxies then get a full
+   * update, which records the violation).
    */
-  private patchEndpoints(proxy: Proxy, services: readonly MeshService[]): boolean {
+  private encodedAssignments(services: readonly MeshService[]): readonly EncodedNamedResource[] | undefined {
+    const resources = new Map([[TypeUrl.ClusterLoadAssignment, services.map((svc) => sharedClusterLoadAssignment(this.mesh, svc))]]);
+    if (validateProxyResources(resources, this.checked).violations.length > 0) return undefined;
+    return encodeResources(resources, this.checked).get(TypeUrl.ClusterLoadAssignment);
+  }
+
+  /**
+   * Replaces, in the proxy's current snapshot, those of `assignments` it has (the rest of its
+   * configuration does not depend on endpoints, see `onlyEndpointsChanged`).
+   * @returns false when the proxy needs a full update instead: it has no snapshot or had violations.
+   */
+  private patchEndpoints(proxy: Proxy, assignments: readonly EncodedNamedResource[]): boolean {
     const previous = this.options.cache.getSnapshot(proxy.uuid);
     if (!previous || this.violations.has(proxy.uuid) || !this.dependencies.has(proxy.uuid)) return false;
-    const current = previous.resources.get(TypeUrl.ClusterLoadAssignment);
-    const assignments = services.map((svc) => sharedClusterLoadAssignment(this.mesh, svc)).filter((a) => current?.has(a.name));
-    if (assignments.length === 0) return true;
-    const resources = new Map([[TypeUrl.ClusterLoadAssignment, assignments]]);
-    if (validateProxyResources(resources, this.checked).violations.length > 0) return false;
-    const next = replaceResources(previous, TypeUrl.ClusterLoadAssignment, encodeResources(resources, this.checked).get(TypeUrl.ClusterLoadAssignment)!);
+    const next = replaceResources(previous, TypeUrl.ClusterLoadAssignment, assignments);
     if (next !== previous) {
       this.metrics.proxiesUpdated.inc();
       this.options.cache.setSnapshot(proxy.uuid, next);
