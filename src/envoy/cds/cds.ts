@@ -36,7 +36,7 @@ function upstreamHttp(svc: MeshService): UpstreamHttp | undefined {
 export function upstreamCluster(snapshot: MeshSnapshot, proxy: Proxy, svc: MeshService): NamedResource<Cluster> {
   const name = clusterName(svc);
   // Everything but the transport socket is the same for every proxy that reaches the service:
-  // one object per snapshot, so it is encoded and checked once (see NamedResource.parts).
+  // one shared object, so it is encoded and checked once (see NamedResource.parts).
   const setting = upstreamTrafficSettingFor(snapshot, svc);
   const base = sharedResource(snapshot, `Cluster ${name}`, [svc, snapshot.settings, setting], (): Cluster => ({
     name,

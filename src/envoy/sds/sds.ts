@@ -66,7 +66,7 @@ export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: Pro
       name: inbound,
       validation_context: {
         trusted_ca: { inline_string: certs.caPem },
-        ...(allowedIn.length > 0 ? { match_typed_subject_alt_names: sanMatchers(allowedIn) } : {}),
+        ...(allowedSans.length > 0 ? { match_typed_subject_alt_names: sanMatchers(allowedSans) } : {}),
       },
     })),
   });
@@ -75,17 +75,15 @@ export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: Pro
     const name = outboundRootCertSecretName(svc);
     if (seen.has(name)) continue;
     seen.add(name);
-    // The same for every proxy that reaches the service (for one mesh root): one object per snapshot.
+    // The same for every proxy that reaches the service (for one mesh root): one shared object.
     const identities = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
-    const resource = sharedResource(snapshot, `Secret ${name}`, [identities, certs.caPem], () => {
-      return {
-        name,
-        validation_context: {
-          trusted_ca: { inline_string: certs.caPem },
-          ...(identities.length > 0 ? { match_typed_subject_alt_names: sanMatchers(identities) } : {}),
-        },
-      };
-    });
+    const resource = sharedResource(snapshot, `Secret ${name}`, [identities, certs.caPem], () => ({
+      name,
+      validation_context: {
+        trusted_ca: { inline_string: certs.caPem },
+        ...(identities.length > 0 ? { match_typed_subject_alt_names: sanMatchers(identities) } : {}),
+      },
+    }));
     out.push({ name, resource });
   }
   out.push(...generateIngressSecrets(snapshot, proxy, certs));
