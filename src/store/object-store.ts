@@ -74,17 +74,10 @@ export class ObjectStore implements StoreReader {
     const cacheKey = namespace === undefined ? kind : `${kind}/${namespace}`;
     const cached = this.#listCache.get(cacheKey);
     if (cached) return cached as readonly T[];
-    let result: KubeObject[];
-    if (namespace === undefined) {
-      const entries = [...(this.#byKind.get(kind)?.values() ?? [])];
-      result = entries.map((e) => e.object).sort(compareObjects);
-    } else {
-      // From the namespace's own entries, so that a change elsewhere neither invalidates nor
-      // recomputes this list (readers key derived data by its identity).
-      const entries = [...(this.#byKindNamespace.get(kind)?.get(namespace)?.values() ?? [])];
-      result = entries.map((e) => e.object).sort(compareObjects);
-    }
-    const frozen = Object.freeze(result);
+    // A namespace's list comes from its own entries, so that a change elsewhere neither
+    // invalidates nor recomputes it (readers key derived data by its identity).
+    const entries = namespace === undefined ? this.#byKind.get(kind) : this.#byKindNamespace.get(kind)?.get(namespace);
+    const frozen = Object.freeze([...(entries?.values() ?? [])].map((e) => e.object).sort(compareObjects));
     this.#listCache.set(cacheKey, frozen);
     return frozen as readonly T[];
   }
