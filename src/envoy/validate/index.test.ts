@@ -8,7 +8,7 @@ import { memoryStore } from '../../../test/helpers/memory-store.js';
 import { generateProxyResources, type ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
 import { formatViolation, ResourceCheckCache, validateProxyResources } from './index.js';
-import { decodeMessage, encodeMessage } from '../../api/codec.js';
+import { decodeMessage, encodeChecked, encodeMessage } from '../../api/codec.js';
 
 type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -245,6 +245,31 @@ describe('generated configuration of the bookstore fixture', () => {
       });
     }
   }
+});
+
+describe('encodeChecked', () => {
+  it('gives, for every generated resource, the very object its bytes decode to', () => {
+    const certs = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
+    const objects = bookstoreMesh({ permissive: false }).map((o) => (o.kind === 'MeshConfig' ? k8s.meshConfig(false, true) : o));
+    const { snapshot } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
+    let compared = 0;
+    for (const identity of snapshot.servicesByIdentity.keys()) {
+      const [ns, sa] = identity.split('/') as [string, string];
+      const proxy = parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`);
+      for (const [typeUrl, list] of generateProxyResources(snapshot, proxy, certs)) {
+        for (const r of list) {
+          const { encoded, decoded } = encodeChecked(typeUrl, r.resource);
+          assert.deepEqual(decoded, decodeMessage(typeUrl, encoded), r.name);
+          compared++;
+        }
+      }
+    }
+    assert.ok(compared > 40, `compared ${compared}`);
+  });
+
+  it('reports an unknown field by its path', () => {
+    assert.throws(() => encodeChecked(TypeUrl.Cluster, { name: 'a', conect_timeout: { seconds: 1 } }), /Cluster: unknown field "conect_timeout"/);
+  });
 });
 
 describe('resources given as parts (NamedResource.parts)', () => {

@@ -4,13 +4,13 @@
  * (`proto-rules.ts`) plus the cross-resource rules no annotation states
  * (`cross-resource.ts`).
  *
- * Each resource is encoded with the real Envoy protos and decoded back, and THAT decoded form
- * is validated (it is what goes on the wire: a field protobufjs dropped or coerced is seen as
- * the proxy will see it). A resource that cannot be encoded is a violation (`encode`).
+ * Each resource is encoded with the real Envoy protos, and the message protobufjs encoded, in
+ * decoded form (`encodeChecked`), is validated: it is what goes on the wire, so a value
+ * protobufjs coerced is seen as the proxy will see it (an unknown field is an error). A resource that cannot be encoded is a violation (`encode`).
  *
  * Pure: no I/O.
  */
-import { decodeMessage, encodeMessage } from '../../api/codec.js';
+import { encodeChecked } from '../../api/codec.js';
 import type { TypeUrl } from '../../api/type-urls.js';
 import type { ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
@@ -139,8 +139,7 @@ export class ResourceCheckCache {
     }
     let result: CheckedResource;
     try {
-      const encoded = encodeMessage(typeUrl, resource);
-      const decoded = decodeMessage(typeUrl, encoded);
+      const { encoded, decoded } = encodeChecked(typeUrl, resource);
       result = { encoded, error: undefined, violations: part ? validateMessagePart(typeUrl, decoded) : validateMessage(typeUrl, decoded) };
     } catch (err) {
       result = { encoded: undefined, error: err instanceof Error ? err.message : String(err), violations: [] };
