@@ -51,6 +51,8 @@ export interface AdsHarness<S, A extends unknown[]> {
   cache: SnapshotCache;
   server: AdsServer;
   client: AdsTestClient;
+  /** The server's port on 127.0.0.1. */
+  port: number;
   registry: Registry;
   /** `open <uuid> <streamId>` and `close <uuid> <streamId>`, in the order of the hooks. */
   events: string[];
@@ -121,6 +123,7 @@ export async function startAdsHarness<S, A extends unknown[]>(
     cache,
     server,
     client,
+    port,
     registry,
     events,
     acks,

@@ -16,10 +16,11 @@ export type Release = () => void;
 
 /**
  * Bounds the bytes of DiscoveryResponses written to streams but not yet flushed to their
- * connections, across every stream of a server. Each stream already writes one response at a
- * time; without a shared bound, a push to N proxies holds N serialized responses in memory
- * until the slowest client reads them (with large configurations, gigabytes). A stream asks
- * before it writes and gives back once the write is flushed; streams wait in FIFO order.
+ * connections, across every stream of a server. Each stream has at most one response in flight
+ * (it writes the next once the previous is flushed); without a shared bound, a push to N proxies
+ * still holds N serialized responses in memory until the slowest client reads them (with large
+ * configurations, gigabytes). A stream asks before it writes and gives back once the write is
+ * flushed; streams wait in FIFO order.
  *
  * A request larger than the whole budget is granted when nothing else is in flight (it is never
  * refused). A grant not given back within `holdLimitMs` is given back then.

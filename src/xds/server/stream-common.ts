@@ -278,6 +278,8 @@ export abstract class StreamBase<
   private readonly noncePrefix: string;
   private nonceCounter = 0;
   private drainWaiters: Array<() => void> = [];
+  /** Writes waiting for this stream's previous response to be flushed. */
+  private flushWaiters: Array<() => void> = [];
   /** Grants of the send budget for responses written and not flushed yet (given back on close). */
   private readonly held = new Set<Release>();
   /** `delta ` in the log messages of delta streams, nothing in SotW ones. */
@@ -384,17 +386,19 @@ export abstract class StreamBase<
   }
 
   /**
-   * Counts and logs a response of `type` whose resources are `bytes` long (a warning over
-   * {@link LARGE_RESPONSE_BYTES}), writes it, and respects backpressure: waits for the stream
-   * to drain before anything more is written.
+   * Writes a response of `type` whose resources are `bytes` long, then counts and logs it (a
+   * warning over {@link LARGE_RESPONSE_BYTES}). Backpressure: it first waits until this stream's
+   * previous response is flushed and the server's send budget has room, and after writing
+   * waits for the stream to drain when its buffer is full.
    */
   protected async write(type: TypeUrl, response: Res, bytes: number, what: ResponseLog): Promise<void> {
     const short = TYPE_SHORT_NAME[type];
-    this.ctx.metrics.responses.inc({ type: short });
-    this.ctx.metrics.responseBytes.inc({ type: short }, bytes);
     if (bytes > LARGE_RESPONSE_BYTES) {
       this.log.warn({ type: short, proxy: this.proxy?.uuid, bytes, resources: what.resources }, `large ${this.logPrefix}xDS response`);
     }
+    // One response in flight per stream: the next waits until the previous one is flushed, so a
+    // proxy that stopped reading holds one response's share of the budget, not one per type.
+    while (this.held.size > 0 && !this.closed) await new Promise<void>((resolve) => this.flushWaiters.push(resolve));
     // The server-wide budget of bytes in flight: a push to every proxy does not hold every
     // proxy's serialized response in memory at once.
     const release = await this.ctx.sendBudget.acquire(bytes);
@@ -403,12 +407,21 @@ export abstract class StreamBase<
       return;
     }
     this.held.add(release);
+    this.ctx.metrics.responses.inc({ type: short });
+    this.ctx.metrics.responseBytes.inc({ type: short }, bytes);
     this.log.debug({ type: short, ...what, bytes }, `${this.logPrefix}response sent`);
     const flushed = this.call.write(response, () => {
       this.held.delete(release);
       release();
+      this.wakeFlushWaiters();
     });
     if (!flushed) await this.waitForDrain();
+  }
+
+  private wakeFlushWaiters(): void {
+    const waiters = this.flushWaiters;
+    this.flushWaiters = [];
+    for (const w of waiters) w();
   }
 
   /** Logs a hook's error instead of letting it end the stream. */
@@ -538,6 +551,7 @@ export abstract class StreamBase<
     // A write that never completes (the call was cancelled) must not keep its share of the budget.
     for (const release of this.held) release();
     this.held.clear();
+    this.wakeFlushWaiters();
     this.cancelWatch?.();
     this.cancelWatch = undefined;
     this.ctx.unregister(this);
