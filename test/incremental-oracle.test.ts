@@ -449,7 +449,7 @@ describe('the incremental push pipeline against a fresh controller (oracle)', ()
         steps++;
         {
           const d = diffMeshSnapshots(meshBefore, controller.snapshot);
-          const k = d === 'all' ? 'all' : d.size === 0 ? 'none' : onlyEndpointsChanged(meshBefore, controller.snapshot, d) ? 'eps' : 'partial';
+          const k = d === 'all' ? 'all' : d.services.size + d.identities.size === 0 && !d.servicesChanged ? 'none' : onlyEndpointsChanged(meshBefore, controller.snapshot, d) ? 'eps' : 'partial';
           scopes[k] = (scopes[k] ?? 0) + 1;
         }
         const problems = controller.policyProblems().map(formatProblem).sort();

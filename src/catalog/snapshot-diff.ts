@@ -1,43 +1,107 @@
 import { clusterName, serviceKey } from './names.js';
-import type { MeshSnapshot } from './types.js';
+import type { MeshService, MeshSnapshot } from './types.js';
+import type { ServiceIdentity } from '../proxy/types.js';
 import { sameSet } from '../util/same.js';
 
 /**
- * What changed between two MeshSnapshots, as far as proxies are concerned: `'all'` when the
- * change can alter what any proxy may reach or how (mesh settings, namespaces, services added,
- * removed or re-shaped, service identities, TrafficTargets, Retry, Ingress, Egress, an
- * UpstreamTrafficSetting for a host outside the mesh), else the `<ns>/<svc>` keys of the
- * services whose endpoints, TrafficSplit or UpstreamTrafficSetting changed. Only proxies whose
- * configuration depends on one of those services need regenerating.
+ * What a change short of a mesh-wide one touches (see {@link diffMeshSnapshots}).
  */
-export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'all' | Set<string> {
+export interface MeshChange {
+  /**
+   * `<ns>/<svc>` keys of the services whose endpoints, ports, identities, TrafficSplit or
+   * UpstreamTrafficSetting changed, that appeared or went away, and the apexes of the
+   * TrafficSplits naming one as a backend: a proxy whose configuration was generated from one
+   * of them (`proxyDependencies`) is affected.
+   */
+  readonly services: ReadonlySet<string>;
+  /**
+   * Identities whose own access changed: the destination and sources of every TrafficTarget
+   * added, removed or changed, the identities of the services that appeared, went away or
+   * changed identities, and the sources the TrafficTargets to those identities allow. Every
+   * proxy of one is affected, whatever it depended on before.
+   */
+  readonly identities: ReadonlySet<ServiceIdentity>;
+  /**
+   * The set of MeshServices changed (one added, removed or re-shaped): proxyless clients, which
+   * get a listener for every HTTP service of the mesh, are affected.
+   */
+  readonly servicesChanged: boolean;
+}
+
+/**
+ * What changed between two MeshSnapshots, as far as proxies are concerned: `'all'` when the
+ * change can alter what any proxy gets (mesh settings, namespaces, Retry, Ingress, Egress, an
+ * UpstreamTrafficSetting for a host outside the mesh, a service added or removed in permissive
+ * mode), else a {@link MeshChange} naming the services and identities it touches. Only proxies
+ * whose configuration depends on one of those need regenerating.
+ */
+export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'all' | MeshChange {
   const same = sameContent;
   if (
     !same(before.settings, after.settings) ||
     !sameSet(before.namespaces, after.namespaces) ||
-    !same(before.services, after.services) ||
-    !sameMap(before.identitiesByService, after.identitiesByService, same) ||
-    !same(before.trafficTargets, after.trafficTargets) ||
     !same(before.retryPolicies, after.retryPolicies) ||
     !same(before.ingressBackends, after.ingressBackends) ||
     !same(before.egressPolicies, after.egressPolicies)
   ) {
     return 'all';
   }
-  const changed = new Set<string>();
+  const services = new Set<string>();
+  const identities = new Set<ServiceIdentity>();
+  // A service's identities and the sources their TrafficTargets allow: who serves it and who may reach it.
+  const reach = (key: string): void => {
+    for (const s of [before, after]) {
+      for (const identity of s.identitiesByService.get(key) ?? []) {
+        identities.add(identity);
+        for (const tt of s.trafficTargets) if (tt.destination === identity) for (const source of tt.sources) identities.add(source);
+      }
+    }
+  };
+  const servicesChanged = !same(before.services, after.services);
+  if (servicesChanged) {
+    const [portsBefore, portsAfter] = [byServiceKey(before), byServiceKey(after)];
+    for (const key of new Set([...portsBefore.keys(), ...portsAfter.keys()])) {
+      const [a, b] = [portsBefore.get(key), portsAfter.get(key)];
+      if (a && b && same(a, b)) continue;
+      // Permissive: every proxy reaches every service, so one more or one less changes them all.
+      if (!a || !b) if (after.settings.permissiveTrafficPolicyMode) return 'all';
+      services.add(key);
+      reach(key);
+    }
+  }
+  if (!sameMap(before.identitiesByService, after.identitiesByService, same)) {
+    for (const key of new Set([...before.identitiesByService.keys(), ...after.identitiesByService.keys()])) {
+      if (same(before.identitiesByService.get(key) ?? [], after.identitiesByService.get(key) ?? [])) continue;
+      services.add(key);
+      reach(key);
+    }
+  }
+  if (!same(before.trafficTargets, after.trafficTargets)) {
+    const byName = (s: MeshSnapshot) => new Map(s.trafficTargets.map((t) => [t.name, t]));
+    const [targetsBefore, targetsAfter] = [byName(before), byName(after)];
+    for (const name of new Set([...targetsBefore.keys(), ...targetsAfter.keys()])) {
+      const [a, b] = [targetsBefore.get(name), targetsAfter.get(name)];
+      if (same(a, b)) continue;
+      for (const tt of [a, b]) {
+        if (!tt) continue;
+        identities.add(tt.destination);
+        for (const source of tt.sources) identities.add(source);
+      }
+    }
+  }
   for (const svc of after.services) {
     const cluster = clusterName(svc);
-    if (!same(before.endpoints.get(cluster) ?? [], after.endpoints.get(cluster) ?? [])) changed.add(serviceKey(svc));
+    if (!same(before.endpoints.get(cluster) ?? [], after.endpoints.get(cluster) ?? [])) services.add(serviceKey(svc));
   }
   const byApex = (s: MeshSnapshot) => new Map(s.trafficSplits.map((t) => [`${t.namespace}/${t.service}`, t]));
   const [splitsBefore, splitsAfter] = [byApex(before), byApex(after)];
   for (const apex of new Set([...splitsBefore.keys(), ...splitsAfter.keys()])) {
     const [a, b] = [splitsBefore.get(apex), splitsAfter.get(apex)];
     if (same(a, b)) continue;
-    changed.add(apex);
+    services.add(apex);
     // A backend's own proxies answer to the apex's host names (inbound virtual host): a service
     // that becomes or stops being a backend changes its proxies, which did not depend on the apex.
-    for (const split of [a, b]) for (const backend of split?.backends ?? []) changed.add(`${split!.namespace}/${backend.service}`);
+    for (const split of [a, b]) for (const backend of split?.backends ?? []) services.add(`${split!.namespace}/${backend.service}`);
   }
   const byHost = (s: MeshSnapshot) => new Map(s.upstreamTrafficSettings.map((u) => [u.host, u]));
   const [settingsBefore, settingsAfter] = [byHost(before), byHost(after)];
@@ -47,20 +111,42 @@ export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'a
     const service = a?.service ?? b?.service;
     // A setting for an egress host changes the egress clusters of every source of that host.
     if (service === undefined || (a && b && a.service !== b.service)) return 'all';
-    changed.add(service);
+    services.add(service);
   }
-  return changed;
+  if (servicesChanged) {
+    // A split resolves its backends by name and port: one that appears, goes or changes ports
+    // changes where the apex's traffic goes, for proxies that did not depend on that backend.
+    for (const s of [before, after]) {
+      for (const split of s.trafficSplits) {
+        if (split.backends.some((b) => services.has(`${split.namespace}/${b.service}`))) services.add(`${split.namespace}/${split.service}`);
+      }
+    }
+  }
+  return { services, identities, servicesChanged };
+}
+
+/** MeshServices (every port) by `<ns>/<svc>`. */
+function byServiceKey(snapshot: MeshSnapshot): Map<string, MeshService[]> {
+  const out = new Map<string, MeshService[]>();
+  for (const svc of snapshot.services) {
+    const key = serviceKey(svc);
+    const list = out.get(key);
+    if (list) list.push(svc);
+    else out.set(key, [svc]);
+  }
+  return out;
 }
 
 /**
- * True when, of the services `changed` names (from {@link diffMeshSnapshots}), only endpoints
- * changed: no TrafficSplit or UpstreamTrafficSetting of theirs changed, and none is headless
+ * True when, of what `change` names (from {@link diffMeshSnapshots}), only services' endpoints
+ * changed (no identity, no service added, removed or re-shaped): no TrafficSplit or UpstreamTrafficSetting of theirs changed, and none is headless
  * (a headless service's endpoint addresses are in listeners' filter chain matches). Then only
  * the ClusterLoadAssignments of those services differ in any proxy's configuration.
  */
-export function onlyEndpointsChanged(before: MeshSnapshot, after: MeshSnapshot, changed: ReadonlySet<string>): boolean {
+export function onlyEndpointsChanged(before: MeshSnapshot, after: MeshSnapshot, change: MeshChange): boolean {
+  if (change.servicesChanged || change.identities.size > 0) return false;
   const same = sameContent;
-  for (const key of changed) {
+  for (const key of change.services) {
     const [namespace, name] = key.split('/');
     const split = (s: MeshSnapshot) => s.trafficSplits.find((t) => t.namespace === namespace && t.service === name);
     if (!same(split(before), split(after))) return false;

@@ -63,12 +63,13 @@ describe('MeshController', () => {
     const store = new ObjectStore();
     store.replaceAll('test', bookstoreMesh());
     const cache = new SnapshotCache();
+    const metrics = new Registry();
     const controller = new MeshController({
       store,
       certificates,
       cache,
       logger: pino({ level: 'silent' }),
-      metrics: new Registry(),
+      metrics,
       meshName: 'osm',
       debounceQuietMs: 5,
       debounceMaxDelayMs: 50,
@@ -80,7 +81,9 @@ describe('MeshController', () => {
       seen.set(p.uuid, []);
       cache.watch(p.uuid, (s) => seen.get(p.uuid)!.push(s));
     }
-    return { store, cache, controller, certificates, seen };
+    /** Proxy snapshots generated so far (`trellis_proxy_snapshots_total`). */
+    const generated = async (): Promise<number> => (await metrics.getSingleMetric('trellis_proxy_snapshots_total')!.get()).values[0]?.value ?? 0;
+    return { store, cache, controller, certificates, seen, generated };
   }
 
   it('an endpoint change replaces only the ClusterLoadAssignments it changes, as a full generation would', async () => {
@@ -242,6 +245,23 @@ describe('MeshController', () => {
     const buyer = seen.get(BUYER.uuid)!;
     assert.notEqual(buyer[1].versions.get(TypeUrl.ClusterLoadAssignment), buyer[0].versions.get(TypeUrl.ClusterLoadAssignment));
     assert.equal(buyer[1].versions.get(TypeUrl.Listener), buyer[0].versions.get(TypeUrl.Listener));
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('regenerates only the proxies of the identities a new TrafficTarget names', async () => {
+    const { store, controller, certificates, seen, generated } = await setup();
+    await controller.onStreamOpen(BUYER, 1);
+    await controller.onStreamOpen(THIEF, 2);
+    const before = await generated();
+    const grant = k8s.trafficTarget('bookstore', 'thief-access', 'bookstore', [{ ns: 'bookthief', sa: 'bookthief' }], [{ kind: 'HTTPRouteGroup', name: 'bookstore-service-routes' }]);
+    store.replaceAll('test', [...bookstoreMesh(), grant]);
+    await until(() => seen.get(THIEF.uuid)!.length === 2, "bookthief's new access");
+    await controller.flush();
+    const thief = seen.get(THIEF.uuid)!.at(-1)!;
+    assert.ok(thief.resources.get(TypeUrl.Cluster)!.has('bookstore/bookstore-v1|14001'), 'bookthief now reaches bookstore');
+    assert.equal(await generated(), before + 1, 'only bookthief was regenerated, not bookbuyer');
+    assert.equal(seen.get(BUYER.uuid)!.length, 1);
     controller.stop();
     certificates.stop();
   });

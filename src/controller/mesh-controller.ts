@@ -2,13 +2,13 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { TYPE_SHORT_NAME, TypeUrl } from '../api/type-urls.js';
 import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
-import { diffMeshSnapshots, onlyEndpointsChanged } from '../catalog/snapshot-diff.js';
+import { diffMeshSnapshots, onlyEndpointsChanged, type MeshChange } from '../catalog/snapshot-diff.js';
 import { serviceKey } from '../catalog/names.js';
 import { sharedClusterLoadAssignment } from '../envoy/eds/eds.js';
 import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshService, MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
-import { proxyDependencies } from '../envoy/dependencies.js';
+import { affectedBy, proxyDependencies } from '../envoy/dependencies.js';
 import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
 import { formatViolation, ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
@@ -383,11 +383,12 @@ export class MeshController {
     const end = this.metrics.buildSeconds.startTimer();
     const reason = request.resync ? 'resync' : request.configChanged ? 'config' : 'certificate';
     this.metrics.pushes.inc({ reason });
-    // Which proxies can be affected: all on a resync or a mesh-wide change; else only those
-    // whose configuration was generated from a changed service (and those whose certificate
-    // rotated). A proxy that failed last time has no recorded dependencies and is retried.
+    // Which proxies can be affected: all on a resync or a mesh-wide change; else those whose
+    // configuration was generated from a changed service, those of an identity whose access
+    // changed (see affectedBy), and those whose certificate rotated. A proxy that failed last
+    // time has no recorded dependencies and is retried.
     const startedAt = this.timers.now();
-    let scope: 'all' | ReadonlySet<string> = new Set<string>();
+    let scope: 'all' | MeshChange = { services: new Set(), identities: new Set(), servicesChanged: false };
     let rebuiltAt = startedAt;
     const before = this.mesh;
     if (request.configChanged) {
@@ -398,17 +399,16 @@ export class MeshController {
     const diffedAt = this.timers.now();
     // Only endpoints changed: proxies keep their configuration but for the changed services'
     // ClusterLoadAssignments, which are replaced in place of regenerating everything.
-    const changed = scope;
+    const change = scope;
     const endpointsPatch =
-      changed !== 'all' && changed.size > 0 && onlyEndpointsChanged(before, this.mesh, changed)
-        ? this.encodedAssignments(this.mesh.services.filter((s) => changed.has(serviceKey(s))))
+      change !== 'all' && change.services.size > 0 && onlyEndpointsChanged(before, this.mesh, change)
+        ? this.encodedAssignments(this.mesh.services.filter((s) => change.services.has(serviceKey(s))))
         : undefined;
     const affected = (p: Proxy): boolean => {
-      if (scope === 'all' || request.rotated.has(p.identity)) return true;
+      if (change === 'all' || request.rotated.has(p.identity)) return true;
       const deps = this.dependencies.get(p.uuid);
       if (!deps) return request.configChanged;
-      for (const key of scope) if (deps.has(key)) return true;
-      return false;
+      return affectedBy(change, p, deps);
     };
     const proxies = this.registry.proxies().filter(affected);
     let slice = this.timers.now();

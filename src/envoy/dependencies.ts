@@ -1,7 +1,8 @@
 import { serviceKey } from '../catalog/names.js';
 import { inboundServices } from '../catalog/traffic-policy.js';
 import type { MeshSnapshot } from '../catalog/types.js';
-import type { ServiceIdentity } from '../proxy/types.js';
+import type { MeshChange } from '../catalog/snapshot-diff.js';
+import type { Proxy, ServiceIdentity } from '../proxy/types.js';
 import { outboundView } from './outbound.js';
 
 /**
@@ -10,8 +11,8 @@ import { outboundView } from './outbound.js';
  * every split backend behind them (CDS, EDS, LDS, RDS, SDS), every service it serves (inbound
  * listener, local clusters, rate limits), and the apex of every TrafficSplit that names one of
  * those as a backend (inbound virtual host domains). A change to any other service cannot
- * change this proxy's configuration, unless it is a mesh-wide change (see
- * `diffMeshSnapshots`).
+ * change this proxy's configuration, unless it names the proxy's identity or is mesh-wide
+ * (see `diffMeshSnapshots` and {@link affectedBy}).
  */
 export function proxyDependencies(snapshot: MeshSnapshot, identity: ServiceIdentity): ReadonlySet<string> {
   const view = outboundView(snapshot, identity);
@@ -22,4 +23,17 @@ export function proxyDependencies(snapshot: MeshSnapshot, identity: ServiceIdent
     if (split.backends.some((b) => servedSet.has(`${split.namespace}/${b.service}`))) out.add(`${split.namespace}/${split.service}`);
   }
   return out;
+}
+
+/**
+ * Whether `change` can alter the configuration of `proxy`, generated from `dependencies`
+ * ({@link proxyDependencies} of the MeshSnapshot before the change): its identity is named, it
+ * depended on a changed service, or it is a proxyless client (one listener per HTTP service of
+ * the mesh) and the set of services changed.
+ */
+export function affectedBy(change: MeshChange, proxy: Proxy, dependencies: ReadonlySet<string>): boolean {
+  if (change.identities.has(proxy.identity)) return true;
+  if (change.servicesChanged && proxy.clientType === 'grpc') return true;
+  for (const key of change.services) if (dependencies.has(key)) return true;
+  return false;
 }
