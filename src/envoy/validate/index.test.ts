@@ -310,4 +310,31 @@ describe('resources given as parts (NamedResource.parts)', () => {
     assert.equal(broken.encoded, undefined);
     assert.match(broken.error!, /unknown field "nonsense"/);
   });
+
+  it('check a part like the last one after the same base by encoding it, and still catch what differs', () => {
+    const cache = new ResourceCheckCache();
+    const base = { name: 'c', type: 'EDS', eds_cluster_config: { eds_config: ADS }, connect_timeout: { seconds: 1 } };
+    const own = (cert: string, sni = 'svc.ns.svc.cluster.local') => ({
+      transport_socket: {
+        name: 'envoy.transport_sockets.tls',
+        typed_config: { '@type': UPSTREAM_TLS, common_tls_context: { tls_certificate_sds_secret_configs: [{ name: cert, sds_config: ADS }] }, sni },
+      },
+    });
+    const check = (part: Obj) => cache.check(TypeUrl.Cluster, { ...base, ...part }, [base, part]);
+    assert.deepEqual(check(own('service-cert:a/a')).violations, []);
+    const b = own('service-cert:b/b');
+    const checked = check(b);
+    assert.deepEqual(checked.violations, []);
+    assert.deepEqual(decodeMessage(TypeUrl.Cluster, checked.encoded!), decodeMessage(TypeUrl.Cluster, encodeMessage(TypeUrl.Cluster, { ...base, ...b })));
+    // What differs breaks a rule: an empty secret name (SdsSecretConfig.name min_len 1), an SNI over 255 bytes.
+    assert.deepEqual(check(own('')).violations.map((v) => `${v.path} ${v.rule}`), [
+      'transport_socket.typed_config<UpstreamTlsContext>.common_tls_context.tls_certificate_sds_secret_configs[0].name string.min_len',
+    ]);
+    assert.deepEqual(check(own('service-cert:c/c', 'x'.repeat(300))).violations.map((v) => `${v.path} ${v.rule}`), [
+      'transport_socket.typed_config<UpstreamTlsContext>.sni string.max_bytes',
+    ]);
+    // After a part with a violation, a like part is checked on its own (it does not inherit it).
+    assert.deepEqual(check(own('service-cert:d/d', 'y'.repeat(300))).violations.length, 1);
+    assert.deepEqual(check(own('service-cert:e/e')).violations, []);
+  });
 });

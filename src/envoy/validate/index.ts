@@ -10,14 +10,14 @@
  *
  * Pure: no I/O.
  */
-import { encodeChecked } from '../../api/codec.js';
+import { encodeChecked, encodeMessage } from '../../api/codec.js';
 import type { TypeUrl } from '../../api/type-urls.js';
 import type { ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
 import { resourceReferences, validateCrossResource, type DecodedResource } from './cross-resource.js';
-import { validateMessage, validateMessagePart, type RuleViolation } from './proto-rules.js';
+import { sameRuleOutcome, validateMessage, validateMessagePart, type RuleViolation } from './proto-rules.js';
 
-export { validateMessage, validateEncoded, type RuleViolation } from './proto-rules.js';
+export { validateMessage, validateEncoded, sameRuleOutcome, type RuleViolation } from './proto-rules.js';
 export { validateCrossResource, resourceReferences, type CrossViolation, type DecodedResources, type ResourceReference } from './cross-resource.js';
 
 /**
@@ -90,6 +90,8 @@ export class ResourceCheckCache {
   private readonly byObject = new WeakMap<object, CheckedResource>();
   /** The same for objects checked as a part after the first (fewer rules apply to those). */
   private readonly byPartObject = new WeakMap<object, CheckedResource>();
+  /** By base part: the part last checked at each later position, with its result. */
+  private readonly siblingsByBase = new WeakMap<object, { object: object; result: CheckedResource }[]>();
 
   /** @param maxEntries how many resources to remember (default 20 000). */
   constructor(private readonly maxEntries = 20_000) {}
@@ -98,7 +100,8 @@ export class ResourceCheckCache {
    * Encodes and checks `resource` of `typeUrl`, or returns the remembered result for the same
    * object or content. With `parts` (see `NamedResource.parts`), each part is encoded and
    * checked on its own (the first whole, the others for the fields they set) and the
-   * encodings are concatenated: a part shared by many resources costs once.
+   * encodings are concatenated: a part shared by many resources costs once, and a part like
+   * the one last seen after the same base (`sameRuleOutcome`) is only encoded.
    */
   check(typeUrl: TypeUrl, resource: object, parts?: readonly object[]): CheckedResource {
     // Validation and encoding of one proxy ask for the same object twice: skip the JSON key then.
@@ -110,7 +113,12 @@ export class ResourceCheckCache {
   }
 
   private checkParts(typeUrl: TypeUrl, parts: readonly object[]): CheckedResource {
-    const results = parts.map((part, i) => this.checkObject(typeUrl, part, i > 0));
+    let siblings = this.siblingsByBase.get(parts[0]);
+    if (!siblings) {
+      siblings = [];
+      this.siblingsByBase.set(parts[0], siblings);
+    }
+    const results = parts.map((part, i) => (i === 0 ? this.checkObject(typeUrl, part, false) : this.checkPart(typeUrl, part, i, siblings)));
     const failed = results.find((r) => r.encoded === undefined);
     if (failed) return failed;
     return {
@@ -118,6 +126,30 @@ export class ResourceCheckCache {
       error: undefined,
       violations: results.flatMap((r) => r.violations),
     };
+  }
+
+  /**
+   * A part after the base. The parts at the same position after the same base are alike (each
+   * proxy's TLS context towards one service): when this one can only break the rules the last
+   * one broke (`sameRuleOutcome`), it takes that one's violations and is only encoded.
+   */
+  private checkPart(typeUrl: TypeUrl, part: object, position: number, siblings: { object: object; result: CheckedResource }[]): CheckedResource {
+    const seen = this.byPartObject.get(part);
+    if (seen) return seen;
+    const sibling = siblings[position];
+    let result: CheckedResource;
+    if (sibling?.result.encoded && sameRuleOutcome(typeUrl, sibling.object, part)) {
+      try {
+        result = { encoded: encodeMessage(typeUrl, part), error: undefined, violations: sibling.result.violations };
+      } catch (err) {
+        result = { encoded: undefined, error: err instanceof Error ? err.message : String(err), violations: [] };
+      }
+    } else {
+      result = this.checkContent(typeUrl, part, true);
+    }
+    this.byPartObject.set(part, result);
+    siblings[position] = { object: part, result };
+    return result;
   }
 
   private checkObject(typeUrl: TypeUrl, resource: object, part: boolean): CheckedResource {

@@ -4,7 +4,7 @@ import protobuf from 'protobufjs';
 import { decodeMessage, encodeMessage } from '../../api/codec.js';
 import { TypeUrl } from '../../api/type-urls.js';
 import { compileRe2 } from '../../util/re2.js';
-import { canonicalJson, ipVersion, validateMessage, validateWithType } from './proto-rules.js';
+import { canonicalJson, ipVersion, sameRuleOutcome, validateMessage, validateWithType } from './proto-rules.js';
 
 type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -303,5 +303,31 @@ describe('helpers', () => {
   });
   it('canonical JSON ignores key order and empty values', () => {
     assert.equal(canonicalJson({ b: 1, a: [], c: {}, d: { y: 2, x: 1 } }), canonicalJson({ d: { x: 1, y: 2 }, b: 1 }));
+  });
+});
+
+describe('sameRuleOutcome', () => {
+  const ADS = { ads: {}, resource_api_version: 'V3' };
+  const tls = (cert: string, extra: Obj = {}): Obj => ({
+    transport_socket: {
+      name: 'envoy.transport_sockets.tls',
+      typed_config: { '@type': UPSTREAM_TLS, common_tls_context: { tls_certificate_sds_secret_configs: [{ name: cert, sds_config: ADS }] }, sni: 's.ns', ...extra },
+    },
+  });
+
+  it('holds for messages that differ only in strings meeting the same (or no) rules', () => {
+    assert.equal(sameRuleOutcome(TypeUrl.Cluster, tls('service-cert:a/a'), tls('service-cert:b/b')), true);
+    assert.equal(sameRuleOutcome(TypeUrl.Cluster, BASE[TypeUrl.Cluster], { ...BASE[TypeUrl.Cluster], name: 'other|80' }), true);
+  });
+
+  it('fails when a differing string breaks a rule, is empty, or the shapes differ', () => {
+    assert.equal(sameRuleOutcome(TypeUrl.Cluster, tls('service-cert:a/a'), tls('')), false, 'SdsSecretConfig.name min_len 1');
+    assert.equal(sameRuleOutcome(TypeUrl.Cluster, tls('a'), tls('a', { sni: 'x'.repeat(300) })), false, 'sni max_bytes 255');
+    assert.equal(sameRuleOutcome(TypeUrl.Cluster, tls('a'), tls('a', { allow_renegotiation: true })), false, 'a field more');
+    assert.equal(sameRuleOutcome(TypeUrl.Cluster, BASE[TypeUrl.Cluster], { ...BASE[TypeUrl.Cluster], connect_timeout: { seconds: 2 } }), false, 'a number');
+    assert.equal(sameRuleOutcome(TypeUrl.Cluster, BASE[TypeUrl.Cluster], { ...BASE[TypeUrl.Cluster], type: 'STATIC' }), false, 'an enum');
+    const other = { transport_socket: { name: 'envoy.transport_sockets.tls', typed_config: { '@type': TCP_PROXY, stat_prefix: 's.ns' } } };
+    assert.equal(sameRuleOutcome(TypeUrl.Cluster, tls('a'), other), false, 'another @type');
+    assert.equal(sameRuleOutcome(TypeUrl.Cluster, { name: 'a', nonsense: 1 }, { name: 'b', nonsense: 1 }), false, 'an unknown field');
   });
 });

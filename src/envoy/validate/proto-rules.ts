@@ -642,6 +642,85 @@ export function validateWithType(type: protobuf.Type, decoded: Record<string, un
 }
 
 /**
+ * True when two messages of `typeNameOrUrl`, in the object form the codec encodes, are bound to
+ * break exactly the same rules at the same paths, so one's violations stand for the other's.
+ * Decided conservatively, without checking any rule: they set the same fields (the same
+ * `@type` in every `Any`), and every value that differs is a non-empty string in a `string`
+ * field that carries no rule, outside any map and any repeated field with rules. For example
+ * two proxies' TLS contexts towards one service, which differ only in the name of their own
+ * certificate's secret (`SdsSecretConfig.name` has no rule). False whenever unsure.
+ * @throws Error when the type is not in the loaded protos.
+ */
+export function sameRuleOutcome(typeNameOrUrl: string, a: object, b: object): boolean {
+  return sameOutcome(messageType(typeNameOrUrl), a as Obj, b as Obj);
+}
+
+const UNSTRUCTURED = new Set(['.google.protobuf.Struct', '.google.protobuf.Value', '.google.protobuf.ListValue']);
+
+function sameOutcome(type: protobuf.Type, a: Obj, b: Obj): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || Array.isArray(a) || Array.isArray(b)) return false;
+  const full = fullNameOf(type);
+  if (full === '.google.protobuf.Any') {
+    const at = a['@type'];
+    const inner = typeof at === 'string' && at === b['@type'] ? anyType(at) : undefined;
+    return inner !== undefined && sameFields(inner, a, b, true);
+  }
+  if (UNSTRUCTURED.has(full) || WRAPPER_KIND[full]) return canonicalJson(a) === canonicalJson(b);
+  return sameFields(type, a, b, false);
+}
+
+function sameFields(type: protobuf.Type, a: Obj, b: Obj, any: boolean): boolean {
+  let keys = 0;
+  for (const key in a) {
+    if (any && key === '@type') continue;
+    keys++;
+    const field = type.fields[key];
+    if (!field) return false;
+    const va = a[key];
+    const vb = b[key];
+    if (va === vb) continue;
+    if (!isSet(va) || !isSet(vb)) return false;
+    const rules = fieldRules(field);
+    const rt = field.resolvedType;
+    const message = rt instanceof protobuf.Type ? rt : undefined;
+    if (field.map || (rules && (message || field.repeated) && !(field.repeated && onlyCountsItems(rules)))) {
+      if (canonicalJson(va) !== canonicalJson(vb)) return false;
+    } else if (field.repeated) {
+      if (!Array.isArray(va) || !Array.isArray(vb) || va.length !== vb.length) return false;
+      for (let i = 0; i < va.length; i++) {
+        if (va[i] === vb[i]) continue;
+        if (message ? !sameOutcome(message, va[i] as Obj, vb[i] as Obj) : !unruledStrings(field, null, va[i], vb[i])) return false;
+      }
+    } else if (message ? !sameOutcome(message, va as Obj, vb as Obj) : !unruledStrings(field, rules, va, vb)) {
+      return false;
+    }
+  }
+  for (const key in b) if (!(any && key === '@type')) keys--;
+  return keys === 0;
+}
+
+/** Rules of a repeated field that only count its items (`min_items`, `max_items`): equal lengths meet them alike. */
+function onlyCountsItems(rules: Rules): boolean {
+  const keys = Object.keys(rules);
+  if (keys.length !== 1 || keys[0] !== 'repeated') return false;
+  return Object.keys(rules['repeated'] as Rules).every((k) => k === 'min_items' || k === 'max_items');
+}
+
+/**
+ * Two different values of a scalar field that cannot break a rule differently: non-empty
+ * strings of a `string` field, and when the field has rules, both meet them.
+ */
+function unruledStrings(field: protobuf.Field, rules: Rules | null, a: unknown, b: unknown): boolean {
+  if (field.type !== 'string' || typeof a !== 'string' || typeof b !== 'string' || a === '' || b === '') return false;
+  if (rules === null) return true;
+  const out: RuleViolation[] = [];
+  checkScalar('string', rules, a, undefined, '', out);
+  checkScalar('string', rules, b, undefined, '', out);
+  return out.length === 0;
+}
+
+/**
  * Decodes `bytes` as `typeUrl` (with `decodeMessage`) and validates the result.
  * @returns the violations found (empty when valid).
  * @throws Error when the type is not loaded or the bytes are not a valid message.
