@@ -155,6 +155,8 @@ export interface ControllerStartOptions {
   readonly logLevel?: string;
   /** Options for the controller's `node` (e.g. `--max-semi-space-size=64`), before the script. */
   readonly nodeOptions?: readonly string[];
+  /** The controller's `--warm-up-config` in MiB (default: the controller's own, 64). */
+  readonly warmUpConfigMb?: number;
   readonly readyTimeoutMs: number;
 }
 
@@ -186,6 +188,7 @@ export class ControllerProcess {
       '--http-address', `127.0.0.1:${httpPort}`,
       '--resync-interval', '0',
       '--log-level', options.logLevel ?? 'warn',
+      ...(options.warmUpConfigMb !== undefined ? ['--warm-up-config', String(options.warmUpConfigMb)] : []),
     ];
     const child = track(spawn(process.execPath, args, { cwd: options.repoDir, stdio: ['ignore', 'pipe', 'pipe'] }));
     const log = createWriteStream(options.logFile, { flags: 'a' });

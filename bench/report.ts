@@ -29,11 +29,14 @@ export function markdownReport(title: string, results: BenchResults, details: Be
     '(snapshots built with the controller\'s own code from the same manifests) doing nothing else; "floor" = time from the N streams\' connect',
     '(TLS included for mTLS) until all ACKed their full configuration, the initial sync without generation (runs before 2026-11-30-session2:',
     'streams already open, now "open-streams floor"); "change floor" = streams open, a `setSnapshot` of the mesh-config-changed snapshots.',
+    '"ready ms" = controller start to `/readyz`: manifests loaded, and each identity\'s certificate issued and (from 2026-11-30-session3,',
+    'within `--warm-up-config`, default 64 MiB) its configuration generated ahead; the initial sync then serves what is prepared. With',
+    '`--warm-up-config 0` the initial sync generates every configuration on first connection (runs before session 3 did).',
     '',
     '## Runs',
     '',
-    '| N | S | E | K | mode | transport | initial sync ms (p50 / max) | floor ms | sync ÷ floor | RSS idle MB | RSS peak MB | RSS after sync MB | KB / proxy | sync CPU s | sync bytes | prev sync ms |',
-    '| ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| N | S | E | K | mode | transport | ready ms | initial sync ms (p50 / max) | floor ms | sync ÷ floor | RSS idle MB | RSS peak MB | RSS after sync MB | KB / proxy | sync CPU s | sync bytes | prev sync ms |',
+    '| ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const r of runs) {
     const d = det.get(runKey(r));
@@ -42,7 +45,7 @@ export function markdownReport(title: string, results: BenchResults, details: Be
     const syncText = r.initial_sync_ms === null && d ? `${fmt(d.initial_sync.p50_ms)} / ${fmt(sync)} (${d.initial_sync.synced}/${r.proxies} synced)` : `${fmt(d?.initial_sync.p50_ms)} / ${fmt(sync)}`;
     const mark = d?.cpu_profiled ? ' †' : '';
     out.push(
-      `| ${r.proxies} | ${r.services} | ${r.endpoints} | ${r.reach} | ${r.mode} | ${r.transport}${mark} | ${syncText} | ${fmt(r.floor_ms)} | ${ratio(r.initial_sync_ms, r.floor_ms)} | ${fmt(r.rss_idle_mb, 1)} | ${fmt(r.rss_peak_mb, 1)} | ${fmt(d?.rss_after_sync_mb, 1)} | ${fmt(d?.kb_per_proxy)} | ${fmt(d?.initial_sync.cpu_s, 2)} | ${fmt(d?.initial_sync.bytes)} | ${fmt(p?.initial_sync_ms)} |`,
+      `| ${r.proxies} | ${r.services} | ${r.endpoints} | ${r.reach} | ${r.mode} | ${r.transport}${mark} | ${fmt(d?.ready_ms)}${d?.warm_up_config_mb !== undefined ? ` (warm-up ${d.warm_up_config_mb} MiB)` : ''} | ${syncText} | ${fmt(r.floor_ms)} | ${ratio(r.initial_sync_ms, r.floor_ms)} | ${fmt(r.rss_idle_mb, 1)} | ${fmt(r.rss_peak_mb, 1)} | ${fmt(d?.rss_after_sync_mb, 1)} | ${fmt(d?.kb_per_proxy)} | ${fmt(d?.initial_sync.cpu_s, 2)} | ${fmt(d?.initial_sync.bytes)} | ${fmt(p?.initial_sync_ms)} |`,
     );
   }
   if (runs.some((r) => det.get(runKey(r))?.cpu_profiled)) {

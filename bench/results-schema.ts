@@ -72,6 +72,13 @@ export interface RunDetails {
   started_at: string;
   duration_s: number;
   cert_issue_ms: number;
+  /**
+   * Controller start to `/readyz` 200 (ms): manifests loaded, and the mesh's certificates and,
+   * within `--warm-up-config`, configurations prepared ahead.
+   */
+  ready_ms?: number;
+  /** The controller's `--warm-up-config` (MiB) when the bench set it. */
+  warm_up_config_mb?: number;
   initial_sync: {
     p50_ms: number | null;
     p99_ms: number | null;

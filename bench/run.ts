@@ -63,6 +63,8 @@ const HELP = `npm run bench -- [options]
                           with waitedMs, rebuildMs, diffMs and proxiesMs)
   --controller-node-options=O  options for the controller's node, space-separated
                           (e.g. "--max-semi-space-size=64")
+  --warm-up-config MIB    the controller's --warm-up-config (default: its own, 64; 0 makes
+                          every configuration on first connection)
   --previous FILE         results to show in the "prev" columns (default: the newest other
                           dated results file beside --out)
   --no-floor              skip the floor measurement
@@ -90,6 +92,7 @@ interface Settings {
   cpuProfDir?: string;
   controllerLogLevel?: string;
   controllerNodeOptions?: string[];
+  warmUpConfigMb?: number;
   maxReceiveBytes: number;
   syncTimeoutMs: number;
   scenarioTimeoutMs: number;
@@ -215,9 +218,12 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     await writeFile(path.join(manifestsAfter, edits.mesh_config_change.file), edits.mesh_config_change.text);
     log(`${key}: ${files} manifest files in ${manifests}`);
 
+    const startedAt = Date.now();
     controller = await ControllerProcess.start({
-      repoDir: REPO_DIR, manifests, stateDir, logFile: controllerLog, cpuProfDir: settings.cpuProfDir, logLevel: settings.controllerLogLevel, nodeOptions: settings.controllerNodeOptions, readyTimeoutMs: 120_000,
+      repoDir: REPO_DIR, manifests, stateDir, logFile: controllerLog, cpuProfDir: settings.cpuProfDir, logLevel: settings.controllerLogLevel, nodeOptions: settings.controllerNodeOptions, warmUpConfigMb: settings.warmUpConfigMb, readyTimeoutMs: 120_000,
     });
+    details.ready_ms = Date.now() - startedAt;
+    if (settings.warmUpConfigMb !== undefined) details.warm_up_config_mb = settings.warmUpConfigMb;
     const c = controller;
     await sleep(2000);
     const idle = c.sample();
@@ -226,7 +232,7 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     sampler = setInterval(() => {
       if (c.running) peak = Math.max(peak, c.sample().hwmMb);
     }, 250);
-    log(`${key}: controller pid ${c.pid} ready, idle RSS ${idle.rssMb.toFixed(1)} MB`);
+    log(`${key}: controller pid ${c.pid} ready in ${details.ready_ms} ms, idle RSS ${idle.rssMb.toFixed(1)} MB`);
 
     generator = new IpcChild(path.join(REPO_DIR, 'bench/load-generator.ts'), path.join(settings.logDir, `${key}.generator.log`));
     const gen = generator;
@@ -404,6 +410,7 @@ async function main(): Promise<void> {
       'cpu-prof': { type: 'string' },
       'controller-log-level': { type: 'string' },
       'controller-node-options': { type: 'string' },
+      'warm-up-config': { type: 'string' },
       previous: { type: 'string' },
       'no-floor': { type: 'boolean' },
       'max-receive-mb': { type: 'string' },
@@ -447,6 +454,7 @@ async function main(): Promise<void> {
     cpuProfDir: values['cpu-prof'] ? path.resolve(values['cpu-prof']) : undefined,
     controllerLogLevel: values['controller-log-level'],
     controllerNodeOptions: values['controller-node-options']?.split(/\s+/).filter((o) => o !== ''),
+    warmUpConfigMb: values['warm-up-config'] !== undefined ? Number(values['warm-up-config']) : undefined,
     maxReceiveBytes: Number(values['max-receive-mb'] ?? '4') * 1024 * 1024,
     syncTimeoutMs: Number(values['sync-timeout'] ?? '300') * 1000,
     scenarioTimeoutMs: Number(values['scenario-timeout'] ?? '120') * 1000,

@@ -22,10 +22,10 @@ import { AdsServer, authenticateFromNodeId, authenticateFromPeerCertificate } fr
 import { splitHostPort } from './util/address.js';
 
 /**
- * Longest /readyz waits for the service certificates of the mesh's identities to be issued at
- * start-up, in ms ({@link MeshController.warmCertificates}); issuance goes on after it.
+ * Longest /readyz waits at start-up for the mesh's identities to get their service certificates
+ * and configurations ahead, in ms ({@link MeshController.warmUp}); the work goes on after it.
  */
-export const CERTIFICATE_WARM_UP_LIMIT_MS = 30_000;
+export const WARM_UP_LIMIT_MS = 30_000;
 
 /** Options of {@link runController}; the CLI's `trellis controller` flags. */
 export interface ControllerOptions {
@@ -64,6 +64,11 @@ export interface ControllerOptions {
   readonly replicaIdentity?: string;
   /** Kubernetes mode: how long a proxy whose pod is not in the store yet is held before it is refused, in ms. */
   readonly podIdentityGraceMs?: number;
+  /**
+   * Encoded configuration generated ahead at start-up, for the mesh's identities, in bytes
+   * (default `DEFAULT_WARM_UP_CONFIGURATION_BYTES`, 64 MiB; 0: none). See `MeshController.warmUp`.
+   */
+  readonly warmUpConfigurationBytes?: number;
   readonly logger?: Logger;
 }
 
@@ -120,11 +125,11 @@ export async function runController(options: ControllerOptions): Promise<Running
     cache?: SnapshotCache;
     source?: { synced: boolean };
     kube?: KubernetesSource;
-    certificatesWarm?: boolean;
+    warm?: boolean;
   } = {};
   const ops = new OpsServer(
     {
-      ready: () => parts.source?.synced === true && parts.controller !== undefined && parts.certificatesWarm === true,
+      ready: () => parts.source?.synced === true && parts.controller !== undefined && parts.warm === true,
       metrics,
       proxies: () => (parts.controller && parts.ads ? proxiesView(parts.controller, parts.ads) : []),
       configDump: (uuid) => {
@@ -228,19 +233,20 @@ export async function runController(options: ControllerOptions): Promise<Running
   controller.start();
   parts.controller = controller;
   parts.cache = cache;
-  // Ready once the known identities have their service certificates (bounded wait): a mesh
-  // reconnecting all at once then gets its configuration without waiting for issuance.
+  // Ready once the known identities have their service certificates and configurations (bounded
+  // wait): a mesh reconnecting all at once then gets its configuration without waiting for either.
   const warmUp = (async () => {
     try {
       await kube?.whenSynced();
       const started = Date.now();
-      const limit = new Promise<number>((r) => setTimeout(() => r(-1), CERTIFICATE_WARM_UP_LIMIT_MS).unref());
-      const issued = await Promise.race([controller.warmCertificates(), limit]);
-      logger.info({ issued: issued < 0 ? 'some (still issuing)' : issued, ms: Date.now() - started }, 'service certificates issued ahead');
+      const limit = new Promise<-1>((r) => setTimeout(() => r(-1), WARM_UP_LIMIT_MS).unref());
+      const done = await Promise.race([controller.warmUp({ configurationBytes: options.warmUpConfigurationBytes }), limit]);
+      if (done === -1) logger.info({ ms: Date.now() - started }, 'certificates and configurations still being prepared ahead; ready meanwhile');
+      else logger.info({ ...done, ms: Date.now() - started }, 'certificates issued and configurations generated ahead');
     } catch (err) {
-      logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'service certificates not issued ahead; they will be on first connection');
+      logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'nothing prepared ahead; certificates and configurations will be made on first connection');
     } finally {
-      parts.certificatesWarm = true;
+      parts.warm = true;
     }
   })();
 

@@ -12,6 +12,12 @@ function duration(value: string): number {
   return seconds;
 }
 
+function mebibytes(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`"${value}" is not a size in MiB such as 64 or 0`);
+  return n;
+}
+
 function address(value: string): string {
   const { host, port } = splitHostPort(value);
   if (host === '' || !Number.isInteger(port) || port < 0 || port > 65535) throw new InvalidArgumentError(`"${value}" is not HOST:PORT`);
@@ -43,6 +49,11 @@ export async function main(argv: readonly string[]): Promise<void> {
         .argParser(duration)
         .default(60, '60s'),
     )
+    .addOption(
+      new Option('--warm-up-config <MiB>', 'at start-up, generate the configuration of each identity of the mesh ahead, up to this much encoded (0: none)')
+        .argParser(mebibytes)
+        .default(64),
+    )
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']).default('info'))
     .action(async (opts: {
       manifests: string;
@@ -55,6 +66,7 @@ export async function main(argv: readonly string[]): Promise<void> {
       insecureAllowRemote: boolean;
       httpAddress: string;
       resyncInterval: number;
+      warmUpConfig: number;
       logLevel: string;
     }) => {
       const logger = pino({ level: opts.logLevel });
@@ -69,6 +81,7 @@ export async function main(argv: readonly string[]): Promise<void> {
           insecureAllowRemote: opts.insecureAllowRemote,
           httpAddress: opts.httpAddress,
           resyncIntervalMs: opts.resyncInterval * 1000,
+          warmUpConfigurationBytes: opts.warmUpConfig * 1024 * 1024,
           logger,
         });
       } catch (err) {

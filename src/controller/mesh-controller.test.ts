@@ -81,9 +81,12 @@ describe('MeshController', () => {
       seen.set(p.uuid, []);
       cache.watch(p.uuid, (s) => seen.get(p.uuid)!.push(s));
     }
-    /** Proxy snapshots generated so far (`trellis_proxy_snapshots_total`). */
-    const generated = async (): Promise<number> => (await metrics.getSingleMetric('trellis_proxy_snapshots_total')!.get()).values[0]?.value ?? 0;
-    return { store, cache, controller, certificates, seen, generated };
+    const count = async (name: string): Promise<number> => (await metrics.getSingleMetric(name)!.get()).values[0]?.value ?? 0;
+    /** Proxy snapshots published so far (`trellis_proxy_snapshots_total`). */
+    const generated = () => count('trellis_proxy_snapshots_total');
+    /** Configurations generated so far (`trellis_configurations_generated_total`). */
+    const configurations = () => count('trellis_configurations_generated_total');
+    return { store, cache, controller, certificates, seen, generated, configurations };
   }
 
   it('an endpoint change replaces only the ClusterLoadAssignments it changes, as a full generation would', async () => {
@@ -115,17 +118,36 @@ describe('MeshController', () => {
     certificates.stop();
   });
 
-  it('issues the certificates of the mesh identities ahead, once, so a connecting proxy finds its own', async () => {
-    const { controller, certificates } = await setup();
+  it('issues the certificates and generates the configurations of the mesh identities ahead, once, for the proxies that connect', async () => {
+    const { controller, certificates, generated, configurations, cache } = await setup();
     assert.equal(certificates.peekServiceCertificate(BUYER.identity), undefined);
-    const issued = await controller.warmCertificates(2);
-    assert.ok(issued >= 5, `issued ${issued}`);
+    const done = await controller.warmUp({ concurrency: 2 });
+    assert.equal(await configurations(), done.configurationsGenerated);
+    assert.ok(done.certificatesIssued >= 5, `issued ${done.certificatesIssued}`);
+    assert.equal(done.configurationsGenerated, done.certificatesIssued, 'one configuration per identity');
+    assert.ok(done.configurationBytes > 10_000, `${done.configurationBytes} bytes`);
     const buyerCert = certificates.peekServiceCertificate(BUYER.identity);
     assert.ok(buyerCert, 'bookbuyer (a client with no Service) has its certificate');
     assert.ok(certificates.peekServiceCertificate(serviceIdentity('bookwarehouse', 'bookwarehouse')));
-    assert.equal(await controller.warmCertificates(2), 0, 'nothing left to issue');
+    assert.equal((await controller.warmUp({ concurrency: 2 })).certificatesIssued, 0, 'nothing left to issue');
+    const before = await generated();
     await controller.onStreamOpen(BUYER, 1);
     assert.equal(certificates.peekServiceCertificate(BUYER.identity), buyerCert, 'the connection used the certificate issued ahead');
+    const buyer = cache.getSnapshot(BUYER.uuid)!;
+    assert.ok(buyer.resources.get(TypeUrl.Cluster)!.has('bookstore/bookstore-v1|14001'), 'bookbuyer has its own configuration');
+    assert.equal(await generated(), before + 1, 'published once');
+    assert.equal(await configurations(), done.configurationsGenerated, 'the configuration generated ahead, not generated again');
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('generates no configuration ahead beyond its budget', async () => {
+    const { controller, certificates } = await setup();
+    const none = await controller.warmUp({ configurationBytes: 0 });
+    assert.ok(none.certificatesIssued >= 5);
+    assert.deepEqual([none.configurationsGenerated, none.configurationBytes], [0, 0]);
+    const one = await controller.warmUp({ concurrency: 1, configurationBytes: 1 });
+    assert.equal(one.configurationsGenerated, 1, 'stops once the budget is used up');
     controller.stop();
     certificates.stop();
   });

@@ -15,7 +15,7 @@ import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import { withClientType, type NodeSoftware } from '../proxy/client-type.js';
 import { ProxyRegistry } from '../proxy/registry.js';
 import { awaitProxyPod, DEFAULT_POD_IDENTITY_GRACE_MS } from './pod-identity.js';
-import { serviceIdentity, type Proxy, type ServiceIdentity } from '../proxy/types.js';
+import { identityParts, parseCommonName, proxyCommonName, serviceIdentity, type Proxy, type ServiceIdentity } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
 import { buildProxySnapshot, replaceResources, type NamedResource as EncodedNamedResource, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
@@ -95,6 +95,38 @@ export interface MeshControllerOptions {
  * snapshots in the cache, from which the ADS server sends what changed. A proxy whose
  * resources fail to generate or encode keeps its last good snapshot.
  */
+/** Default of {@link WarmUpOptions.configurationBytes}: 64 MiB of encoded configuration. */
+export const DEFAULT_WARM_UP_CONFIGURATION_BYTES = 64 * 1024 * 1024;
+
+/** The UUID of the stand-in proxy configurations are generated for ahead (generation does not read it). */
+const WARM_UP_UUID = '00000000-0000-4000-8000-000000000000';
+
+/** Options of {@link MeshController.warmUp}. */
+export interface WarmUpOptions {
+  /** Identities worked on at once (default 4). */
+  readonly concurrency?: number;
+  /**
+   * Encoded configuration to generate ahead at most, in bytes (default
+   * {@link DEFAULT_WARM_UP_CONFIGURATION_BYTES}); 0 issues certificates only.
+   */
+  readonly configurationBytes?: number;
+}
+
+/** What {@link MeshController.warmUp} did. */
+export interface WarmUpResult {
+  readonly certificatesIssued: number;
+  readonly configurationsGenerated: number;
+  /** Encoded size of the configurations generated, in bytes. */
+  readonly configurationBytes: number;
+}
+
+/** Encoded size of a proxy snapshot's resources, in bytes (0 for none). */
+function snapshotBytes(snapshot: ProxySnapshot | undefined): number {
+  let bytes = 0;
+  for (const resources of snapshot?.resources.values() ?? []) for (const r of resources.values()) bytes += r.resource.value.length;
+  return bytes;
+}
+
 export class MeshController {
   readonly registry = new ProxyRegistry();
   private mesh: MeshSnapshot;
@@ -121,6 +153,7 @@ export class MeshController {
     problems: Gauge;
     buildSeconds: Histogram;
     proxiesUpdated: Counter;
+    configurationsGenerated: Counter;
     validationFailures: Counter<'type'>;
     refusals: Counter<'reason'>;
   };
@@ -150,6 +183,11 @@ export class MeshController {
         registers,
       }),
       proxiesUpdated: new Counter({ name: 'trellis_proxy_snapshots_total', help: 'Proxy snapshots generated', registers }),
+      configurationsGenerated: new Counter({
+        name: 'trellis_configurations_generated_total',
+        help: 'Configurations generated, validated and encoded (proxies of one identity and client type share one per mesh snapshot)',
+        registers,
+      }),
       validationFailures: new Counter({
         name: 'trellis_config_validation_failures_total',
         help: 'Violations of Envoy validate.rules and cross-resource rules found in generated proxy configuration, by xDS type',
@@ -191,16 +229,18 @@ export class MeshController {
   }
 
   /**
-   * Issues the service certificates of the mesh's identities that have none yet (the service
-   * accounts of monitored namespaces, and the identities behind services), `concurrency` at a
-   * time, so that proxies connecting later (a whole mesh reconnecting after a restart) find
-   * their certificate ready instead of each waiting for an issuance. A failure is logged; that
-   * identity's certificate is then issued on demand as before.
-   * @param concurrency issuances in flight at once (default 4: key generation and signing run
-   *   on libuv's thread pool).
-   * @returns the number of certificates issued.
+   * Prepares for a mesh connecting at once (a restart while proxies run): for every identity of
+   * the mesh (service accounts of monitored namespaces, and the identities behind services),
+   * issues its service certificate and, while `configurationBytes` last, generates, validates
+   * and encodes the configuration of a sidecar of that identity, so that its proxies find both
+   * ready instead of each waiting for them. `concurrency` identities at a time (issuance runs on
+   * libuv's thread pool, generation on this thread meanwhile). A failure is logged; that
+   * identity's certificate and configuration are then made on first connection as before. What
+   * was generated serves the current MeshSnapshot: the first change that affects an identity
+   * makes its next proxy generate again.
+   * @returns the certificates issued, the configurations generated and their encoded size (bytes).
    */
-  async warmCertificates(concurrency = 4): Promise<number> {
+  async warmUp(options: WarmUpOptions = {}): Promise<WarmUpResult> {
     if (this.storeChanged) await this.flush();
     const mesh = this.mesh;
     const identities = new Set<ServiceIdentity>(mesh.servicesByIdentity.keys());
@@ -208,20 +248,33 @@ export class MeshController {
       const ns = sa.metadata.namespace ?? 'default';
       if (mesh.namespaces.has(ns)) identities.add(serviceIdentity(ns, sa.metadata.name));
     }
-    const todo = [...identities].filter((id) => !this.options.certificates.peekServiceCertificate(id));
-    let issued = 0;
+    const budget = options.configurationBytes ?? DEFAULT_WARM_UP_CONFIGURATION_BYTES;
+    const result = { certificatesIssued: 0, configurationsGenerated: 0, configurationBytes: 0 };
+    const todo = [...identities].sort().reverse();
     const worker = async (): Promise<void> => {
       for (let id = todo.pop(); id !== undefined; id = todo.pop()) {
         try {
-          await this.options.certificates.getServiceCertificate(id);
-          issued++;
+          if (!this.options.certificates.peekServiceCertificate(id)) {
+            await this.options.certificates.getServiceCertificate(id);
+            result.certificatesIssued++;
+          }
         } catch (err) {
           this.options.logger.warn({ identity: id, err: err instanceof Error ? err.message : String(err) }, 'service certificate not issued ahead; it will be on first connection');
+          continue;
+        }
+        if (result.configurationBytes >= budget || this.mesh !== mesh) continue;
+        try {
+          const { namespace, serviceAccount } = identityParts(id);
+          const config = await this.configFor(parseCommonName(proxyCommonName(WARM_UP_UUID, 'sidecar', namespace, serviceAccount)));
+          result.configurationsGenerated++;
+          result.configurationBytes += snapshotBytes(config.snapshot ?? config.validSnapshot);
+        } catch (err) {
+          this.options.logger.warn({ identity: id, err: err instanceof Error ? err.message : String(err) }, 'configuration not generated ahead; it will be on first connection');
         }
       }
     };
-    await Promise.all(Array.from({ length: Math.max(1, concurrency) }, worker));
-    return issued;
+    await Promise.all(Array.from({ length: Math.max(1, options.concurrency ?? 4) }, worker));
+    return result;
   }
 
   /** The resync interval in force, in ms: MeshConfig `sidecar.configResyncInterval` when set, else the option. */
@@ -362,6 +415,7 @@ export class MeshController {
     const key = `${proxy.identity}|${proxy.clientType ?? 'envoy'}|${cert.serialNumber}`;
     const found = this.memo.entries.get(key);
     if (found) return found;
+    this.metrics.configurationsGenerated.inc();
     const resources = generateProxyResources(this.mesh, proxy, {
       certChainPem: cert.certPem,
       privateKeyPem: cert.keyPem,
