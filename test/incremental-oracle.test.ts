@@ -421,14 +421,23 @@ describe('the incremental push pipeline against a fresh controller (oracle)', ()
         debounceQuietMs: 1, debounceMaxDelayMs: 5, resyncIntervalMs: 0,
       });
       controller.start();
+      // Configurations generated ahead, kept through changes that cannot alter them: proxies
+      // connect at the start or later, and reconnect, and must get what a fresh controller gives.
+      await controller.warmUp({ concurrency: 2 });
       let sid = 0;
-      for (const p of PROXIES) {
+      const connected = new Map<string, number>();
+      const open = async (p: (typeof PROXIES)[number]): Promise<void> => {
+        const proxy = parseCommonName(p.cn);
+        const previous = connected.get(proxy.uuid);
+        if (previous !== undefined) controller.onStreamClose(proxy, previous);
         try {
-          await controller.onStreamOpen(parseCommonName(p.cn), ++sid, p.grpc ? { user_agent_name: 'gRPC Node Pure JS' } : undefined);
+          await controller.onStreamOpen(proxy, ++sid, p.grpc ? { user_agent_name: 'gRPC Node Pure JS' } : undefined);
+          connected.set(proxy.uuid, sid);
         } catch (err) {
           failures.push(`seq ${seq}: open ${p.cn}: ${err}`);
         }
-      }
+      };
+      for (const p of PROXIES) if (r() < 0.6) await open(p);
       let chain: MeshSnapshot | undefined = buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot;
       const history: string[] = [];
       let stepFailed = false;
@@ -446,6 +455,7 @@ describe('the incremental push pipeline against a fresh controller (oracle)', ()
         store.replaceAll('test', [...model.values()]);
         await controller.flush();
         await controller.flush();
+        for (const p of PROXIES) if (r() < (connected.has(parseCommonName(p.cn).uuid) ? 0.1 : 0.3)) await open(p);
         steps++;
         {
           const d = diffMeshSnapshots(meshBefore, controller.snapshot);
@@ -475,6 +485,7 @@ describe('the incremental push pipeline against a fresh controller (oracle)', ()
         if (JSON.stringify(problems) !== JSON.stringify(fresh.problems)) out.push(`problems differ: ${JSON.stringify(problems)} vs fresh ${JSON.stringify(fresh.problems)}`);
         for (const p of PROXIES) {
           const proxy = parseCommonName(p.cn);
+          if (!connected.has(proxy.uuid)) continue;
           const f = fresh.proxies[proxy.uuid];
           const s = cache.getSnapshot(proxy.uuid);
           const who = `${proxy.identity}${p.grpc ? '(grpc)' : ''}`;

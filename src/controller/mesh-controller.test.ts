@@ -141,6 +141,24 @@ describe('MeshController', () => {
     certificates.stop();
   });
 
+  it('keeps a configuration generated ahead through changes that cannot alter it, and only those', async () => {
+    const { store, controller, certificates, configurations, cache } = await setup();
+    const done = await controller.warmUp();
+    const movePod = (name: string, ip: string) =>
+      bookstoreMesh().map((o) => (o.kind === 'Pod' && o.metadata.name === name ? { ...o, status: { podIP: ip, phase: 'Running' } } : o));
+    // bookstore's endpoints change: bookbuyer reaches bookstore, bookthief reaches nothing.
+    store.replaceAll('test', movePod('bookstore-v2-1', '10.244.9.9'));
+    await controller.flush();
+    await controller.onStreamOpen(THIEF, 2);
+    assert.equal(await configurations(), done.configurationsGenerated, "bookthief's configuration generated ahead still serves");
+    await controller.onStreamOpen(BUYER, 1);
+    assert.equal(await configurations(), done.configurationsGenerated + 1, "bookbuyer's was generated again");
+    const endpoints = cache.getSnapshot(BUYER.uuid)!.resources.get(TypeUrl.ClusterLoadAssignment)!.get('bookstore/bookstore-v2|14001')!;
+    assert.match(JSON.stringify(decodeMessage(TypeUrl.ClusterLoadAssignment, endpoints.resource.value)), /10\.244\.9\.9/);
+    controller.stop();
+    certificates.stop();
+  });
+
   it('generates no configuration ahead beyond its budget', async () => {
     const { controller, certificates } = await setup();
     const none = await controller.warmUp({ configurationBytes: 0 });

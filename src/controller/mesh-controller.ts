@@ -34,6 +34,10 @@ interface GeneratedConfig {
   readonly validSnapshot: ProxySnapshot | undefined;
   /** The services this configuration was generated from ({@link proxyDependencies}). */
   readonly dependencies: ReadonlySet<string>;
+  /** The proxy it was generated for (its identity and client type are what it depends on). */
+  readonly proxy: Proxy;
+  /** Generated ahead by {@link MeshController.warmUp}, within its budget. */
+  ahead: boolean;
 }
 
 /** Why a push happens; merged by the debouncer into one {@link PushRequest}. */
@@ -233,11 +237,10 @@ export class MeshController {
    * the mesh (service accounts of monitored namespaces, and the identities behind services),
    * issues its service certificate and, while `configurationBytes` last, generates, validates
    * and encodes the configuration of a sidecar of that identity, so that its proxies find both
-   * ready instead of each waiting for them. `concurrency` identities at a time (issuance runs on
-   * libuv's thread pool, generation on this thread meanwhile). A failure is logged; that
-   * identity's certificate and configuration are then made on first connection as before. What
-   * was generated serves the current MeshSnapshot: the first change that affects an identity
-   * makes its next proxy generate again.
+   * ready instead of each waiting for them. `concurrency` identities at a time. A failure is
+   * logged; that identity's certificate and configuration are then made on first connection as
+   * before. A configuration generated ahead is kept through changes that cannot alter it (see
+   * `affectedBy`); a change that can makes the identity's next proxy generate again.
    * @returns the certificates issued, the configurations generated and their encoded size (bytes).
    */
   async warmUp(options: WarmUpOptions = {}): Promise<WarmUpResult> {
@@ -262,10 +265,11 @@ export class MeshController {
           this.options.logger.warn({ identity: id, err: err instanceof Error ? err.message : String(err) }, 'service certificate not issued ahead; it will be on first connection');
           continue;
         }
-        if (result.configurationBytes >= budget || this.mesh !== mesh) continue;
+        if (result.configurationBytes >= budget) continue;
         try {
           const { namespace, serviceAccount } = identityParts(id);
           const config = await this.configFor(parseCommonName(proxyCommonName(WARM_UP_UUID, 'sidecar', namespace, serviceAccount)));
+          config.ahead = true;
           result.configurationsGenerated++;
           result.configurationBytes += snapshotBytes(config.snapshot ?? config.validSnapshot);
         } catch (err) {
@@ -428,6 +432,8 @@ export class MeshController {
       snapshot: violations.length === 0 ? buildProxySnapshot(encodeResources(resources, this.checked)) : undefined,
       validSnapshot: violations.length === 0 ? undefined : buildProxySnapshot(encodeResources(valid, this.checked)),
       dependencies: proxyDependencies(this.mesh, proxy.identity),
+      proxy,
+      ahead: false,
     };
     this.memo.entries.set(key, config);
     return config;
@@ -449,6 +455,7 @@ export class MeshController {
       this.mesh = this.rebuild();
       rebuiltAt = this.timers.now();
       scope = request.resync ? 'all' : diffMeshSnapshots(before, this.mesh);
+      this.carryMemo(scope, request.rotated);
     }
     const diffedAt = this.timers.now();
     // Only endpoints changed: proxies keep their configuration but for the changed services'
@@ -492,6 +499,24 @@ export class MeshController {
     // A resync with nothing new is routine: keep it out of the info log.
     if (request.resync && request.kinds.size === 0 && request.rotated.size === 0) this.options.logger.debug(fields, 'resync pushed');
     else this.options.logger.info(fields, 'configuration pushed');
+  }
+
+  /**
+   * Starts the memo of the new MeshSnapshot with the configurations `change` cannot alter
+   * (`affectedBy`), of identities whose certificate did not rotate: those generated ahead, and
+   * those a connected proxy uses (the rest would only hold memory).
+   */
+  private carryMemo(change: 'all' | MeshChange, rotated: ReadonlySet<ServiceIdentity>): void {
+    const entries = new Map<string, GeneratedConfig>();
+    if (change !== 'all') {
+      const like = (p: Proxy): string => `${p.identity}|${p.clientType ?? 'envoy'}`;
+      const connected = new Set(this.registry.proxies().map(like));
+      for (const [key, config] of this.memo.entries) {
+        if (rotated.has(config.proxy.identity) || !(config.ahead || connected.has(like(config.proxy)))) continue;
+        if (!affectedBy(change, config.proxy, config.dependencies)) entries.set(key, config);
+      }
+    }
+    this.memo = { generation: this.mesh.generation, entries };
   }
 
   /**
