@@ -228,6 +228,8 @@ export class LeanSidecar {
       'grpc.use_local_subchannel_pool': 1,
       'grpc.max_receive_message_length': maxReceiveBytes,
       'grpc.max_send_message_length': 64 * 1024 * 1024,
+      // A TLS server name may not be an IP address (RFC 6066): name the controller's certificate's `localhost`.
+      ...(credentials._isSecure() ? { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' } : {}),
     });
     const call = this.client.makeBidiStreamRequest(ADS_METHOD, (b: Buffer) => b, (b: Buffer) => b);
     this.call = call;

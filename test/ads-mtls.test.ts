@@ -26,7 +26,7 @@ async function keyPem(key: CryptoKey): Promise<Buffer> {
   return Buffer.from(x509.PemConverter.encode(der, 'PRIVATE KEY'));
 }
 
-/** A CA, a server certificate for 127.0.0.1 and a client certificate with the given CN. */
+/** A CA, a server certificate for 127.0.0.1 and localhost, and a client certificate with the given CN. */
 async function makePki(clientCn: string): Promise<{ ca: Buffer; server: Issued; client: Issued }> {
   const caKeys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as CryptoKeyPair;
   const ca = await x509.X509CertificateGenerator.createSelfSigned({
@@ -49,7 +49,7 @@ async function makePki(clientCn: string): Promise<{ ca: Buffer; server: Issued; 
   };
   return {
     ca: Buffer.from(ca.toString('pem')),
-    server: await issue('trellis-ads', [{ type: 'ip', value: '127.0.0.1' }]),
+    server: await issue('trellis-ads', [{ type: 'ip', value: '127.0.0.1' }, { type: 'dns', value: 'localhost' }]),
     client: await issue(clientCn, [{ type: 'dns', value: 'client.example' }]),
   };
 }

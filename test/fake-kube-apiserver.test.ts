@@ -191,8 +191,8 @@ describe('fake kube-apiserver kubeconfig file', () => {
 
 const kubectl = findKubectl();
 
-describe('fake kube-apiserver with a real kubectl', { skip: kubectl.skip }, () => {
-  it('takes kubectl apply (create, then strategic-merge and merge patches), get and delete', async () => {
+describe('fake kube-apiserver with a real kubectl', () => {
+  it('takes kubectl apply (create, then strategic-merge and merge patches), get and delete', { skip: kubectl.skip }, async () => {
     const server = await new FakeKubeApiServer().start();
     const k = await Kubectl.for(server, kubectl.path ?? '');
     try {

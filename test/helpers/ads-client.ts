@@ -22,14 +22,21 @@ function adsClientConstructor(): AdsClientConstructor {
   return clientConstructor;
 }
 
+/** Channel options that make a TLS client name `localhost`, whatever address it dials. */
+export const TLS_LOCALHOST: grpc.ClientOptions = { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' };
+
 /** A test ADS client over real grpc-js: one channel, any number of streams. */
 export class AdsTestClient {
   private readonly client: grpc.Client;
 
-  /** @param address `host:port` of the ADS server. */
+  /**
+   * @param address `host:port` of the ADS server.
+   * @param credentials TLS credentials: the server certificate is checked for the DNS name
+   *   `localhost` (a TLS server name may not be an IP address, RFC 6066); plaintext by default.
+   */
   constructor(address: string, credentials: grpc.ChannelCredentials = grpc.credentials.createInsecure()) {
     const Ctor = adsClientConstructor();
-    this.client = new Ctor(address, credentials);
+    this.client = new Ctor(address, credentials, credentials._isSecure() ? TLS_LOCALHOST : {});
   }
 
   /** Opens a `StreamAggregatedResources` stream whose first request will carry `node.id = nodeId`. */
