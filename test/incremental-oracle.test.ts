@@ -22,7 +22,7 @@ import { SnapshotCache } from '../src/xds/cache/snapshot-cache.js';
 import { MeshController } from '../src/controller/mesh-controller.js';
 import { buildMeshSnapshot } from '../src/catalog/build-snapshot.js';
 import { formatProblem } from '../src/catalog/problems.js';
-import { diffMeshSnapshots, onlyEndpointsChanged } from '../src/catalog/snapshot-diff.js';
+import { diffMeshSnapshots, onlyEndpointsChanged, onlySplitWeightsChanged } from '../src/catalog/snapshot-diff.js';
 import { KEPT_NOTE } from '../src/catalog/last-good.js';
 import { parseCommonName } from '../src/proxy/types.js';
 import { decodeMessage } from '../src/api/codec.js';
@@ -459,7 +459,7 @@ describe('the incremental push pipeline against a fresh controller (oracle)', ()
         steps++;
         {
           const d = diffMeshSnapshots(meshBefore, controller.snapshot);
-          const k = d === 'all' ? 'all' : d.services.size + d.identities.size === 0 && !d.servicesChanged ? 'none' : onlyEndpointsChanged(meshBefore, controller.snapshot, d) ? 'eps' : 'partial';
+          const k = d === 'all' ? 'all' : d.services.size + d.identities.size === 0 && !d.servicesChanged ? 'none' : onlyEndpointsChanged(meshBefore, controller.snapshot, d) ? 'eps' : onlySplitWeightsChanged(meshBefore, controller.snapshot, d) ? 'routes' : 'partial';
           scopes[k] = (scopes[k] ?? 0) + 1;
         }
         const problems = controller.policyProblems().map(formatProblem).sort();

@@ -4,7 +4,7 @@ import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
 import { memoryStore } from '../../test/helpers/memory-store.js';
 import type { KubeObject } from '../store/objects.js';
 import { buildMeshSnapshot } from './build-snapshot.js';
-import { diffMeshSnapshots, onlyEndpointsChanged, type MeshChange } from './snapshot-diff.js';
+import { diffMeshSnapshots, onlyEndpointsChanged, onlySplitWeightsChanged, type MeshChange } from './snapshot-diff.js';
 
 const build = (objects: KubeObject[]) => buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 }).snapshot;
 const withPodIp = (name: string, ip: string) =>
@@ -55,6 +55,20 @@ describe('diffMeshSnapshots', () => {
       identities: ['bookbuyer/bookbuyer', 'bookstore/bookstore', 'bookstore/bookstore-v2'],
       servicesChanged: true,
     });
+  });
+
+  it('tells a change of split weights only (only RouteConfigurations differ) from one that changes which clusters are reached', () => {
+    const base = build(bookstoreMesh());
+    const weightsOnly = (after: ReturnType<typeof build>) => {
+      const change = diffMeshSnapshots(base, after);
+      return change !== 'all' && onlySplitWeightsChanged(base, after, change);
+    };
+    assert.equal(weightsOnly(build(bookstoreMesh({ split: [90, 10] }))), true);
+    assert.equal(weightsOnly(build(bookstoreMesh({ split: [100, 0] }))), false, 'a backend drops to weight 0: its cluster is no longer reached');
+    assert.equal(weightsOnly(build(withPodIp('bookwarehouse-1', '10.9.9.9'))), false, 'endpoints');
+    assert.equal(weightsOnly(build(bookstoreMesh())), false, 'nothing');
+    const both = bookstoreMesh({ split: [90, 10] }).map((o) => (o.kind === 'Pod' && o.metadata.name === 'bookstore-v1-1' ? { ...o, status: { podIP: '10.9.9.9', phase: 'Running' } } : o));
+    assert.equal(weightsOnly(build(both as KubeObject[])), false, 'weights and a backend\'s endpoints');
   });
 
   it('covers every field of the MeshSnapshot (a new field must be added to the diff)', () => {

@@ -159,6 +159,38 @@ export function onlyEndpointsChanged(before: MeshSnapshot, after: MeshSnapshot, 
 }
 
 /**
+ * True when, of what `change` names (from {@link diffMeshSnapshots}), only TrafficSplit weights
+ * changed: each changed split keeps the same backends, each keeping or not a positive weight
+ * (so the same clusters are reached), its apex serves HTTP or gRPC on every port and is not
+ * headless (a TCP apex's weights are in listeners); no endpoints, UpstreamTrafficSetting,
+ * identity or service changed. Then only RouteConfigurations differ in any proxy's
+ * configuration (the weighted clusters of the apexes' routes).
+ */
+export function onlySplitWeightsChanged(before: MeshSnapshot, after: MeshSnapshot, change: MeshChange): boolean {
+  if (change.servicesChanged || change.identities.size > 0 || change.services.size === 0) return false;
+  const same = sameContent;
+  const splitOf = (s: MeshSnapshot, key: string) => s.trafficSplits.find((t) => `${t.namespace}/${t.service}` === key);
+  let splitChanged = false;
+  for (const key of change.services) {
+    const [namespace, name] = key.split('/');
+    const services = after.services.filter((s) => s.namespace === namespace && s.name === name);
+    for (const svc of services) if (!same(before.endpoints.get(clusterName(svc)) ?? [], after.endpoints.get(clusterName(svc)) ?? [])) return false;
+    const setting = (s: MeshSnapshot) => s.upstreamTrafficSettings.find((u) => u.service === key);
+    if (!same(setting(before), setting(after))) return false;
+    const [a, b] = [splitOf(before, key), splitOf(after, key)];
+    if (!a && !b) continue; // a backend of a changed split: its inbound host names depend on the apex only
+    if (!a || !b || a.backends.length !== b.backends.length) return false;
+    for (let i = 0; i < a.backends.length; i++) {
+      const [x, y] = [a.backends[i], b.backends[i]];
+      if (x.service !== y.service || x.weight > 0 !== y.weight > 0) return false;
+    }
+    if (services.length === 0 || services.some((s) => s.headless || (s.protocol !== 'http' && s.protocol !== 'grpc'))) return false;
+    splitChanged ||= !same(a, b);
+  }
+  return splitChanged;
+}
+
+/**
  * Equal content. Builds reuse the objects of what did not change, so identity settles most
  * comparisons; arrays compare element by element (identity first, then JSON), the rest by JSON.
  */

@@ -118,6 +118,29 @@ describe('MeshController', () => {
     certificates.stop();
   });
 
+  it('a split weight change replaces only the RouteConfigurations, as a full generation would', async () => {
+    const { store, controller, certificates, cache, configurations } = await setup();
+    await controller.onStreamOpen(BUYER, 1);
+    const before = cache.getSnapshot(BUYER.uuid)!;
+    const generatedBefore = await configurations();
+    store.replaceAll('test', bookstoreMesh({ split: [90, 10] }));
+    await controller.flush();
+    const after = cache.getSnapshot(BUYER.uuid)!;
+    assert.equal(await configurations(), generatedBefore, 'no full generation');
+    for (const type of [TypeUrl.Cluster, TypeUrl.ClusterLoadAssignment, TypeUrl.Listener, TypeUrl.Secret]) {
+      assert.equal(after.resources.get(type), before.resources.get(type), `${type} untouched`);
+    }
+    assert.notEqual(after.versions.get(TypeUrl.RouteConfiguration), before.versions.get(TypeUrl.RouteConfiguration));
+    const rc = decodeMessage(TypeUrl.RouteConfiguration, after.resources.get(TypeUrl.RouteConfiguration)!.get('rds-outbound.14001')!.resource.value) as any; // eslint-disable-line @typescript-eslint/no-explicit-any
+    const weights = rc.virtual_hosts.flatMap((vh: any) => vh.routes.flatMap((r: any) => r.route.weighted_clusters?.clusters ?? [])); // eslint-disable-line @typescript-eslint/no-explicit-any
+    assert.deepEqual(weights.map((c: any) => `${c.name}=${c.weight.value}`).sort(), ['bookstore/bookstore-v1|14001=90', 'bookstore/bookstore-v2|14001=10']); // eslint-disable-line @typescript-eslint/no-explicit-any
+    const late = parseCommonName('55555555-5555-4555-8555-555555555555.sidecar.bookbuyer.bookbuyer.cluster.local');
+    await controller.onStreamOpen(late, 2);
+    assert.deepEqual(cache.getSnapshot(late.uuid)!.versions, after.versions, 'a full generation gives the same');
+    controller.stop();
+    certificates.stop();
+  });
+
   it('issues the certificates and generates the configurations of the mesh identities ahead, once, for the proxies that connect', async () => {
     const { controller, certificates, generated, configurations, cache } = await setup();
     assert.equal(certificates.peekServiceCertificate(BUYER.identity), undefined);

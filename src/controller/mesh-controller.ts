@@ -2,14 +2,14 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { TYPE_SHORT_NAME, TypeUrl } from '../api/type-urls.js';
 import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
-import { diffMeshSnapshots, onlyEndpointsChanged, type MeshChange } from '../catalog/snapshot-diff.js';
+import { diffMeshSnapshots, onlyEndpointsChanged, onlySplitWeightsChanged, type MeshChange } from '../catalog/snapshot-diff.js';
 import { serviceKey } from '../catalog/names.js';
 import { sharedClusterLoadAssignment } from '../envoy/eds/eds.js';
 import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshService, MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
 import { affectedBy, proxyDependencies } from '../envoy/dependencies.js';
-import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
+import { generateProxyResources, generateProxyRouteConfigurations, type ProxyResources } from '../envoy/generate.js';
 import { formatViolation, ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import { withClientType, type NodeSoftware } from '../proxy/client-type.js';
@@ -465,6 +465,10 @@ export class MeshController {
       change !== 'all' && change.services.size > 0 && onlyEndpointsChanged(before, this.mesh, change)
         ? this.encodedAssignments(this.mesh.services.filter((s) => change.services.has(serviceKey(s))))
         : undefined;
+    // Only TrafficSplit weights changed: proxies keep their configuration but for their route
+    // configurations, generated again (once per identity and client type) and replaced.
+    const routesPatch =
+      change !== 'all' && endpointsPatch === undefined && onlySplitWeightsChanged(before, this.mesh, change) ? new Map<string, readonly EncodedNamedResource[] | undefined>() : undefined;
     const affected = (p: Proxy): boolean => {
       if (change === 'all' || request.rotated.has(p.identity)) return true;
       const deps = this.dependencies.get(p.uuid);
@@ -474,7 +478,9 @@ export class MeshController {
     const proxies = this.registry.proxies().filter(affected);
     let slice = this.timers.now();
     for (const proxy of proxies) {
-      const patched = endpointsPatch !== undefined && !request.rotated.has(proxy.identity) && this.patchEndpoints(proxy, endpointsPatch);
+      const patched =
+        !request.rotated.has(proxy.identity) &&
+        ((endpointsPatch !== undefined && this.patchEndpoints(proxy, endpointsPatch)) || (routesPatch !== undefined && this.patchRoutes(proxy, routesPatch)));
       if (!patched) await this.updateProxy(proxy);
       // Generation is synchronous: without a break the ADS server could write nothing until
       // every proxy is done. Yield to the event loop every few milliseconds so each proxy's
@@ -539,6 +545,35 @@ export class MeshController {
     const previous = this.options.cache.getSnapshot(proxy.uuid);
     if (!previous || this.violations.has(proxy.uuid) || !this.dependencies.has(proxy.uuid)) return false;
     const next = replaceResources(previous, TypeUrl.ClusterLoadAssignment, assignments);
+    if (next !== previous) {
+      this.metrics.proxiesUpdated.inc();
+      this.options.cache.setSnapshot(proxy.uuid, next);
+    }
+    return true;
+  }
+
+  /**
+   * Replaces the proxy's route configurations with ones generated from the current MeshSnapshot
+   * (the rest of its configuration does not depend on split weights, see
+   * `onlySplitWeightsChanged`), validated against the rest of its configuration. `byKind`
+   * remembers them per identity and client type for the push.
+   * @returns false when the proxy needs a full update instead: it has no snapshot, had
+   *   violations, or its new route configurations break a rule or are not the same names.
+   */
+  private patchRoutes(proxy: Proxy, byKind: Map<string, readonly EncodedNamedResource[] | undefined>): boolean {
+    const previous = this.options.cache.getSnapshot(proxy.uuid);
+    const current = previous?.resources.get(TypeUrl.RouteConfiguration);
+    if (!previous || !current || this.violations.has(proxy.uuid) || !this.dependencies.has(proxy.uuid)) return false;
+    const kind = `${proxy.identity}|${proxy.clientType ?? 'envoy'}`;
+    if (!byKind.has(kind)) {
+      const resources = new Map([[TypeUrl.RouteConfiguration, generateProxyRouteConfigurations(this.mesh, proxy)]]);
+      const others = new Map([...previous.resources].filter(([type]) => type !== TypeUrl.RouteConfiguration).map(([type, map]) => [type, map.keys()]));
+      const ok = validateProxyResources(resources, this.checked, others).violations.length === 0;
+      byKind.set(kind, ok ? encodeResources(resources, this.checked).get(TypeUrl.RouteConfiguration) : undefined);
+    }
+    const routes = byKind.get(kind);
+    if (!routes || routes.length !== current.size || routes.some((r) => !current.has(r.name))) return false;
+    const next = replaceResources(previous, TypeUrl.RouteConfiguration, routes);
     if (next !== previous) {
       this.metrics.proxiesUpdated.inc();
       this.options.cache.setSnapshot(proxy.uuid, next);

@@ -7,7 +7,7 @@ import { generateListeners } from './lds/lds.js';
 import { generateRouteConfigurations } from './rds/rds.js';
 import { generateEgressRouteConfigurations } from './rds/egress.js';
 import { generateIngressRouteConfigurations } from './rds/ingress.js';
-import { generateProxylessResources } from './proxyless.js';
+import { generateProxylessResources, generateProxylessRouteConfigurations } from './proxyless.js';
 import type { NamedResource } from './resource.js';
 import { generateSecrets, type ProxyCertificates } from './sds/sds.js';
 
@@ -27,14 +27,16 @@ export function generateProxyResources(snapshot: MeshSnapshot, proxy: Proxy, cer
     [TypeUrl.Cluster, generateClusters(snapshot, proxy)],
     [TypeUrl.ClusterLoadAssignment, generateClusterLoadAssignments(snapshot, proxy)],
     [TypeUrl.Listener, generateListeners(snapshot, proxy)],
-    [
-      TypeUrl.RouteConfiguration,
-      [
-        ...generateRouteConfigurations(snapshot, proxy),
-        ...generateIngressRouteConfigurations(snapshot, proxy),
-        ...generateEgressRouteConfigurations(snapshot, proxy),
-      ],
-    ],
+    [TypeUrl.RouteConfiguration, generateProxyRouteConfigurations(snapshot, proxy)],
     [TypeUrl.Secret, generateSecrets(snapshot, proxy, certs)],
   ]);
+}
+
+/**
+ * The RouteConfigurations {@link generateProxyResources} gives `proxy`, alone: for a change that
+ * only alters routes (`onlySplitWeightsChanged`). Pure and synchronous.
+ */
+export function generateProxyRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): readonly NamedResource[] {
+  if (proxy.clientType === 'grpc') return generateProxylessRouteConfigurations(snapshot, proxy);
+  return [...generateRouteConfigurations(snapshot, proxy), ...generateIngressRouteConfigurations(snapshot, proxy), ...generateEgressRouteConfigurations(snapshot, proxy)];
 }

@@ -205,6 +205,8 @@ function findReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>): Res
 
 /**
  * Checks the cross-resource rules listed on {@link CrossViolation} over one proxy's set.
+ * `others`: names of the proxy's resources of types not in `resources` (a partial update checked
+ * against the rest of its configuration), which references may name.
  * `safe_regex.regex` being empty is left to the `string.min_len` annotation on
  * `RegexMatcher.regex`, and a virtual host without domains to `repeated.min_items` on
  * `VirtualHost.domains` (both checked by `proto-rules.ts`); here regexes are compiled as
@@ -212,9 +214,10 @@ function findReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>): Res
  * rejects, are reported as `regex.re2_unsupported`).
  * @returns the violations, grouped by resource in the order given.
  */
-export function validateCrossResource(resources: DecodedResources): CrossViolation[] {
+export function validateCrossResource(resources: DecodedResources, others?: ReadonlyMap<TypeUrl, Iterable<string>>): CrossViolation[] {
   const out: CrossViolation[] = [];
   const names = new Map<TypeUrl, Set<string>>();
+  for (const [typeUrl, list] of others ?? []) if (!resources.has(typeUrl)) names.set(typeUrl, new Set(list));
   for (const [typeUrl, list] of resources) {
     const seen = new Set<string>();
     for (const r of list) {

@@ -202,9 +202,15 @@ export class ResourceCheckCache {
  * domains, weights and addresses as their decoded form.
  * @param resources generated resources by type URL, in the object form the codec encodes.
  * @param cache per-resource results to reuse (a fresh one by default).
+ * @param others for a partial update (some types only): the names of the proxy's resources of
+ *   the other types, which references may name.
  * @returns violations, the resources safe to send, and what was dropped.
  */
-export function validateProxyResources(resources: ProxyResources, cache: ResourceCheckCache = new ResourceCheckCache()): ValidationResult {
+export function validateProxyResources(
+  resources: ProxyResources,
+  cache: ResourceCheckCache = new ResourceCheckCache(),
+  others?: ReadonlyMap<TypeUrl, Iterable<string>>,
+): ValidationResult {
   const violations: Violation[] = [];
   const decoded = new Map<TypeUrl, DecodedResource[]>();
   for (const [typeUrl, list] of resources) {
@@ -223,7 +229,7 @@ export function validateProxyResources(resources: ProxyResources, cache: Resourc
     }
     decoded.set(typeUrl, out);
   }
-  violations.push(...validateCrossResource(decoded));
+  violations.push(...validateCrossResource(decoded, others));
   const order = [...resources.keys()];
   violations.sort((a, b) => order.indexOf(a.typeUrl) - order.indexOf(b.typeUrl));
 
