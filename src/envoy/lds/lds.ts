@@ -17,6 +17,7 @@ import { sharedResource } from '../shared-resources.js';
 import { downstreamTlsContext, tlsTransportSocket } from '../tls.js';
 import { ADS_CONFIG_SOURCE, ExtensionType, typedConfig } from '../typed-config.js';
 import { egressFilterChains, egressListenerFilters } from './egress.js';
+import { proxyEgressPolicies } from '../egress-plan.js';
 import { ingressFilterChains } from './ingress.js';
 
 /** Name and port of the listener that captures outbound traffic (OSM v1.2). */
@@ -212,7 +213,7 @@ export function generateListeners(snapshot: MeshSnapshot, proxy: Proxy): NamedRe
   // Without Egress policies of its own, a proxy's outbound listener depends only on its view:
   // identities with the same view (all of them in permissive mode) share one object.
   const view = outboundView(snapshot, proxy.identity);
-  const shareable = egressFilterChains(snapshot, proxy, []).length === 0;
+  const shareable = proxyEgressPolicies(snapshot, proxy).length === 0;
   const outbound = shareable
     ? sharedResource(snapshot, `Listener ${OUTBOUND_LISTENER.name}`, [snapshot, view], () => ({ listener: outboundListener(snapshot, proxy) })).listener
     : outboundListener(snapshot, proxy);
