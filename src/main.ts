@@ -242,7 +242,8 @@ export async function runController(options: ControllerOptions): Promise<Running
       const limit = new Promise<-1>((r) => setTimeout(() => r(-1), WARM_UP_LIMIT_MS).unref());
       const done = await Promise.race([controller.warmUp({ configurationBytes: options.warmUpConfigurationBytes }), limit]);
       if (done === -1) logger.info({ ms: Date.now() - started }, 'certificates and configurations still being prepared ahead; ready meanwhile');
-      else logger.info({ ...done, ms: Date.now() - started }, 'certificates issued and configurations generated ahead');
+      else if (options.warmUpConfigurationBytes === 0) logger.info({ identities: done.identities, certificatesIssued: done.certificatesIssued, ms: Date.now() - started }, 'certificates issued ahead (configuration warm-up off)');
+      else logger.info({ ...done, ms: Date.now() - started }, done.budgetReached ? 'certificates issued and configurations generated ahead, until --warm-up-config was used up' : 'certificates issued and configurations generated ahead');
     } catch (err) {
       logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'nothing prepared ahead; certificates and configurations will be made on first connection');
     } finally {

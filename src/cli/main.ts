@@ -50,7 +50,7 @@ export async function main(argv: readonly string[]): Promise<void> {
         .default(60, '60s'),
     )
     .addOption(
-      new Option('--warm-up-config <MiB>', 'at start-up, generate the configuration of each identity of the mesh ahead, up to this much encoded (0: none)')
+      new Option('--warm-up-config <MiB>', 'at start-up, generate the configuration of each identity of the mesh ahead until this many MiB are encoded (0: none)')
         .argParser(mebibytes)
         .default(64),
     )

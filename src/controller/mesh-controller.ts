@@ -110,18 +110,23 @@ export interface WarmUpOptions {
   /** Identities worked on at once (default 4). */
   readonly concurrency?: number;
   /**
-   * Encoded configuration to generate ahead at most, in bytes (default
-   * {@link DEFAULT_WARM_UP_CONFIGURATION_BYTES}); 0 issues certificates only.
+   * Budget of encoded configuration generated ahead, in bytes (default
+   * {@link DEFAULT_WARM_UP_CONFIGURATION_BYTES}): no identity is started once this much is
+   * generated (the last one may pass it); 0 issues certificates only.
    */
   readonly configurationBytes?: number;
 }
 
 /** What {@link MeshController.warmUp} did. */
 export interface WarmUpResult {
+  /** Identities of the mesh. */
+  readonly identities: number;
   readonly certificatesIssued: number;
   readonly configurationsGenerated: number;
   /** Encoded size of the configurations generated, in bytes. */
   readonly configurationBytes: number;
+  /** Some identities got no configuration ahead: the budget was used up first. */
+  readonly budgetReached: boolean;
 }
 
 /** Encoded size of a proxy snapshot's resources, in bytes (0 for none). */
@@ -206,6 +211,8 @@ export class MeshController {
       }),
     };
     this.metrics.problems.set(this.problems.length);
+    for (const reason of ['config', 'resync', 'certificate']) this.metrics.pushes.inc({ reason }, 0);
+    for (const type of Object.values(TYPE_SHORT_NAME)) this.metrics.validationFailures.inc({ type }, 0);
   }
 
   /** The current MeshSnapshot. */
@@ -252,7 +259,7 @@ export class MeshController {
       if (mesh.namespaces.has(ns)) identities.add(serviceIdentity(ns, sa.metadata.name));
     }
     const budget = options.configurationBytes ?? DEFAULT_WARM_UP_CONFIGURATION_BYTES;
-    const result = { certificatesIssued: 0, configurationsGenerated: 0, configurationBytes: 0 };
+    const result = { identities: identities.size, certificatesIssued: 0, configurationsGenerated: 0, configurationBytes: 0, budgetReached: false };
     const todo = [...identities].sort().reverse();
     const worker = async (): Promise<void> => {
       for (let id = todo.pop(); id !== undefined; id = todo.pop()) {
@@ -265,7 +272,10 @@ export class MeshController {
           this.options.logger.warn({ identity: id, err: err instanceof Error ? err.message : String(err) }, 'service certificate not issued ahead; it will be on first connection');
           continue;
         }
-        if (result.configurationBytes >= budget) continue;
+        if (result.configurationBytes >= budget) {
+          result.budgetReached = budget > 0;
+          continue;
+        }
         try {
           const { namespace, serviceAccount } = identityParts(id);
           const config = await this.configFor(parseCommonName(proxyCommonName(WARM_UP_UUID, 'sidecar', namespace, serviceAccount)));

@@ -144,7 +144,7 @@ export interface AdsMetrics {
  * @throws Error when they are already registered there.
  */
 export function createMetrics(registry: Registry): AdsMetrics {
-  return {
+  const metrics: AdsMetrics = {
     connectedProxies: new Gauge({
       name: 'trellis_xds_connected_proxies',
       help: 'ADS streams open with an authenticated proxy',
@@ -175,6 +175,9 @@ export function createMetrics(registry: Registry): AdsMetrics {
       registers: [registry],
     }),
   };
+  // Every type's series exists from the start (at 0), so a query or an alert finds it before the first event.
+  for (const type of PUSH_ORDER) for (const counter of [metrics.responses, metrics.nacks, metrics.responseBytes]) counter.inc({ type: TYPE_SHORT_NAME[type] }, 0);
+  return metrics;
 }
 
 /** The type URLs the server serves, as a set (requests for other types are ignored). */
