@@ -69,6 +69,20 @@ describe('Kubernetes source against the fake API server', () => {
     return { store, source };
   }
 
+  it('refuses to start without any kubeconfig instead of trying http://localhost:8080', () => {
+    const saved = { KUBECONFIG: process.env.KUBECONFIG, KUBERNETES_SERVICE_HOST: process.env.KUBERNETES_SERVICE_HOST };
+    process.env.KUBECONFIG = path.join(os.tmpdir(), `${randomUUID()}-missing`);
+    delete process.env.KUBERNETES_SERVICE_HOST; // not in a pod, even if the tests run in one
+    try {
+      assert.throws(() => loadKubeConfig(), /no kubeconfig: not in a pod, and no file of \$KUBECONFIG/);
+    } finally {
+      for (const [name, value] of Object.entries(saved)) {
+        if (value === undefined) delete process.env[name];
+        else process.env[name] = value;
+      }
+    }
+  });
+
   it('lists and watches every kind into the store, normalised to one shape', async () => {
     const server = new FakeKubeApiServer({ bookmarkIntervalMs: 100 });
     server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'app', labels: { 'openservicemesh.io/monitored-by': 'osm' } } });

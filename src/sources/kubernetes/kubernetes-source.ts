@@ -1,5 +1,7 @@
 import { KubeConfig } from '@kubernetes/client-node';
 import { existsSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import type { Logger } from 'pino';
 import type { ObjectStore } from '../../store/object-store.js';
 import type { ObjectKind } from '../../store/objects.js';
@@ -15,13 +17,20 @@ const IN_CLUSTER_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
 /**
  * The API server credentials: `file` when given; else in-cluster (the pod's service account)
  * when running in a pod; else the default kubeconfig (`$KUBECONFIG`, `~/.kube/config`).
- * @throws Error when the file cannot be read or has no current cluster.
+ * @throws Error when the file cannot be read or has no current cluster, or when there is no
+ *   kubeconfig at all (client-node would otherwise fall back to `http://localhost:8080`).
  */
 export function loadKubeConfig(file?: string): KubeConfig {
   const kc = new KubeConfig();
   if (file) kc.loadFromFile(file);
   else if (process.env.KUBERNETES_SERVICE_HOST && existsSync(IN_CLUSTER_TOKEN)) kc.loadFromCluster();
-  else kc.loadFromDefault();
+  else {
+    const defaults = process.env.KUBECONFIG ? process.env.KUBECONFIG.split(path.delimiter).filter((f) => f !== '') : [path.join(os.homedir(), '.kube', 'config')];
+    if (!defaults.some((f) => existsSync(f))) {
+      throw new Error(`no kubeconfig: not in a pod, and no ${process.env.KUBECONFIG ? `file of $KUBECONFIG (${defaults.join(', ')})` : defaults[0]}; give --kubeconfig`);
+    }
+    kc.loadFromDefault();
+  }
   if (!kc.getCurrentCluster()) throw new Error(`no current cluster in the kubeconfig${file ? ` ${file}` : ''}`);
   return kc;
 }
