@@ -57,7 +57,7 @@ describe('MeshController', () => {
   });
   after(() => rm(dir, { recursive: true, force: true }));
 
-  async function setup(timers?: ManualTimers) {
+  async function setup(timers?: ManualTimers, logger = pino({ level: 'silent' })) {
     const ca = await CertificateAuthority.loadOrCreate(path.join(dir, String(Math.random())), timers ? { clock: timers } : {});
     const certificates = new CertificateManager({ ca, validitySeconds: 3600, timers });
     const store = new ObjectStore();
@@ -68,7 +68,7 @@ describe('MeshController', () => {
       store,
       certificates,
       cache,
-      logger: pino({ level: 'silent' }),
+      logger,
       metrics,
       meshName: 'osm',
       debounceQuietMs: 5,
@@ -229,6 +229,24 @@ describe('MeshController', () => {
     controller.onStreamClose(BUYER, 1);
     assert.deepEqual(controller.registry.proxies(), []);
     assert.equal(cache.getSnapshot(BUYER.uuid), undefined);
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('serves a proxy of an identity unknown to the mesh, and warns', async () => {
+    const lines: string[] = [];
+    const { controller, certificates, cache } = await setup(undefined, pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) }));
+    const stranger = parseCommonName('66666666-6666-4666-8666-666666666666.sidecar.nobody.nosuchns.cluster.local');
+    const typo = parseCommonName('77777777-7777-4777-8777-777777777777.sidecar.bookbyuer.bookbuyer.cluster.local');
+    await controller.onStreamOpen(stranger, 1);
+    await controller.onStreamOpen(typo, 2);
+    await controller.onStreamOpen(BUYER, 3);
+    assert.ok(cache.getSnapshot(stranger.uuid), 'served');
+    const messages = lines.map((l) => JSON.parse(l).msg as string);
+    assert.deepEqual(messages, [
+      'proxy of an identity outside the mesh: namespace nosuchns is not monitored by mesh osm; it reaches only what policies naming it allow',
+      'proxy of an unknown identity: no ServiceAccount bookbyuer in namespace bookbuyer; it reaches only what policies naming it allow',
+    ]);
     controller.stop();
     certificates.stop();
   });

@@ -371,6 +371,16 @@ export class MeshController {
     if (this.storeChanged) await this.flush();
     this.registry.register(proxy, streamId, new Date(this.timers.now()));
     this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, clientType: proxy.clientType ?? 'envoy', streamId }, 'proxy connected');
+    const { namespace, serviceAccount } = identityParts(proxy.identity);
+    if (!this.mesh.namespaces.has(namespace) || !this.options.store.get('ServiceAccount', namespace, serviceAccount)) {
+      // Served all the same (its certificate is the mesh's), but most likely a mistake: say so.
+      this.options.logger.warn(
+        { proxy: proxy.uuid, identity: proxy.identity },
+        this.mesh.namespaces.has(namespace)
+          ? `proxy of an unknown identity: no ServiceAccount ${serviceAccount} in namespace ${namespace}; it reaches only what policies naming it allow`
+          : `proxy of an identity outside the mesh: namespace ${namespace} is not monitored by mesh ${this.options.meshName}; it reaches only what policies naming it allow`,
+      );
+    }
     const ok = await this.updateProxy(proxy);
     if (!ok && !this.options.cache.getSnapshot(proxy.uuid)) throw new Error(`no configuration could be generated for proxy ${proxy.uuid}`);
   }
