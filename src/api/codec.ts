@@ -160,11 +160,29 @@ function wellKnownTypes(): NonNullable<typeof wellKnown> {
 }
 
 /**
+ * The integers each protobuf integer type holds (as JavaScript numbers: 64-bit ones up to 2^53);
+ * protobufjs would otherwise wrap or truncate a value that does not fit, silently.
+ */
+const INTEGER_RANGES: Readonly<Record<string, readonly [number, number]>> = {
+  int32: [-(2 ** 31), 2 ** 31 - 1],
+  sint32: [-(2 ** 31), 2 ** 31 - 1],
+  sfixed32: [-(2 ** 31), 2 ** 31 - 1],
+  uint32: [0, 2 ** 32 - 1],
+  fixed32: [0, 2 ** 32 - 1],
+  int64: [Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER],
+  sint64: [Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER],
+  sfixed64: [Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER],
+  uint64: [0, Number.MAX_SAFE_INTEGER],
+  fixed64: [0, Number.MAX_SAFE_INTEGER],
+};
+
+/**
  * Throws when `object` has a key that is not a field of `type` (protobufjs' `fromObject`
- * drops such keys silently, which would make a misspelt Envoy field vanish). Walks nested
- * messages, repeated fields, maps and `Any` values carrying `@type`.
+ * drops such keys silently, which would make a misspelt Envoy field vanish), or a number that
+ * does not fit its integer field (a fraction, or out of range: protobufjs would wrap it). Walks
+ * nested messages, repeated fields, maps and `Any` values carrying `@type`.
  * @param where field path used in the error message, e.g. `Listener.filter_chains[0]`.
- * @throws Error naming the path of the unknown field.
+ * @throws Error naming the path of the unknown field, or of the integer that does not fit.
  */
 export function assertKnownFields(type: protobuf.Type, object: unknown, where: string): void {
   checkKnownFields(type, object, where);
@@ -195,7 +213,17 @@ function checkKnownFields(type: protobuf.Type, object: unknown, where: FieldPath
     }
     if (value === undefined || value === null) continue;
     const rt = field.resolvedType;
-    if (!(rt instanceof protobuf.Type)) continue;
+    if (!(rt instanceof protobuf.Type)) {
+      const range = INTEGER_RANGES[field.type];
+      if (range && !field.map) {
+        for (const v of field.repeated && Array.isArray(value) ? value : [value]) {
+          if (typeof v === 'number' && !(Number.isInteger(v) && v >= range[0] && v <= range[1])) {
+            throw new Error(`${formatPath(where)}.${key}: ${v} does not fit ${field.type}`);
+          }
+        }
+      }
+      continue;
+    }
     if (field.map) {
       for (const k in value as Record<string, unknown>) checkKnownFields(rt, (value as Record<string, unknown>)[k], { up: where, segment: `.${key}[${k}]` });
     } else if (field.repeated) {

@@ -1,5 +1,6 @@
 import { clusterName, serviceKey } from './names.js';
-import type { MeshService, MeshSnapshot } from './types.js';
+import type { MeshService, MeshSnapshot, TrafficSplitPolicy } from './types.js';
+import type { UpstreamTrafficSettingPolicy } from './upstream-policies.js';
 import type { ServiceIdentity } from '../proxy/types.js';
 import { sameSet } from '../util/same.js';
 
@@ -93,24 +94,25 @@ export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'a
     const cluster = clusterName(svc);
     if (!same(before.endpoints.get(cluster) ?? [], after.endpoints.get(cluster) ?? [])) services.add(serviceKey(svc));
   }
-  const byApex = (s: MeshSnapshot) => new Map(s.trafficSplits.map((t) => [`${t.namespace}/${t.service}`, t]));
-  const [splitsBefore, splitsAfter] = [byApex(before), byApex(after)];
+  // Every split of an apex and every setting of a host, in order: a policy that conflicts with
+  // an earlier one can stay in the snapshot (its last valid version), and the first one applies.
+  const [splitsBefore, splitsAfter] = [splitsByApex(before), splitsByApex(after)];
   for (const apex of new Set([...splitsBefore.keys(), ...splitsAfter.keys()])) {
-    const [a, b] = [splitsBefore.get(apex), splitsAfter.get(apex)];
+    const [a, b] = [splitsBefore.get(apex) ?? [], splitsAfter.get(apex) ?? []];
     if (same(a, b)) continue;
     services.add(apex);
     // A backend's own proxies answer to the apex's host names (inbound virtual host): a service
     // that becomes or stops being a backend changes its proxies, which did not depend on the apex.
-    for (const split of [a, b]) for (const backend of split?.backends ?? []) services.add(`${split!.namespace}/${backend.service}`);
+    for (const split of [...a, ...b]) for (const backend of split.backends) services.add(`${split.namespace}/${backend.service}`);
   }
-  const byHost = (s: MeshSnapshot) => new Map(s.upstreamTrafficSettings.map((u) => [u.host, u]));
-  const [settingsBefore, settingsAfter] = [byHost(before), byHost(after)];
+  const [settingsBefore, settingsAfter] = [settingsByHost(before), settingsByHost(after)];
   for (const host of new Set([...settingsBefore.keys(), ...settingsAfter.keys()])) {
-    const [a, b] = [settingsBefore.get(host), settingsAfter.get(host)];
+    const [a, b] = [settingsBefore.get(host) ?? [], settingsAfter.get(host) ?? []];
     if (same(a, b)) continue;
-    const service = a?.service ?? b?.service;
+    const of = new Set([...a, ...b].map((u) => u.service));
     // A setting for an egress host changes the egress clusters of every source of that host.
-    if (service === undefined || (a && b && a.service !== b.service)) return 'all';
+    const [service] = of;
+    if (of.size !== 1 || service === undefined) return 'all';
     services.add(service);
   }
   if (servicesChanged) {
@@ -123,6 +125,27 @@ export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'a
     }
   }
   return { services, identities, servicesChanged };
+}
+
+/** Every TrafficSplit by its apex `<ns>/<svc>`, in snapshot order. */
+function splitsByApex(snapshot: MeshSnapshot): Map<string, TrafficSplitPolicy[]> {
+  return groupBy(snapshot.trafficSplits, (t) => `${t.namespace}/${t.service}`);
+}
+
+/** Every UpstreamTrafficSetting by its host, in snapshot order. */
+function settingsByHost(snapshot: MeshSnapshot): Map<string, UpstreamTrafficSettingPolicy[]> {
+  return groupBy(snapshot.upstreamTrafficSettings, (u) => u.host);
+}
+
+function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {
+  const out = new Map<string, T[]>();
+  for (const item of items) {
+    const k = key(item);
+    const list = out.get(k);
+    if (list) list.push(item);
+    else out.set(k, [item]);
+  }
+  return out;
 }
 
 /** MeshServices (every port) by `<ns>/<svc>`. */
@@ -148,10 +171,10 @@ export function onlyEndpointsChanged(before: MeshSnapshot, after: MeshSnapshot, 
   const same = sameContent;
   for (const key of change.services) {
     const [namespace, name] = key.split('/');
-    const split = (s: MeshSnapshot) => s.trafficSplits.find((t) => t.namespace === namespace && t.service === name);
-    if (!same(split(before), split(after))) return false;
-    const setting = (s: MeshSnapshot) => s.upstreamTrafficSettings.find((u) => u.service === key);
-    if (!same(setting(before), setting(after))) return false;
+    const splits = (s: MeshSnapshot) => s.trafficSplits.filter((t) => t.namespace === namespace && t.service === name);
+    if (!same(splits(before), splits(after))) return false;
+    const settings = (s: MeshSnapshot) => s.upstreamTrafficSettings.filter((u) => u.service === key);
+    if (!same(settings(before), settings(after))) return false;
     const services = after.services.filter((s) => s.namespace === namespace && s.name === name);
     if (services.length === 0 || services.some((s) => s.headless)) return false;
   }
@@ -169,17 +192,19 @@ export function onlyEndpointsChanged(before: MeshSnapshot, after: MeshSnapshot, 
 export function onlySplitWeightsChanged(before: MeshSnapshot, after: MeshSnapshot, change: MeshChange): boolean {
   if (change.servicesChanged || change.identities.size > 0 || change.services.size === 0) return false;
   const same = sameContent;
-  const splitOf = (s: MeshSnapshot, key: string) => s.trafficSplits.find((t) => `${t.namespace}/${t.service}` === key);
+  const [splitsBefore, splitsAfter] = [splitsByApex(before), splitsByApex(after)];
   let splitChanged = false;
   for (const key of change.services) {
     const [namespace, name] = key.split('/');
     const services = after.services.filter((s) => s.namespace === namespace && s.name === name);
     for (const svc of services) if (!same(before.endpoints.get(clusterName(svc)) ?? [], after.endpoints.get(clusterName(svc)) ?? [])) return false;
-    const setting = (s: MeshSnapshot) => s.upstreamTrafficSettings.find((u) => u.service === key);
-    if (!same(setting(before), setting(after))) return false;
-    const [a, b] = [splitOf(before, key), splitOf(after, key)];
-    if (!a && !b) continue; // a backend of a changed split: its inbound host names depend on the apex only
-    if (!a || !b || a.backends.length !== b.backends.length) return false;
+    const settings = (s: MeshSnapshot) => s.upstreamTrafficSettings.filter((u) => u.service === key);
+    if (!same(settings(before), settings(after))) return false;
+    const [splitsA, splitsB] = [splitsBefore.get(key) ?? [], splitsAfter.get(key) ?? []];
+    if (splitsA.length === 0 && splitsB.length === 0) continue; // a backend of a changed split: its inbound host names depend on the apex only
+    if (splitsA.length !== 1 || splitsB.length !== 1) return false; // none, or a conflict
+    const [a, b] = [splitsA[0], splitsB[0]];
+    if (a.backends.length !== b.backends.length) return false;
     for (let i = 0; i < a.backends.length; i++) {
       const [x, y] = [a.backends[i], b.backends[i]];
       if (x.service !== y.service || x.weight > 0 !== y.weight > 0) return false;

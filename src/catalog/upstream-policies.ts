@@ -60,6 +60,25 @@ const UNIT_MS = { second: 1000, minute: 60_000, hour: 3_600_000 } as const;
 
 type Report = (field: string, message: string) => void;
 
+/** The largest value of the Envoy fields counts and limits go to (`uint32` circuit breakers, token buckets). */
+const MAX_UINT32 = 4_294_967_295;
+
+/** True for an integer in 1..{@link MAX_UINT32}. */
+function isCount(value: number): boolean {
+  return Number.isInteger(value) && value > 0 && value <= MAX_UINT32;
+}
+
+const NOT_A_COUNT = `is not a positive integer up to ${MAX_UINT32}`;
+
+/** True when `value` with `burst` added still fits the token bucket (`max_tokens`, uint32); reports it otherwise. */
+function bucketFits(value: number, burst: number | undefined, field: string, report: Report): boolean {
+  if (burst !== undefined && (!Number.isInteger(burst) || burst < 0 || value + burst > MAX_UINT32)) {
+    report(`${field}.burst`, `${String(burst)} is not an integer from 0 that keeps the bucket (${value} + burst) up to ${MAX_UINT32}`);
+    return false;
+  }
+  return true;
+}
+
 function durationMs(text: string | undefined, field: string, report: Report): number | undefined | null {
   if (text === undefined) return undefined;
   const seconds = parseGoDuration(text);
@@ -71,10 +90,11 @@ function durationMs(text: string | undefined, field: string, report: Report): nu
 }
 
 function httpRateLimit(spec: HTTPLocalRateLimitSpec, field: string, report: Report): LocalRateLimit | null {
-  if (!Number.isInteger(spec.requests) || spec.requests <= 0) {
-    report(`${field}.requests`, `${String(spec.requests)} is not a positive integer`);
+  if (!isCount(spec.requests)) {
+    report(`${field}.requests`, `${String(spec.requests)} ${NOT_A_COUNT}`);
     return null;
   }
+  if (!bucketFits(spec.requests, spec.burst, field, report)) return null;
   const code = spec.responseStatusCode;
   // Envoy's `type.v3.HttpStatus` allows 100-599 only; codes below 400 would tell a client it was not limited.
   if (code !== undefined && (!Number.isInteger(code) || code < 400 || code > 599)) {
@@ -170,7 +190,7 @@ export function resolveUpstreamTrafficSettings(
     const taken = byHost.get(host);
     if (taken) report('spec.host', `host "${host}" already has UpstreamTrafficSetting ${taken}`);
     const positive = (value: number | undefined, field: string): void => {
-      if (value !== undefined && (!Number.isInteger(value) || value <= 0)) report(field, `${String(value)} is not a positive integer`);
+      if (value !== undefined && !isCount(value)) report(field, `${String(value)} ${NOT_A_COUNT}`);
     };
     const tcp = connectionSettings?.tcp;
     const http = connectionSettings?.http;
@@ -183,9 +203,9 @@ export function resolveUpstreamTrafficSettings(
     let tcpRateLimit: LocalRateLimit | undefined;
     const tcpLimit = rateLimit?.local?.tcp;
     if (tcpLimit) {
-      if (!Number.isInteger(tcpLimit.connections) || tcpLimit.connections <= 0) {
-        report('spec.rateLimit.local.tcp.connections', `${String(tcpLimit.connections)} is not a positive integer`);
-      } else {
+      if (!isCount(tcpLimit.connections)) {
+        report('spec.rateLimit.local.tcp.connections', `${String(tcpLimit.connections)} ${NOT_A_COUNT}`);
+      } else if (bucketFits(tcpLimit.connections, tcpLimit.burst, 'spec.rateLimit.local.tcp', report)) {
         tcpRateLimit = {
           maxTokens: tcpLimit.connections + (tcpLimit.burst ?? 0),
           tokensPerFill: tcpLimit.connections,

@@ -187,8 +187,9 @@ describe('MeshController', () => {
     const none = await controller.warmUp({ configurationBytes: 0 });
     assert.ok(none.certificatesIssued >= 5);
     assert.deepEqual([none.configurationsGenerated, none.configurationBytes], [0, 0]);
-    const one = await controller.warmUp({ concurrency: 1, configurationBytes: 1 });
-    assert.equal(one.configurationsGenerated, 1, 'stops once the budget is used up');
+    const one = await controller.warmUp({ concurrency: 4, configurationBytes: 1 });
+    assert.equal(one.configurationsGenerated, 1, 'stops once the budget is used up, whatever the concurrency');
+    assert.equal(one.budgetReached, true);
     controller.stop();
     certificates.stop();
   });

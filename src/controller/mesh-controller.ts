@@ -261,6 +261,24 @@ export class MeshController {
     const budget = options.configurationBytes ?? DEFAULT_WARM_UP_CONFIGURATION_BYTES;
     const result = { identities: identities.size, certificatesIssued: 0, configurationsGenerated: 0, configurationBytes: 0, budgetReached: false };
     const todo = [...identities].sort().reverse();
+    // One generation at a time (it runs on this thread anyway): the budget is checked right
+    // before each, so at most the last one passes it.
+    let generating: Promise<void> = Promise.resolve();
+    const generate = (id: ServiceIdentity): Promise<void> => {
+      const run = generating.then(async () => {
+        if (result.configurationBytes >= budget) {
+          result.budgetReached = budget > 0;
+          return;
+        }
+        const { namespace, serviceAccount } = identityParts(id);
+        const config = await this.configFor(parseCommonName(proxyCommonName(WARM_UP_UUID, 'sidecar', namespace, serviceAccount)));
+        config.ahead = true;
+        result.configurationsGenerated++;
+        result.configurationBytes += snapshotBytes(config.snapshot ?? config.validSnapshot);
+      });
+      generating = run.catch(() => undefined);
+      return run;
+    };
     const worker = async (): Promise<void> => {
       for (let id = todo.pop(); id !== undefined; id = todo.pop()) {
         try {
@@ -272,16 +290,8 @@ export class MeshController {
           this.options.logger.warn({ identity: id, err: err instanceof Error ? err.message : String(err) }, 'service certificate not issued ahead; it will be on first connection');
           continue;
         }
-        if (result.configurationBytes >= budget) {
-          result.budgetReached = budget > 0;
-          continue;
-        }
         try {
-          const { namespace, serviceAccount } = identityParts(id);
-          const config = await this.configFor(parseCommonName(proxyCommonName(WARM_UP_UUID, 'sidecar', namespace, serviceAccount)));
-          config.ahead = true;
-          result.configurationsGenerated++;
-          result.configurationBytes += snapshotBytes(config.snapshot ?? config.validSnapshot);
+          await generate(id);
         } catch (err) {
           this.options.logger.warn({ identity: id, err: err instanceof Error ? err.message : String(err) }, 'configuration not generated ahead; it will be on first connection');
         }
@@ -614,16 +624,23 @@ export class MeshController {
       if (!snapshot) {
         // Violations: a proxy that has a snapshot keeps it (a partial LDS/CDS set would delete
         // working listeners and clusters); a new one gets the valid, referentially closed subset.
-        if (this.options.cache.getSnapshot(proxy.uuid)) return false;
+        // Without recorded dependencies, every later change retries it (the fix may be anywhere).
+        if (this.options.cache.getSnapshot(proxy.uuid)) {
+          this.dependencies.delete(proxy.uuid);
+          return false;
+        }
         this.options.logger.warn({ proxy: proxy.uuid, identity: proxy.identity, dropped: config.dropped }, 'first configuration of this proxy sent without its invalid resources');
         snapshot = config.validSnapshot!;
       }
       this.lastErrors.delete(proxy.uuid);
-      this.dependencies.set(proxy.uuid, config.dependencies);
+      // A partial first configuration (violations left out) is retried on every later change too.
+      if (config.violations.length > 0) this.dependencies.delete(proxy.uuid);
+      else this.dependencies.set(proxy.uuid, config.dependencies);
       this.metrics.proxiesUpdated.inc();
       this.options.cache.setSnapshot(proxy.uuid, snapshot);
       return true;
     } catch (err) {
+      this.dependencies.delete(proxy.uuid); // retried on every later change
       this.metrics.generationErrors.inc();
       const message = err instanceof Error ? err.message : String(err);
       if (this.lastErrors.get(proxy.uuid) !== message) {

@@ -248,6 +248,24 @@ describe('UpstreamTrafficSetting', () => {
       ],
     );
   });
+
+  it('reports counts that do not fit Envoy\'s uint32 fields instead of letting them wrap', () => {
+    const objects = [
+      ...bookstoreMesh(),
+      ust({ connectionSettings: { tcp: { maxConnections: 4_294_967_296 }, http: { maxRequests: 1e10 } } }),
+      policy('UpstreamTrafficSetting', 'bookstore', 'bucket', {
+        host: 'bookstore.bookstore.svc.cluster.local',
+        rateLimit: { local: { tcp: { connections: 4_294_967_295, unit: 'second', burst: 1 } } },
+      }),
+    ];
+    const { snapshot, problems } = build(objects);
+    assert.deepEqual(problems.map((p) => `${p.name} ${p.field}: ${p.message}`), [
+      'bucket spec.rateLimit.local.tcp.burst: 1 is not an integer from 0 that keeps the bucket (4294967295 + burst) up to 4294967295',
+      'limits spec.connectionSettings.tcp.maxConnections: 4294967296 is not a positive integer up to 4294967295',
+      'limits spec.connectionSettings.http.maxRequests: 10000000000 is not a positive integer up to 4294967295',
+    ]);
+    assert.deepEqual(snapshot.upstreamTrafficSettings, []);
+  });
 });
 
 describe('MeshConfig TLS settings', () => {

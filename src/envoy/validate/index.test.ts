@@ -270,6 +270,14 @@ describe('encodeChecked', () => {
   it('reports an unknown field by its path', () => {
     assert.throws(() => encodeChecked(TypeUrl.Cluster, { name: 'a', conect_timeout: { seconds: 1 } }), /Cluster: unknown field "conect_timeout"/);
   });
+
+  it('reports a number that does not fit its integer field, which protobufjs would wrap', () => {
+    const limits = (max_connections: number) => ({ name: 'a', circuit_breakers: { thresholds: [{ max_connections: { value: max_connections } }] } });
+    assert.throws(() => encodeChecked(TypeUrl.Cluster, limits(4_294_967_296)), /Cluster\.circuit_breakers\.thresholds\[0\]\.max_connections\.value: 4294967296 does not fit uint32/);
+    assert.throws(() => encodeChecked(TypeUrl.Cluster, limits(-1)), /-1 does not fit uint32/);
+    assert.throws(() => encodeChecked(TypeUrl.Cluster, limits(1.5)), /1\.5 does not fit uint32/);
+    assert.doesNotThrow(() => encodeChecked(TypeUrl.Cluster, limits(4_294_967_295)));
+  });
 });
 
 describe('resources given as parts (NamedResource.parts)', () => {
@@ -333,6 +341,16 @@ describe('resources given as parts (NamedResource.parts)', () => {
     assert.deepEqual(check(own('service-cert:c/c', 'x'.repeat(300))).violations.map((v) => `${v.path} ${v.rule}`), [
       'transport_socket.typed_config<UpstreamTlsContext>.sni string.max_bytes',
     ]);
+    // An empty message is a present field: it meets a required oneof that its absence breaks.
+    const options = (config: Obj) => ({
+      typed_extension_protocol_options: {
+        'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': { '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions', explicit_http_config: config },
+      },
+    });
+    const fresh = new ResourceCheckCache();
+    const checkIn = (part: Obj) => fresh.check(TypeUrl.Cluster, { ...base, ...part }, [base, part]);
+    assert.deepEqual(checkIn(options({ http2_protocol_options: {} })).violations, []);
+    assert.deepEqual(checkIn(options({})).violations.map((v) => v.rule), ['oneof.required']);
     // After a part with a violation, a like part is checked on its own (it does not inherit it).
     assert.deepEqual(check(own('service-cert:d/d', 'y'.repeat(300))).violations.length, 1);
     assert.deepEqual(check(own('service-cert:e/e')).violations, []);

@@ -329,5 +329,8 @@ describe('sameRuleOutcome', () => {
     const other = { transport_socket: { name: 'envoy.transport_sockets.tls', typed_config: { '@type': TCP_PROXY, stat_prefix: 's.ns' } } };
     assert.equal(sameRuleOutcome(TypeUrl.Cluster, tls('a'), other), false, 'another @type');
     assert.equal(sameRuleOutcome(TypeUrl.Cluster, { name: 'a', nonsense: 1 }, { name: 'b', nonsense: 1 }), false, 'an unknown field');
+    const RDS = 'envoy.extensions.filters.network.http_connection_manager.v3.Rds';
+    const rds = (config_source: Obj) => ({ config_source, route_config_name: 'r' });
+    assert.equal(sameRuleOutcome(RDS, rds({ ads: {}, resource_api_version: 'V3' }), rds({ resource_api_version: 'V3' })), false, 'an empty message is a present field');
   });
 });

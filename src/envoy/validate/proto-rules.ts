@@ -666,7 +666,7 @@ function sameOutcome(type: protobuf.Type, a: Obj, b: Obj): boolean {
     const inner = typeof at === 'string' && at === b['@type'] ? anyType(at) : undefined;
     return inner !== undefined && sameFields(inner, a, b, true);
   }
-  if (UNSTRUCTURED.has(full) || WRAPPER_KIND[full]) return canonicalJson(a) === canonicalJson(b);
+  if (UNSTRUCTURED.has(full) || WRAPPER_KIND[full]) return JSON.stringify(a) === JSON.stringify(b);
   return sameFields(type, a, b, false);
 }
 
@@ -685,7 +685,9 @@ function sameFields(type: protobuf.Type, a: Obj, b: Obj, any: boolean): boolean 
     const rt = field.resolvedType;
     const message = rt instanceof protobuf.Type ? rt : undefined;
     if (field.map || (rules && (message || field.repeated) && !(field.repeated && onlyCountsItems(rules)))) {
-      if (canonicalJson(va) !== canonicalJson(vb)) return false;
+      // Exactly equal (not canonically: an empty message is a present field, which a oneof or
+      // `message.required` counts).
+      if (JSON.stringify(va) !== JSON.stringify(vb)) return false;
     } else if (field.repeated) {
       if (!Array.isArray(va) || !Array.isArray(vb) || va.length !== vb.length) return false;
       for (let i = 0; i < va.length; i++) {
