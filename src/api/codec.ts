@@ -242,7 +242,18 @@ function checkKnownFields(type: protobuf.Type, object: unknown, where: FieldPath
  * @throws Error when a field is unknown, a nested `@type` is not loaded, or a value does not fit its field.
  */
 export function encodeMessage(typeUrl: string, object: object): Buffer {
-  return encodeChecked(typeUrl, object).encoded;
+  const type = messageType(typeUrl);
+  return encodeWith(type, type.fromObject(checked(type, object)));
+}
+
+/** `object` once {@link assertKnownFields} found nothing wrong with it. */
+function checked(type: protobuf.Type, object: object): object {
+  assertKnownFields(type, object, type.name);
+  return object;
+}
+
+function encodeWith(type: protobuf.Type, message: protobuf.Message): Buffer {
+  return Buffer.from(type.encode(message).finish());
 }
 
 /** What {@link encodeChecked} returns. */
@@ -263,10 +274,8 @@ export interface EncodedMessage {
  */
 export function encodeChecked(typeUrl: string, object: object): EncodedMessage {
   const type = messageType(typeUrl);
-  assertKnownFields(type, object, type.name);
-  const message = type.fromObject(object);
-  const encoded = Buffer.from(type.encode(message).finish());
-  return { encoded, decoded: type.toObject(message, DECODED_FORM) as Record<string, unknown> };
+  const message = type.fromObject(checked(type, object));
+  return { encoded: encodeWith(type, message), decoded: type.toObject(message, DECODED_FORM) as Record<string, unknown> };
 }
 
 const DECODED_FORM: protobuf.IConversionOptions = { enums: String, longs: String, bytes: String, json: true };
