@@ -3,6 +3,7 @@ import { findMeshService, outboundServices, trafficSplitFor } from '../catalog/t
 import type { MeshService, MeshSnapshot } from '../catalog/types.js';
 import type { ServiceIdentity } from '../proxy/types.js';
 import { byKey } from '../util/order.js';
+import { sameElements } from '../util/same.js';
 
 /** A cluster a route or tcp_proxy sends to, with its weight (1 when there is no split). */
 export interface WeightedCluster {
@@ -39,21 +40,58 @@ export function outboundView(snapshot: MeshSnapshot, identity: ServiceIdentity):
   if (!memo) {
     memo = { byIdentity: new Map(), byContent: new Map() };
     views.set(snapshot, memo);
+    if (latest?.snapshot !== snapshot) latest = { snapshot, memo, previous: latest?.memo };
   }
   let view = memo.byIdentity.get(identity);
   if (!view) {
     // Identities that reach the same destinations the same way (every identity in permissive
-    // mode) share one view object, so what generators derive from it alone can be shared too.
+    // mode) share one view object, so what generators derive from it alone can be shared too;
+    // and a view the previous snapshot had, the very same services reached the same way, is
+    // kept (what is derived from it alone then carries over from one snapshot to the next).
     const computed = computeOutboundView(snapshot, identity);
     const key = viewKey(computed);
-    view = memo.byContent.get(key) ?? computed;
+    const before = latest?.snapshot === snapshot ? latest.previous?.byIdentity.get(identity) : undefined;
+    view = memo.byContent.get(key) ?? (before && sameView(before, computed) ? before : computed);
     memo.byContent.set(key, view);
     memo.byIdentity.set(identity, view);
   }
   return view;
 }
 
-const views = new WeakMap<MeshSnapshot, { byIdentity: Map<ServiceIdentity, OutboundView>; byContent: Map<string, OutboundView> }>();
+/** Views of one snapshot, by identity and by content ({@link viewKey}). */
+interface ViewMemo {
+  readonly byIdentity: Map<ServiceIdentity, OutboundView>;
+  readonly byContent: Map<string, OutboundView>;
+}
+
+const views = new WeakMap<MeshSnapshot, ViewMemo>();
+/** The snapshot views were last asked of, and the memo of the one asked of before it. */
+let latest: { snapshot: MeshSnapshot; memo: ViewMemo; previous: ViewMemo | undefined } | undefined;
+
+/** The same services (by identity: a rebuild keeps unchanged ones) reached through the same clusters and weights. */
+function sameView(a: OutboundView, b: OutboundView): boolean {
+  if (!sameElements(a.upstreams, b.upstreams) || a.destinations.length !== b.destinations.length) return false;
+  return a.destinations.every((d, i) => {
+    const e = b.destinations[i];
+    return d.service === e.service && d.targets.length === e.targets.length && d.targets.every((t, j) => t.cluster === e.targets[j].cluster && t.weight === e.targets[j].weight);
+  });
+}
+
+const viewIds = new WeakMap<OutboundView, number>();
+let nextViewId = 0;
+
+/**
+ * A number naming `view` (the object): the same for as long as the view is kept, in this
+ * snapshot and the next ones ({@link outboundView}); for memo keys of what is derived from it alone.
+ */
+export function outboundViewId(view: OutboundView): number {
+  let id = viewIds.get(view);
+  if (id === undefined) {
+    id = ++nextViewId;
+    viewIds.set(view, id);
+  }
+  return id;
+}
 
 /** Everything a view holds, as text: destinations with their weighted targets, then upstreams. */
 function viewKey(view: OutboundView): string {

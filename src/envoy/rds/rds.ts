@@ -7,7 +7,7 @@ import { localClusterName, serviceFqdn } from '../../catalog/names.js';
 import { inboundServices, inboundTrafficTargets, meshServicePorts, targetCoversPort } from '../../catalog/traffic-policy.js';
 import type { HttpRouteMatch, MeshService, MeshSnapshot } from '../../catalog/types.js';
 import { identityParts, type Proxy, type ServiceIdentity } from '../../proxy/types.js';
-import { outboundView } from '../outbound.js';
+import { outboundView, outboundViewId } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import type { NamedResource } from '../resource.js';
 import { sharedResource } from '../shared-resources.js';
@@ -87,11 +87,12 @@ export function routeMatch(match: HttpRouteMatch): Route['match'] {
  */
 export function generateOutboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
   const clientNamespace = identityParts(proxy.identity).namespace;
-  // Without Retry policies of its own, the route configurations depend only on the view and the
-  // client's namespace (short host names): identities sharing both share the objects.
+  // Without Retry policies of its own, the route configurations depend only on the view (its
+  // services, clusters and weights) and the client's namespace (short host names): identities
+  // sharing both share the objects, and so do snapshots that keep the view.
   if (!snapshot.retryPolicies.some((r) => r.source === proxy.identity)) {
     const view = outboundView(snapshot, proxy.identity);
-    const shared = sharedResource(snapshot, `RouteConfiguration outbound ${clientNamespace}`, [snapshot, view], () => ({
+    const shared = sharedResource(snapshot, `RouteConfiguration outbound ${clientNamespace} ${outboundViewId(view)}`, [view], () => ({
       list: outboundRouteConfigurations(snapshot, proxy, clientNamespace),
     }));
     return [...shared.list]; // the caller's own array: the proxyless generator appends to it
