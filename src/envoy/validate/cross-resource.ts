@@ -132,23 +132,6 @@ function routeActions(rc: Obj, base: string): [Obj, string][] {
   return out;
 }
 
-/** Every `SdsSecretConfig` fetched over ADS anywhere inside `value` (walks nested objects and Anys). */
-function secretRefs(value: unknown, path: string, out: ResourceReference[]): void {
-  if (Array.isArray(value)) {
-    value.forEach((v, i) => secretRefs(v, `${path}[${i}]`, out));
-    return;
-  }
-  const o = obj(value);
-  if (!o) return;
-  const name = str(o['name']);
-  if (name !== undefined && 'sds_config' in o && isAds(o['sds_config'])) {
-    out.push({ typeUrl: TypeUrl.Secret, name, path: path === '' ? 'name' : `${path}.name` });
-    return;
-  }
-  const here = path + anySuffix(o);
-  for (const [k, v] of Object.entries(o)) if (v && typeof v === 'object') secretRefs(v, here === '' ? k : `${here}.${k}`, out);
-}
-
 function clusterRefsOfAction(action: Obj, at: string, out: ResourceReference[]): void {
   const c = str(action['cluster']);
   if (c !== undefined) out.push({ typeUrl: TypeUrl.Cluster, name: c, path: `${at}.cluster` });
@@ -199,7 +182,6 @@ function findReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>): Res
       });
     }
   }
-  if (typeUrl !== TypeUrl.Secret) secretRefs(decoded, '', out);
   return out;
 }
 
@@ -282,8 +264,10 @@ function resourceFacts(typeUrl: TypeUrl, decoded: Record<string, unknown>): Reso
     const type = decoded['type'] ?? 'STATIC';
     if (!decoded['cluster_type'] && (type === 'STATIC' || type === 'EDS') && obj(decoded['load_assignment'])) checkEndpoints(obj(decoded['load_assignment'])!, 'load_assignment.', add);
   }
-  checkRegexes(decoded, '', add);
-  const facts: ResourceFacts = { references: findReferences(typeUrl, decoded), violations };
+  const references = findReferences(typeUrl, decoded);
+  // One walk of the whole resource for the secrets it names (not a Secret's own) and its regexes.
+  walkNested(decoded, [], '', typeUrl === TypeUrl.Secret ? undefined : references, add);
+  const facts: ResourceFacts = { references, violations };
   factsCache.set(decoded, facts);
   return facts;
 }
@@ -371,22 +355,57 @@ function checkEndpoints(cla: Obj, base: string, add: Add): void {
 }
 
 /** Finds every `RegexMatcher` (an object with a string `regex` and `google_re2`, or under `safe_regex`/`pattern`). */
-function checkRegexes(value: unknown, path: string, add: Add, parentKey = ''): void {
+/**
+ * A step of a field path (`proto-rules.ts`'s format), formatted only where something is found:
+ * a field name, `<MessageName>` after a decoded `Any`, or an index.
+ */
+type Step = string | number;
+
+function formatSteps(steps: readonly Step[], last: string): string {
+  let s = '';
+  for (const step of [...steps, last]) s += typeof step === 'number' ? `[${step}]` : step.startsWith('<') || s === '' ? step : `.${step}`;
+  return s;
+}
+
+/**
+ * Walks every nested object and `Any` of `value`: adds to `refs` (unless undefined) every
+ * `SdsSecretConfig` fetched over ADS (the secrets the resource names; not walked further), and
+ * reports regexes (`safe_regex`, `pattern`, `google_re2`) that RE2 or a JavaScript RegExp reject.
+ * `steps` is the path so far (restored on return).
+ */
+function walkNested(value: unknown, steps: Step[], parentKey: string, refs: ResourceReference[] | undefined, add: Add): void {
   if (Array.isArray(value)) {
-    value.forEach((v, i) => checkRegexes(v, `${path}[${i}]`, add, parentKey));
+    for (let i = 0; i < value.length; i++) {
+      steps.push(i);
+      walkNested(value[i], steps, parentKey, refs, add);
+      steps.pop();
+    }
     return;
   }
   const o = obj(value);
   if (!o) return;
+  if (refs) {
+    const name = str(o['name']);
+    if (name !== undefined && 'sds_config' in o && isAds(o['sds_config'])) {
+      refs.push({ typeUrl: TypeUrl.Secret, name, path: formatSteps(steps, 'name') });
+      return;
+    }
+  }
   const regex = o['regex'];
   if (typeof regex === 'string' && (parentKey === 'safe_regex' || parentKey === 'pattern' || 'google_re2' in o) && regex !== '') {
-    const at = path === '' ? 'regex' : `${path}.regex`;
+    const at = formatSteps(steps, 'regex');
     if (/\(\?<?[=!]|\\[1-9]/.test(regex)) add(at, 'regex.re2_unsupported', `RE2 has no lookaround or backreference: ${JSON.stringify(regex)}`);
     const compiled = compileRe2(regex);
     if (compiled instanceof Error) add(at, 'regex.compile', `does not compile (as a JavaScript RegExp, approximating RE2): ${compiled.message}`);
   }
-  const here = path + anySuffix(o);
-  for (const [k, v] of Object.entries(o)) {
-    if (v && typeof v === 'object') checkRegexes(v, here === '' ? k : `${here}.${k}`, add, k);
+  const suffix = anySuffix(o);
+  if (suffix) steps.push(suffix);
+  for (const k in o) {
+    const v = o[k];
+    if (!v || typeof v !== 'object') continue;
+    steps.push(k);
+    walkNested(v, steps, k, refs, add);
+    steps.pop();
   }
+  if (suffix) steps.pop();
 }
