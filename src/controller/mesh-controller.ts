@@ -92,13 +92,6 @@ export interface MeshControllerOptions {
   readonly podIdentityGraceMs?: number;
 }
 
-/**
- * The composition of the push pipeline: store changes, certificate rotations and the resync
- * timer feed a debouncer; each merged {@link PushRequest} rebuilds the MeshSnapshot (when
- * objects changed), regenerates the affected proxies' resources, encodes them, and sets their
- * snapshots in the cache, from which the ADS server sends what changed. A proxy whose
- * resources fail to generate or encode keeps its last good snapshot.
- */
 /** Default of {@link WarmUpOptions.configurationBytes}: 64 MiB of encoded configuration. */
 export const DEFAULT_WARM_UP_CONFIGURATION_BYTES = 64 * 1024 * 1024;
 
@@ -136,6 +129,13 @@ function snapshotBytes(snapshot: ProxySnapshot | undefined): number {
   return bytes;
 }
 
+/**
+ * The composition of the push pipeline: store changes, certificate rotations and the resync
+ * timer feed a debouncer; each merged {@link PushRequest} rebuilds the MeshSnapshot (when
+ * objects changed), regenerates the affected proxies' resources, encodes them, and sets their
+ * snapshots in the cache, from which the ADS server sends what changed. A proxy whose
+ * resources fail to generate or encode keeps its last good snapshot.
+ */
 export class MeshController {
   readonly registry = new ProxyRegistry();
   private mesh: MeshSnapshot;
