@@ -8,8 +8,9 @@ import { sharedClusterLoadAssignment } from '../envoy/eds/eds.js';
 import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshService, MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
-import { affectedBy, proxyDependencies } from '../envoy/dependencies.js';
-import { generateProxyResources, generateProxyRouteConfigurations, type ProxyResources } from '../envoy/generate.js';
+import { affectedBy } from '../envoy/dependencies.js';
+import { generateProxyRouteConfigurations } from '../envoy/generate.js';
+import { encodeResources, generateConfiguration, type EncodedConfiguration } from './configuration.js';
 import { formatViolation, ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import { withClientType, type NodeSoftware } from '../proxy/client-type.js';
@@ -120,6 +121,26 @@ export interface WarmUpResult {
   readonly configurationBytes: number;
   /** Some identities got no configuration ahead: the budget was used up first. */
   readonly budgetReached: boolean;
+}
+
+/** The memo key of a configuration: proxies of one identity and client type, with one certificate, share it. */
+function memoKey(proxy: Proxy, certificateSerial: string): string {
+  return `${proxy.identity}|${proxy.clientType ?? 'envoy'}|${certificateSerial}`;
+}
+
+/** What the controller remembers of a configuration: its snapshot (or the valid subset's) built from the encodings. */
+function generatedConfig(configuration: EncodedConfiguration, proxy: Proxy): GeneratedConfig {
+  const snapshot = buildProxySnapshot(configuration.encoded);
+  const valid = configuration.violations.length === 0;
+  return {
+    violations: configuration.violations,
+    dropped: configuration.dropped,
+    snapshot: valid ? snapshot : undefined,
+    validSnapshot: valid ? undefined : snapshot,
+    dependencies: new Set(configuration.dependencies),
+    proxy,
+    ahead: false,
+  };
 }
 
 /** Encoded size of a proxy snapshot's resources, in bytes (0 for none). */
@@ -446,25 +467,12 @@ export class MeshController {
   private async configFor(proxy: Proxy): Promise<GeneratedConfig> {
     const cert = await this.options.certificates.getServiceCertificate(proxy.identity);
     if (this.memo.generation !== this.mesh.generation) this.memo = { generation: this.mesh.generation, entries: new Map() };
-    const key = `${proxy.identity}|${proxy.clientType ?? 'envoy'}|${cert.serialNumber}`;
+    const key = memoKey(proxy, cert.serialNumber);
     const found = this.memo.entries.get(key);
     if (found) return found;
     this.metrics.configurationsGenerated.inc();
-    const resources = generateProxyResources(this.mesh, proxy, {
-      certChainPem: cert.certPem,
-      privateKeyPem: cert.keyPem,
-      caPem: this.options.certificates.caPem,
-    });
-    const { violations, valid, dropped } = validateProxyResources(resources, this.checked);
-    const config: GeneratedConfig = {
-      violations,
-      dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),
-      snapshot: violations.length === 0 ? buildProxySnapshot(encodeResources(resources, this.checked)) : undefined,
-      validSnapshot: violations.length === 0 ? undefined : buildProxySnapshot(encodeResources(valid, this.checked)),
-      dependencies: proxyDependencies(this.mesh, proxy.identity),
-      proxy,
-      ahead: false,
-    };
+    const certs = { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: this.options.certificates.caPem };
+    const config = generatedConfig(generateConfiguration(this.mesh, proxy, certs, this.checked), proxy);
     this.memo.entries.set(key, config);
     return config;
   }
@@ -652,22 +660,4 @@ export class MeshController {
   }
 }
 
-/**
- * Encodes every generated resource with the real Envoy protos (through `cache`, so content
- * encoded before is not encoded again).
- * @throws Error naming the type and resource when one cannot be encoded (unknown field, bad value).
- */
-export function encodeResources(resources: ProxyResources, cache: ResourceCheckCache = new ResourceCheckCache()): Map<TypeUrl, EncodedNamedResource[]> {
-  const out = new Map<TypeUrl, EncodedNamedResource[]>();
-  for (const [type, list] of resources) {
-    out.set(
-      type,
-      list.map((r) => {
-        const { encoded, error } = cache.check(type, r.resource, r.parts);
-        if (!encoded) throw new Error(`${TYPE_SHORT_NAME[type]} resource "${r.name}": ${error}`);
-        return { name: r.name, resource: { type_url: type, value: encoded } };
-      }),
-    );
-  }
-  return out;
-}
+export { encodeResources } from './configuration.js';

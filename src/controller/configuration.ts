@@ -1,0 +1,61 @@
+/**
+ * One configuration of a kind of proxy (identity and client type), generated, validated and
+ * encoded: what `MeshController` remembers per MeshSnapshot, and what a generation worker
+ * (`generation-worker.ts`) computes in parallel. Pure: no I/O.
+ */
+import { TYPE_SHORT_NAME, type TypeUrl } from '../api/type-urls.js';
+import type { MeshSnapshot } from '../catalog/types.js';
+import { proxyDependencies } from '../envoy/dependencies.js';
+import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
+import type { ProxyCertificates } from '../envoy/sds/sds.js';
+import { ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
+import type { Proxy } from '../proxy/types.js';
+import type { NamedResource as EncodedNamedResource } from '../xds/cache/snapshot-cache.js';
+
+/** The result of {@link generateConfiguration}; structured-clonable (a worker posts it). */
+export interface EncodedConfiguration {
+  readonly violations: readonly Violation[];
+  /** `CDS name`, `LDS name`, … of the resources left out of `encoded` because of `violations`. */
+  readonly dropped: readonly string[];
+  /** Every resource, encoded, by type URL; when there are violations, the valid subset only. */
+  readonly encoded: ReadonlyMap<TypeUrl, readonly EncodedNamedResource[]>;
+  /** The services the configuration was generated from (`proxyDependencies`). */
+  readonly dependencies: readonly string[];
+}
+
+/**
+ * Generates `proxy`'s resources from `mesh`, validates them and encodes them (the valid,
+ * referentially closed subset when some break a rule; see `validateProxyResources`).
+ * @param cache encodings and rule checks to reuse across proxies and calls.
+ * @throws Error when a resource cannot be generated or encoded.
+ */
+export function generateConfiguration(mesh: MeshSnapshot, proxy: Proxy, certs: ProxyCertificates, cache: ResourceCheckCache): EncodedConfiguration {
+  const resources = generateProxyResources(mesh, proxy, certs);
+  const { violations, valid, dropped } = validateProxyResources(resources, cache);
+  return {
+    violations,
+    dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),
+    encoded: encodeResources(violations.length === 0 ? resources : valid, cache),
+    dependencies: [...proxyDependencies(mesh, proxy.identity)],
+  };
+}
+
+/**
+ * Encodes every generated resource with the real Envoy protos (through `cache`, so content
+ * encoded before is not encoded again).
+ * @throws Error naming the type and resource when one cannot be encoded (unknown field, bad value).
+ */
+export function encodeResources(resources: ProxyResources, cache: ResourceCheckCache = new ResourceCheckCache()): Map<TypeUrl, EncodedNamedResource[]> {
+  const out = new Map<TypeUrl, EncodedNamedResource[]>();
+  for (const [type, list] of resources) {
+    out.set(
+      type,
+      list.map((r) => {
+        const { encoded, error } = cache.check(type, r.resource, r.parts);
+        if (!encoded) throw new Error(`${TYPE_SHORT_NAME[type]} resource "${r.name}": ${error}`);
+        return { name: r.name, resource: { type_url: type, value: encoded } };
+      }),
+    );
+  }
+  return out;
+}
