@@ -1,7 +1,7 @@
 /**
  * One configuration of a kind of proxy (identity and client type), generated, validated and
- * encoded: what `MeshController` remembers per MeshSnapshot, and what a generation worker
- * (`generation-worker.ts`) computes in parallel. Pure: no I/O.
+ * encoded: what `MeshController` remembers per MeshSnapshot. A pure function of the snapshot,
+ * the proxy and its certificates (no I/O), so that it can also run off the main thread.
  */
 import { TYPE_SHORT_NAME, type TypeUrl } from '../api/type-urls.js';
 import type { MeshSnapshot } from '../catalog/types.js';
@@ -12,7 +12,7 @@ import { ResourceCheckCache, validateProxyResources, type Violation } from '../e
 import type { Proxy } from '../proxy/types.js';
 import type { NamedResource as EncodedNamedResource } from '../xds/cache/snapshot-cache.js';
 
-/** The result of {@link generateConfiguration}; structured-clonable (a worker posts it). */
+/** The result of {@link generateConfiguration}; structured-clonable. */
 export interface EncodedConfiguration {
   readonly violations: readonly Violation[];
   /** `CDS name`, `LDS name`, … of the resources left out of `encoded` because of `violations`. */
