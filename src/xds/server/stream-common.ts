@@ -280,11 +280,12 @@ export abstract class StreamBase<
    */
   private readonly noncePrefix: string;
   private nonceCounter = 0;
-  private drainWaiters: Array<() => void> = [];
+  /** Writes waiting for the call's buffer to drain. */
+  private readonly drainWaiters: Array<() => void> = [];
   /** Writes waiting for this stream's previous response to be flushed. */
-  private flushWaiters: Array<() => void> = [];
-  /** Grants of the send budget for responses written and not flushed yet (given back on close). */
-  private readonly held = new Set<Release>();
+  private readonly flushWaiters: Array<() => void> = [];
+  /** The send-budget grant of the response written and not flushed yet, if any (given back on close). */
+  private unflushed: Release | undefined;
   /** `delta ` in the log messages of delta streams, nothing in SotW ones. */
   private readonly logPrefix: string;
 
@@ -299,7 +300,7 @@ export abstract class StreamBase<
     this.noncePrefix = `${mode === 'delta' ? 'd' : ''}${randomBytes(6).toString('base64url')}-`;
     this.log = ctx.logger.child(mode === 'delta' ? { streamId, mode } : { streamId });
     call.on('data', (req: Req) => this.onRequest(req));
-    call.on('drain', () => this.wakeDrainWaiters());
+    call.on('drain', () => wakeAll(this.drainWaiters));
     // The client half-closed: finish our side with OK.
     call.on('end', () => {
       if (!this.closed) call.end();
@@ -389,10 +390,10 @@ export abstract class StreamBase<
   }
 
   /**
-   * Writes a response of `type` whose resources are `bytes` long, then counts and logs it (a
-   * warning over {@link LARGE_RESPONSE_BYTES}). Backpressure: it first waits until this stream's
-   * previous response is flushed and the server's send budget has room, and after writing
-   * waits for the stream to drain when its buffer is full.
+   * Writes a response of `type` whose resources are `bytes` long, and counts and logs it (a
+   * warning first when it is over {@link LARGE_RESPONSE_BYTES}). Backpressure: it first waits
+   * until this stream's previous response is flushed and the server's send budget has room, and
+   * after writing waits for the stream to drain when its buffer is full.
    */
   protected async write(type: TypeUrl, response: Res, bytes: number, what: ResponseLog): Promise<void> {
     const short = TYPE_SHORT_NAME[type];
@@ -401,7 +402,7 @@ export abstract class StreamBase<
     }
     // One response in flight per stream: the next waits until the previous one is flushed, so a
     // proxy that stopped reading holds one response's share of the budget, not one per type.
-    while (this.held.size > 0 && !this.closed) await new Promise<void>((resolve) => this.flushWaiters.push(resolve));
+    while (this.unflushed && !this.closed) await new Promise<void>((resolve) => this.flushWaiters.push(resolve));
     // The server-wide budget of bytes in flight: a push to every proxy does not hold every
     // proxy's serialized response in memory at once.
     const release = await this.ctx.sendBudget.acquire(bytes);
@@ -409,22 +410,16 @@ export abstract class StreamBase<
       release();
       return;
     }
-    this.held.add(release);
+    this.unflushed = release;
     this.ctx.metrics.responses.inc({ type: short });
     this.ctx.metrics.responseBytes.inc({ type: short }, bytes);
     this.log.debug({ type: short, ...what, bytes }, `${this.logPrefix}response sent`);
     const flushed = this.call.write(response, () => {
-      this.held.delete(release);
+      if (this.unflushed === release) this.unflushed = undefined;
       release();
-      this.wakeFlushWaiters();
+      wakeAll(this.flushWaiters);
     });
     if (!flushed) await this.waitForDrain();
-  }
-
-  private wakeFlushWaiters(): void {
-    const waiters = this.flushWaiters;
-    this.flushWaiters = [];
-    for (const w of waiters) w();
   }
 
   /** Logs a hook's error instead of letting it end the stream. */
@@ -539,22 +534,16 @@ export abstract class StreamBase<
     return new Promise((resolve) => this.drainWaiters.push(resolve));
   }
 
-  private wakeDrainWaiters(): void {
-    const waiters = this.drainWaiters;
-    this.drainWaiters = [];
-    for (const w of waiters) w();
-  }
-
   /** Cleans up once, whatever ended the stream; calls onStreamClose if onStreamOpen was called. */
   close(reason: string): void {
     if (this.closed) return;
     this.closed = true;
     this.jobs.length = 0;
-    this.wakeDrainWaiters();
+    wakeAll(this.drainWaiters);
     // A write that never completes (the call was cancelled) must not keep its share of the budget.
-    for (const release of this.held) release();
-    this.held.clear();
-    this.wakeFlushWaiters();
+    this.unflushed?.();
+    this.unflushed = undefined;
+    wakeAll(this.flushWaiters);
     this.cancelWatch?.();
     this.cancelWatch = undefined;
     this.ctx.unregister(this);
@@ -567,4 +556,9 @@ export abstract class StreamBase<
     const proxy = this.proxy;
     this.callHook('onStreamClose', () => this.ctx.hooks.onStreamClose?.(proxy, this.streamId));
   }
+}
+
+/** Resolves every waiter in `waiters` and empties it. */
+function wakeAll(waiters: Array<() => void>): void {
+  for (const wake of waiters.splice(0)) wake();
 }
