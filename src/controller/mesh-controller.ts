@@ -33,7 +33,7 @@ interface GeneratedConfig {
   readonly snapshot: ProxySnapshot | undefined;
   /** The valid subset, encoded, when there are violations. */
   readonly validSnapshot: ProxySnapshot | undefined;
-  /** The services this configuration was generated from ({@link proxyDependencies}). */
+  /** The services this configuration was generated from (`proxyDependencies`). */
   readonly dependencies: ReadonlySet<string>;
   /** The proxy it was generated for (its identity and client type are what it depends on). */
   readonly proxy: Proxy;
@@ -123,9 +123,14 @@ export interface WarmUpResult {
   readonly budgetReached: boolean;
 }
 
-/** The memo key of a configuration: proxies of one identity and client type, with one certificate, share it. */
+/** The kind of a proxy: its identity and client type, which are all its configuration depends on. */
+function proxyKind(proxy: Proxy): string {
+  return `${proxy.identity}|${proxy.clientType ?? 'envoy'}`;
+}
+
+/** The memo key of a configuration: proxies of one kind, with one certificate, share it. */
 function memoKey(proxy: Proxy, certificateSerial: string): string {
-  return `${proxy.identity}|${proxy.clientType ?? 'envoy'}|${certificateSerial}`;
+  return `${proxyKind(proxy)}|${certificateSerial}`;
 }
 
 /** What the controller remembers of a configuration: its snapshot (or the valid subset's) built from the encodings. */
@@ -553,10 +558,9 @@ export class MeshController {
   private carryMemo(change: 'all' | MeshChange, rotated: ReadonlySet<ServiceIdentity>): void {
     const entries = new Map<string, GeneratedConfig>();
     if (change !== 'all') {
-      const like = (p: Proxy): string => `${p.identity}|${p.clientType ?? 'envoy'}`;
-      const connected = new Set(this.registry.proxies().map(like));
+      const connected = new Set(this.registry.proxies().map(proxyKind));
       for (const [key, config] of this.memo.entries) {
-        if (rotated.has(config.proxy.identity) || !(config.ahead || connected.has(like(config.proxy)))) continue;
+        if (rotated.has(config.proxy.identity) || !(config.ahead || connected.has(proxyKind(config.proxy)))) continue;
         if (!affectedBy(change, config.proxy, config.dependencies)) entries.set(key, config);
       }
     }
@@ -580,14 +584,24 @@ export class MeshController {
    * @returns false when the proxy needs a full update instead: it has no snapshot or had violations.
    */
   private patchEndpoints(proxy: Proxy, assignments: readonly EncodedNamedResource[]): boolean {
-    const previous = this.options.cache.getSnapshot(proxy.uuid);
-    if (!previous || this.violations.has(proxy.uuid) || !this.dependencies.has(proxy.uuid)) return false;
-    const next = replaceResources(previous, TypeUrl.ClusterLoadAssignment, assignments);
-    if (next !== previous) {
-      this.metrics.proxiesUpdated.inc();
-      this.options.cache.setSnapshot(proxy.uuid, next);
-    }
+    const previous = this.patchableSnapshot(proxy);
+    if (!previous) return false;
+    this.replaceInSnapshot(proxy, previous, TypeUrl.ClusterLoadAssignment, assignments);
     return true;
+  }
+
+  /** The proxy's current snapshot, when it can be patched: it has one, from a full generation without violations. */
+  private patchableSnapshot(proxy: Proxy): ProxySnapshot | undefined {
+    const snapshot = this.options.cache.getSnapshot(proxy.uuid);
+    return snapshot && !this.violations.has(proxy.uuid) && this.dependencies.has(proxy.uuid) ? snapshot : undefined;
+  }
+
+  /** Publishes `previous` with `replacements` of `typeUrl` (see `replaceResources`), unless nothing differs. */
+  private replaceInSnapshot(proxy: Proxy, previous: ProxySnapshot, typeUrl: TypeUrl, replacements: readonly EncodedNamedResource[]): void {
+    const next = replaceResources(previous, typeUrl, replacements);
+    if (next === previous) return;
+    this.metrics.proxiesUpdated.inc();
+    this.options.cache.setSnapshot(proxy.uuid, next);
   }
 
   /**
@@ -599,10 +613,10 @@ export class MeshController {
    *   violations, or its new route configurations break a rule or are not the same names.
    */
   private patchRoutes(proxy: Proxy, byKind: Map<string, readonly EncodedNamedResource[] | undefined>): boolean {
-    const previous = this.options.cache.getSnapshot(proxy.uuid);
+    const previous = this.patchableSnapshot(proxy);
     const current = previous?.resources.get(TypeUrl.RouteConfiguration);
-    if (!previous || !current || this.violations.has(proxy.uuid) || !this.dependencies.has(proxy.uuid)) return false;
-    const kind = `${proxy.identity}|${proxy.clientType ?? 'envoy'}`;
+    if (!previous || !current) return false;
+    const kind = proxyKind(proxy);
     if (!byKind.has(kind)) {
       const resources = new Map([[TypeUrl.RouteConfiguration, generateProxyRouteConfigurations(this.mesh, proxy)]]);
       const others = new Map([...previous.resources].filter(([type]) => type !== TypeUrl.RouteConfiguration).map(([type, map]) => [type, map.keys()]));
@@ -611,11 +625,7 @@ export class MeshController {
     }
     const routes = byKind.get(kind);
     if (!routes || routes.length !== current.size || routes.some((r) => !current.has(r.name))) return false;
-    const next = replaceResources(previous, TypeUrl.RouteConfiguration, routes);
-    if (next !== previous) {
-      this.metrics.proxiesUpdated.inc();
-      this.options.cache.setSnapshot(proxy.uuid, next);
-    }
+    this.replaceInSnapshot(proxy, previous, TypeUrl.RouteConfiguration, routes);
     return true;
   }
 
