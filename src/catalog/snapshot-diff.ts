@@ -3,6 +3,7 @@ import type { MeshService, MeshSnapshot, TrafficSplitPolicy } from './types.js';
 import type { UpstreamTrafficSettingPolicy } from './upstream-policies.js';
 import type { ServiceIdentity } from '../proxy/types.js';
 import { sameSet } from '../util/same.js';
+import { meshServicePorts } from './traffic-policy.js';
 
 /**
  * What a change short of a mesh-wide one touches (see {@link diffMeshSnapshots}).
@@ -60,7 +61,7 @@ export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'a
   };
   const servicesChanged = !same(before.services, after.services);
   if (servicesChanged) {
-    const [portsBefore, portsAfter] = [byServiceKey(before), byServiceKey(after)];
+    const [portsBefore, portsAfter] = [groupBy(before.services, serviceKey), groupBy(after.services, serviceKey)];
     for (const key of new Set([...portsBefore.keys(), ...portsAfter.keys()])) {
       const [a, b] = [portsBefore.get(key), portsAfter.get(key)];
       if (a && b && same(a, b)) continue;
@@ -148,18 +149,6 @@ function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, 
   return out;
 }
 
-/** MeshServices (every port) by `<ns>/<svc>`. */
-function byServiceKey(snapshot: MeshSnapshot): Map<string, MeshService[]> {
-  const out = new Map<string, MeshService[]>();
-  for (const svc of snapshot.services) {
-    const key = serviceKey(svc);
-    const list = out.get(key);
-    if (list) list.push(svc);
-    else out.set(key, [svc]);
-  }
-  return out;
-}
-
 /**
  * True when, of what `change` names (from {@link diffMeshSnapshots}), only services' endpoints
  * changed (no identity, no service added, removed or re-shaped): no TrafficSplit or UpstreamTrafficSetting of theirs changed, and none is headless
@@ -169,13 +158,10 @@ function byServiceKey(snapshot: MeshSnapshot): Map<string, MeshService[]> {
 export function onlyEndpointsChanged(before: MeshSnapshot, after: MeshSnapshot, change: MeshChange): boolean {
   if (change.servicesChanged || change.identities.size > 0) return false;
   const same = sameContent;
+  const [splitsBefore, splitsAfter] = [splitsByApex(before), splitsByApex(after)];
   for (const key of change.services) {
-    const [namespace, name] = key.split('/');
-    const splits = (s: MeshSnapshot) => s.trafficSplits.filter((t) => t.namespace === namespace && t.service === name);
-    if (!same(splits(before), splits(after))) return false;
-    const settings = (s: MeshSnapshot) => s.upstreamTrafficSettings.filter((u) => u.service === key);
-    if (!same(settings(before), settings(after))) return false;
-    const services = after.services.filter((s) => s.namespace === namespace && s.name === name);
+    if (!same(splitsBefore.get(key) ?? [], splitsAfter.get(key) ?? []) || !sameSettings(before, after, key)) return false;
+    const services = servicePorts(after, key);
     if (services.length === 0 || services.some((s) => s.headless)) return false;
   }
   return true;
@@ -195,11 +181,9 @@ export function onlySplitWeightsChanged(before: MeshSnapshot, after: MeshSnapsho
   const [splitsBefore, splitsAfter] = [splitsByApex(before), splitsByApex(after)];
   let splitChanged = false;
   for (const key of change.services) {
-    const [namespace, name] = key.split('/');
-    const services = after.services.filter((s) => s.namespace === namespace && s.name === name);
+    const services = servicePorts(after, key);
     for (const svc of services) if (!same(before.endpoints.get(clusterName(svc)) ?? [], after.endpoints.get(clusterName(svc)) ?? [])) return false;
-    const settings = (s: MeshSnapshot) => s.upstreamTrafficSettings.filter((u) => u.service === key);
-    if (!same(settings(before), settings(after))) return false;
+    if (!sameSettings(before, after, key)) return false;
     const [splitsA, splitsB] = [splitsBefore.get(key) ?? [], splitsAfter.get(key) ?? []];
     if (splitsA.length === 0 && splitsB.length === 0) continue; // a backend of a changed split: its inbound host names depend on the apex only
     if (splitsA.length !== 1 || splitsB.length !== 1) return false; // none, or a conflict
@@ -213,6 +197,18 @@ export function onlySplitWeightsChanged(before: MeshSnapshot, after: MeshSnapsho
     splitChanged ||= !same(a, b);
   }
   return splitChanged;
+}
+
+/** Every port of the service `<ns>/<svc>` in `snapshot` (see `meshServicePorts`). */
+function servicePorts(snapshot: MeshSnapshot, key: string): readonly MeshService[] {
+  const [namespace, name] = key.split('/');
+  return meshServicePorts(snapshot, namespace, name);
+}
+
+/** The same UpstreamTrafficSettings for the service `key` before and after. */
+function sameSettings(before: MeshSnapshot, after: MeshSnapshot, key: string): boolean {
+  const of = (s: MeshSnapshot) => s.upstreamTrafficSettings.filter((u) => u.service === key);
+  return sameContent(of(before), of(after));
 }
 
 /**
