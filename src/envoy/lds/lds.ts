@@ -9,7 +9,7 @@ import type { Proxy } from '../../proxy/types.js';
 import { PASSTHROUGH_OUTBOUND_CLUSTER } from '../cds/cds.js';
 import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, networkLocalRateLimitFilter } from '../rate-limit.js';
-import { outboundView, type OutboundDestination } from '../outbound.js';
+import { outboundView, outboundViewId, type OutboundDestination } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import { HTTP_RBAC_FILTER, inboundRouteConfigName, isHttpLike, outboundRouteConfigName } from '../rds/rds.js';
 import type { NamedResource } from '../resource.js';
@@ -215,7 +215,7 @@ export function generateListeners(snapshot: MeshSnapshot, proxy: Proxy): NamedRe
   const view = outboundView(snapshot, proxy.identity);
   const shareable = proxyEgressPolicies(snapshot, proxy).length === 0;
   const outbound = shareable
-    ? sharedResource(snapshot, `Listener ${OUTBOUND_LISTENER.name}`, [snapshot, view], () => ({ listener: outboundListener(snapshot, proxy) })).listener
+    ? sharedResource(snapshot, `Listener ${OUTBOUND_LISTENER.name} ${outboundViewId(view)}`, [snapshot, view], () => ({ listener: outboundListener(snapshot, proxy) })).listener
     : outboundListener(snapshot, proxy);
   if (outbound) out.push({ name: OUTBOUND_LISTENER.name, resource: outbound });
   return out;
