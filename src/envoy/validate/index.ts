@@ -104,10 +104,10 @@ export class ResourceCheckCache {
    * the one last seen after the same base (`sameRuleOutcome`) is only encoded.
    */
   check(typeUrl: TypeUrl, resource: object, parts?: readonly object[]): CheckedResource {
-    // Validation and encoding of one proxy ask for the same object twice: skip the JSON key then.
+    if (!parts || parts.length === 0) return this.checkObject(typeUrl, resource);
     const seen = this.byObject.get(resource);
     if (seen) return seen;
-    const result = parts && parts.length > 0 ? this.checkParts(typeUrl, parts) : this.checkObject(typeUrl, resource, false);
+    const result = this.checkParts(typeUrl, parts);
     this.byObject.set(resource, result);
     return result;
   }
@@ -118,7 +118,7 @@ export class ResourceCheckCache {
       siblings = [];
       this.siblingsByBase.set(parts[0], siblings);
     }
-    const results = parts.map((part, i) => (i === 0 ? this.checkObject(typeUrl, part, false) : this.checkPart(typeUrl, part, i, siblings)));
+    const results = parts.map((part, i) => (i === 0 ? this.checkObject(typeUrl, part) : this.checkPart(typeUrl, part, i, siblings)));
     const failed = results.find((r) => r.encoded === undefined);
     if (failed) return failed;
     return {
@@ -137,27 +137,21 @@ export class ResourceCheckCache {
     const seen = this.byPartObject.get(part);
     if (seen) return seen;
     const sibling = siblings[position];
-    let result: CheckedResource;
-    if (sibling?.result.encoded && sameRuleOutcome(typeUrl, sibling.object, part)) {
-      try {
-        result = { encoded: encodeMessage(typeUrl, part), error: undefined, violations: sibling.result.violations };
-      } catch (err) {
-        result = { encoded: undefined, error: err instanceof Error ? err.message : String(err), violations: [] };
-      }
-    } else {
-      result = this.checkContent(typeUrl, part, true);
-    }
+    const result =
+      sibling?.result.encoded && sameRuleOutcome(typeUrl, sibling.object, part)
+        ? attempt(() => ({ encoded: encodeMessage(typeUrl, part), error: undefined, violations: sibling.result.violations }))
+        : this.checkContent(typeUrl, part, true);
     this.byPartObject.set(part, result);
     siblings[position] = { object: part, result };
     return result;
   }
 
-  private checkObject(typeUrl: TypeUrl, resource: object, part: boolean): CheckedResource {
-    const cache = part ? this.byPartObject : this.byObject;
-    const seen = cache.get(resource);
+  /** A whole resource (or a base part), remembered by object: validation and encoding of one proxy ask for it twice. */
+  private checkObject(typeUrl: TypeUrl, resource: object): CheckedResource {
+    const seen = this.byObject.get(resource);
     if (seen) return seen;
-    const result = this.checkContent(typeUrl, resource, part);
-    cache.set(resource, result);
+    const result = this.checkContent(typeUrl, resource, false);
+    this.byObject.set(resource, result);
     return result;
   }
 
@@ -169,13 +163,10 @@ export class ResourceCheckCache {
       this.entries.set(k, found);
       return found;
     }
-    let result: CheckedResource;
-    try {
+    const result = attempt(() => {
       const { encoded, decoded } = encodeChecked(typeUrl, resource);
-      result = { encoded, error: undefined, violations: part ? validateMessagePart(typeUrl, decoded) : validateMessage(typeUrl, decoded) };
-    } catch (err) {
-      result = { encoded: undefined, error: err instanceof Error ? err.message : String(err), violations: [] };
-    }
+      return { encoded, error: undefined, violations: part ? validateMessagePart(typeUrl, decoded) : validateMessage(typeUrl, decoded) };
+    });
     this.entries.set(k, result);
     if (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
     return result;
@@ -184,6 +175,15 @@ export class ResourceCheckCache {
   /** How many resources are remembered. */
   get size(): number {
     return this.entries.size;
+  }
+}
+
+/** `check()`'s result, or the encoding error it threw as a result without bytes. */
+function attempt(check: () => CheckedResource): CheckedResource {
+  try {
+    return check();
+  } catch (err) {
+    return { encoded: undefined, error: err instanceof Error ? err.message : String(err), violations: [] };
   }
 }
 

@@ -644,11 +644,11 @@ export function validateWithType(type: protobuf.Type, decoded: Record<string, un
 /**
  * True when two messages of `typeNameOrUrl`, in the object form the codec encodes, are bound to
  * break exactly the same rules at the same paths, so one's violations stand for the other's.
- * Decided conservatively, without checking any rule: they set the same fields (the same
- * `@type` in every `Any`), and every value that differs is a non-empty string in a `string`
- * field that carries no rule, outside any map and any repeated field with rules. For example
- * two proxies' TLS contexts towards one service, which differ only in the name of their own
- * certificate's secret (`SdsSecretConfig.name` has no rule). False whenever unsure.
+ * Decided conservatively: they set the same fields (the same `@type` in every `Any`), and every
+ * value that differs is a non-empty string in a `string` field that carries no rule or whose
+ * rules both values meet, outside any map and any repeated field with rules on its items. For
+ * example two proxies' TLS contexts towards one service, which differ only in the name of their
+ * own certificate's secret (`SdsSecretConfig.name`, `min_len: 1`). False whenever unsure.
  * @throws Error when the type is not in the loaded protos.
  */
 export function sameRuleOutcome(typeNameOrUrl: string, a: object, b: object): boolean {
