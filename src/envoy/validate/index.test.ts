@@ -356,3 +356,93 @@ describe('resources given as parts (NamedResource.parts)', () => {
     assert.deepEqual(check(own('service-cert:e/e')).violations, []);
   });
 });
+
+describe('ResourceCheckCache: a resource alike a valid sibling', () => {
+  const certs = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
+  const generated = (permissive: boolean): [TypeUrl, NamedResource][] => {
+    const objects = bookstoreMesh({ permissive }).map((o) => (o.kind === 'MeshConfig' ? k8s.meshConfig(permissive, true) : o));
+    const { snapshot } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
+    const out: [TypeUrl, NamedResource][] = [];
+    for (const identity of snapshot.servicesByIdentity.keys()) {
+      const [ns, sa] = identity.split('/') as [string, string];
+      const proxy = parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`);
+      for (const [typeUrl, list] of generateProxyResources(snapshot, proxy, certs)) for (const r of list) out.push([typeUrl, r]);
+    }
+    return out;
+  };
+
+  it('takes the shortcut between proxies: another identity’s listener, route configuration, secret', () => {
+    const all = generated(false);
+    const shared = new ResourceCheckCache();
+    for (const [typeUrl, r] of all) {
+      const viaSiblings = shared.check(typeUrl, r.resource, r.parts, r.name);
+      const alone = new ResourceCheckCache().check(typeUrl, r.resource, r.parts, r.name);
+      assert.deepEqual(viaSiblings.violations, alone.violations, r.name);
+      assert.deepEqual(viaSiblings.encoded, alone.encoded, r.name);
+    }
+    // Siblings answered for the others: only the first of each kind was checked by content.
+    assert.ok(shared.size < all.length * 0.6, `${shared.size} checked in full of ${all.length}`);
+  });
+
+  it('is valid only when checking it in full finds it valid (random mutations of generated resources)', () => {
+    let seed = 42;
+    const random = (n: number): number => {
+      // mulberry32
+      seed = (seed + 0x6d2b79f5) | 0;
+      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+      return Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * n);
+    };
+    const STRINGS = ['', 'x'.repeat(300), 'a\nb', '*.bad domain', '0.0.0.0', '::1', 'UNKNOWN_ENUM', 'ok-name'];
+    const NUMBERS = [0, -1, 1, 2 ** 32, 1.5, 65536, 70000];
+    const leaves = (v: unknown, path: (string | number)[], out: (string | number)[][]): void => {
+      if (Array.isArray(v)) v.forEach((x, i) => leaves(x, [...path, i], out));
+      else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) leaves(x, [...path, k], out);
+      if (path.length > 0 && (path.at(-1) !== '@type' || random(4) === 0)) out.push(path);
+    };
+    const mutate = (resource: unknown): unknown => {
+      const copy = structuredClone(resource) as Obj;
+      const paths: (string | number)[][] = [];
+      leaves(copy, [], paths);
+      const path = paths[random(paths.length)]!;
+      let parent: Obj = copy;
+      for (const p of path.slice(0, -1)) parent = parent[p];
+      const last = path.at(-1)!;
+      const old = parent[last];
+      const choice = random(4);
+      if (choice === 0) {
+        if (Array.isArray(parent)) parent.splice(last as number, 1);
+        else delete parent[last];
+      } else if (choice === 1 && Array.isArray(parent)) parent.push(structuredClone(old));
+      else if (typeof old === 'string') parent[last] = STRINGS[random(STRINGS.length)];
+      else if (typeof old === 'number') parent[last] = NUMBERS[random(NUMBERS.length)];
+      else if (typeof old === 'boolean') parent[last] = !old;
+      else if (old && typeof old === 'object') parent[last] = Array.isArray(old) ? [] : {};
+      return copy;
+    };
+    let shortcuts = 0;
+    let invalid = 0;
+    for (const permissive of [false, true]) {
+      const all = generated(permissive);
+      for (let round = 0; round < 12; round++) {
+        for (const [typeUrl, r] of all) {
+          const cache = new ResourceCheckCache();
+          const original = cache.check(typeUrl, r.resource, undefined, r.name);
+          assert.deepEqual(original.violations, [], r.name);
+          const mutated = mutate(r.resource) as object;
+          const viaSibling = cache.check(typeUrl, mutated, undefined, r.name);
+          const alone = new ResourceCheckCache().check(typeUrl, mutated);
+          const what = `${r.name}: ${JSON.stringify(mutated).slice(0, 300)}`;
+          assert.deepEqual(viaSibling.violations, alone.violations, what);
+          assert.equal(viaSibling.error, alone.error, what);
+          assert.deepEqual(viaSibling.encoded, alone.encoded, what);
+          if (cache.size === 1) shortcuts++;
+          if (alone.violations.length > 0 || alone.error) invalid++;
+        }
+      }
+    }
+    // Both paths were exercised: mutants taken by the shortcut, and mutants that break rules.
+    assert.ok(shortcuts > 200, `${shortcuts} shortcuts`);
+    assert.ok(invalid > 200, `${invalid} invalid mutants`);
+  });
+});

@@ -15,9 +15,9 @@ import type { TypeUrl } from '../../api/type-urls.js';
 import type { ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
 import { resourceReferences, validateCrossResource, type DecodedResource } from './cross-resource.js';
-import { sameRuleOutcome, validateMessage, validateMessagePart, type RuleViolation } from './proto-rules.js';
+import { validLike, validateMessage, validateMessagePart, type RuleViolation } from './proto-rules.js';
 
-export { validateMessage, validateEncoded, sameRuleOutcome, type RuleViolation } from './proto-rules.js';
+export { validateMessage, validateEncoded, validLike, type RuleViolation } from './proto-rules.js';
 export { validateCrossResource, resourceReferences, type CrossViolation, type DecodedResources, type ResourceReference } from './cross-resource.js';
 
 /**
@@ -78,36 +78,53 @@ export interface CheckedResource {
   readonly violations: readonly RuleViolation[];
 }
 
+/** How many unlike resources of one type are kept to compare new ones with. */
+const SIBLINGS_PER_TYPE = 4;
+
+/** A resource or part checked before, with its result: what the next alike one is compared with. */
+interface Sibling {
+  readonly object: object;
+  readonly result: CheckedResource;
+}
+
 /**
- * Per-resource results (encoding and `validate.rules` checks) by content, shared across
- * proxies and pushes: a resource many proxies get, or that did not change since the last
- * push, is encoded and checked once. Keyed by type URL and the resource's JSON; the least
- * recently used entries go beyond `maxEntries`.
+ * Per-resource results (encoding and `validate.rules` checks), shared across proxies and
+ * pushes. A resource is looked up, cheapest first:
+ * 1. by object: the same object checked before (generated objects are not mutated afterwards);
+ * 2. by sibling: when the last resource of the same type and name (another proxy's listener of
+ *    that name), or one of the last few of the same type that were not alike one another
+ *    (another proxy's certificate secret), is valid and alike this one (`validLike`), this one
+ *    is valid too and is only encoded;
+ * 3. by content: the resource's JSON, the least recently used entries going beyond
+ *    `maxEntries`; a miss encodes and checks it in full.
  */
 export class ResourceCheckCache {
   private readonly entries = new Map<string, CheckedResource>();
-  /** The result for an object already checked (generated objects are not mutated afterwards). */
   private readonly byObject = new WeakMap<object, CheckedResource>();
   /** The same for objects checked as a part after the first (fewer rules apply to those). */
   private readonly byPartObject = new WeakMap<object, CheckedResource>();
-  /** By base part: the part last checked at each later position, with its result. */
-  private readonly siblingsByBase = new WeakMap<object, { object: object; result: CheckedResource }[]>();
+  /** By base part: the part last checked at each later position. */
+  private readonly siblingsByBase = new WeakMap<object, Sibling[]>();
+  /** By type URL and name: the resource last checked. */
+  private readonly siblingsByName = new Map<string, Sibling>();
+  /** By type URL: the last few resources checked that were not alike one another, latest first. */
+  private readonly siblingsByType = new Map<TypeUrl, Sibling[]>();
 
-  /** @param maxEntries how many resources to remember (default 20 000). */
+  /** @param maxEntries how many resources to remember by content, and by name (default 20 000 each). */
   constructor(private readonly maxEntries = 20_000) {}
 
   /**
-   * Encodes and checks `resource` of `typeUrl`, or returns the remembered result for the same
-   * object or content. With `parts` (see `NamedResource.parts`), each part is encoded and
-   * checked on its own (the first whole, the others for the fields they set) and the
-   * encodings are concatenated: a part shared by many resources costs once, and a part like
-   * the one last seen after the same base (`sameRuleOutcome`) is only encoded.
+   * Encodes and checks `resource` of `typeUrl` (named `name`), or returns the remembered result
+   * for the same object, an alike sibling or the same content. With `parts` (see
+   * `NamedResource.parts`), each part is encoded and checked on its own (the first whole, the
+   * others for the fields they set) and the encodings are concatenated: a part shared by many
+   * resources costs once, and a part alike the one last seen at its position after the same
+   * base is only encoded.
    */
-  check(typeUrl: TypeUrl, resource: object, parts?: readonly object[]): CheckedResource {
-    if (!parts || parts.length === 0) return this.checkObject(typeUrl, resource);
+  check(typeUrl: TypeUrl, resource: object, parts?: readonly object[], name?: string): CheckedResource {
     const seen = this.byObject.get(resource);
     if (seen) return seen;
-    const result = this.checkParts(typeUrl, parts);
+    const result = parts && parts.length > 0 ? this.checkParts(typeUrl, parts) : this.checkWhole(typeUrl, resource, name);
     this.byObject.set(resource, result);
     return result;
   }
@@ -118,7 +135,7 @@ export class ResourceCheckCache {
       siblings = [];
       this.siblingsByBase.set(parts[0], siblings);
     }
-    const results = parts.map((part, i) => (i === 0 ? this.checkObject(typeUrl, part) : this.checkPart(typeUrl, part, i, siblings)));
+    const results = parts.map((part, i) => (i === 0 ? this.check(typeUrl, part) : this.checkPart(typeUrl, part, i, siblings)));
     const failed = results.find((r) => r.encoded === undefined);
     if (failed) return failed;
     return {
@@ -128,30 +145,41 @@ export class ResourceCheckCache {
     };
   }
 
-  /**
-   * A part after the base. The parts at the same position after the same base are alike (each
-   * proxy's TLS context towards one service): when this one can only break the rules the last
-   * one broke (`sameRuleOutcome`), it takes that one's violations and is only encoded.
-   */
-  private checkPart(typeUrl: TypeUrl, part: object, position: number, siblings: { object: object; result: CheckedResource }[]): CheckedResource {
+  /** A part after the base, compared with the part last checked at its position after the same base. */
+  private checkPart(typeUrl: TypeUrl, part: object, position: number, siblings: Sibling[]): CheckedResource {
     const seen = this.byPartObject.get(part);
     if (seen) return seen;
-    const sibling = siblings[position];
-    const result =
-      sibling?.result.encoded && sameRuleOutcome(typeUrl, sibling.object, part)
-        ? attempt(() => ({ encoded: encodeMessage(typeUrl, part), error: undefined, violations: sibling.result.violations }))
-        : this.checkContent(typeUrl, part, true);
+    const result = likeSibling(typeUrl, part, siblings[position]) ?? this.checkContent(typeUrl, part, true);
     this.byPartObject.set(part, result);
     siblings[position] = { object: part, result };
     return result;
   }
 
-  /** A whole resource (or a base part), remembered by object: validation and encoding of one proxy ask for it twice. */
-  private checkObject(typeUrl: TypeUrl, resource: object): CheckedResource {
-    const seen = this.byObject.get(resource);
-    if (seen) return seen;
-    const result = this.checkContent(typeUrl, resource, false);
-    this.byObject.set(resource, result);
+  /** A whole resource (or a base part without a name). */
+  private checkWhole(typeUrl: TypeUrl, resource: object, name: string | undefined): CheckedResource {
+    if (name === undefined) return this.checkContent(typeUrl, resource, false);
+    const nameKey = key(typeUrl, name);
+    let ofType = this.siblingsByType.get(typeUrl);
+    if (!ofType) {
+      ofType = [];
+      this.siblingsByType.set(typeUrl, ofType);
+    }
+    const named = this.siblingsByName.get(nameKey);
+    let result = likeSibling(typeUrl, resource, named);
+    // The sibling this one replaces in `ofType`: the one it was alike, or none (a new kind).
+    let alike = result ? ofType.findIndex((s) => s.object === named!.object) : -1;
+    for (let i = 0; result === undefined && i < ofType.length; i++) {
+      result = likeSibling(typeUrl, resource, ofType[i]);
+      if (result) alike = i;
+    }
+    result ??= this.checkContent(typeUrl, resource, false);
+    const sibling = { object: resource, result };
+    this.siblingsByName.delete(nameKey);
+    this.siblingsByName.set(nameKey, sibling);
+    if (this.siblingsByName.size > this.maxEntries) this.siblingsByName.delete(this.siblingsByName.keys().next().value!);
+    if (alike >= 0) ofType.splice(alike, 1);
+    ofType.unshift(sibling);
+    if (ofType.length > SIBLINGS_PER_TYPE) ofType.pop();
     return result;
   }
 
@@ -172,10 +200,19 @@ export class ResourceCheckCache {
     return result;
   }
 
-  /** How many resources are remembered. */
+  /** How many resources are remembered by content. */
   get size(): number {
     return this.entries.size;
   }
+}
+
+/**
+ * `object`'s result when `sibling` was encoded, broke no rule and is alike (`validLike`): the
+ * encoding of `object` (or its encoding error), with no violations. Undefined otherwise.
+ */
+function likeSibling(typeUrl: TypeUrl, object: object, sibling: Sibling | undefined): CheckedResource | undefined {
+  if (!sibling?.result.encoded || sibling.result.violations.length > 0 || !validLike(typeUrl, sibling.object, object)) return undefined;
+  return attempt(() => ({ encoded: encodeMessage(typeUrl, object), error: undefined, violations: [] }));
 }
 
 /** `check()`'s result, or the encoding error it threw as a result without bytes. */
@@ -216,7 +253,7 @@ export function validateProxyResources(
   for (const [typeUrl, list] of resources) {
     const out: DecodedResource[] = [];
     for (const r of list) {
-      const checked = cache.check(typeUrl, r.resource, r.parts);
+      const checked = cache.check(typeUrl, r.resource, r.parts, r.name);
       if (checked.error !== undefined) {
         violations.push({ typeUrl, name: r.name, path: '', rule: 'encode', message: checked.error });
         continue;

@@ -642,17 +642,23 @@ export function validateWithType(type: protobuf.Type, decoded: Record<string, un
 }
 
 /**
- * True when two messages of `typeNameOrUrl`, in the object form the codec encodes, are bound to
- * break exactly the same rules at the same paths, so one's violations stand for the other's.
- * Decided conservatively: they set the same fields (the same `@type` in every `Any`), and every
- * value that differs is a non-empty string in a `string` field that carries no rule or whose
- * rules both values meet, outside any map and any repeated field with rules on its items. For
- * example two proxies' TLS contexts towards one service, which differ only in the name of their
- * own certificate's secret (`SdsSecretConfig.name`, `min_len: 1`). False whenever unsure.
+ * True when `candidate`, a message of `typeNameOrUrl` in the object form the codec encodes,
+ * breaks no rule, given that `valid` (of the same type) breaks none: the two are alike where a
+ * rule could tell them apart. Decided conservatively, without running the rules: they set the
+ * same fields (the same `@type` in every `Any`, the same number of items and map entries), and
+ * every value that differs is
+ * - a non-empty string in a `string` field with no rule, or whose rules both values meet;
+ * - a non-zero number in a numeric field with no rule (encoding checks the range);
+ * - a map entry of a map with no rule (keys may differ; values are compared alike);
+ * - inside a message compared alike, outside any repeated field with rules on its items and
+ *   any message field with rules (those must be equal).
+ * For example two proxies' TLS contexts towards one service, which differ only in the name of
+ * their own certificate's secret (`SdsSecretConfig.name`, `min_len: 1`), or two inbound
+ * listeners whose RBAC policies name different principals. False whenever unsure.
  * @throws Error when the type is not in the loaded protos.
  */
-export function sameRuleOutcome(typeNameOrUrl: string, a: object, b: object): boolean {
-  return sameOutcome(messageType(typeNameOrUrl), a as Obj, b as Obj);
+export function validLike(typeNameOrUrl: string, valid: object, candidate: object): boolean {
+  return sameOutcome(messageType(typeNameOrUrl), valid as Obj, candidate as Obj);
 }
 
 const UNSTRUCTURED = new Set(['.google.protobuf.Struct', '.google.protobuf.Value', '.google.protobuf.ListValue']);
@@ -684,17 +690,20 @@ function sameFields(type: protobuf.Type, a: Obj, b: Obj, any: boolean): boolean 
     const rules = fieldRules(field);
     const rt = field.resolvedType;
     const message = rt instanceof protobuf.Type ? rt : undefined;
-    if (field.map || (rules && (message || field.repeated) && !(field.repeated && onlyCountsItems(rules)))) {
-      // Exactly equal (not canonically: an empty message is a present field, which a oneof or
-      // `message.required` counts).
-      if (JSON.stringify(va) !== JSON.stringify(vb)) return false;
+    if (field.map) {
+      if (rules ? !exactlyEqual(va, vb) : !sameEntries(field, message, va, vb)) return false;
     } else if (field.repeated) {
+      const items = rules ? itemRules(rules) : null;
+      if (items === undefined) {
+        if (!exactlyEqual(va, vb)) return false;
+        continue;
+      }
       if (!Array.isArray(va) || !Array.isArray(vb) || va.length !== vb.length) return false;
       for (let i = 0; i < va.length; i++) {
         if (va[i] === vb[i]) continue;
-        if (message ? !sameOutcome(message, va[i] as Obj, vb[i] as Obj) : !unruledStrings(field, null, va[i], vb[i])) return false;
+        if (!alikeValues(field, message, items, va[i], vb[i])) return false;
       }
-    } else if (message ? !sameOutcome(message, va as Obj, vb as Obj) : !unruledStrings(field, rules, va, vb)) {
+    } else if (!alikeValues(field, message, rules, va, vb)) {
       return false;
     }
   }
@@ -702,24 +711,77 @@ function sameFields(type: protobuf.Type, a: Obj, b: Obj, any: boolean): boolean 
   return keys === 0;
 }
 
-/** Rules of a repeated field that only count its items (`min_items`, `max_items`): equal lengths meet them alike. */
-function onlyCountsItems(rules: Rules): boolean {
-  const keys = Object.keys(rules);
-  if (keys.length !== 1 || keys[0] !== 'repeated') return false;
-  return Object.keys(rules['repeated'] as Rules).every((k) => k === 'min_items' || k === 'max_items');
+/** Two entry lists of a map field with no rules, paired in order: values alike, keys free. */
+function sameEntries(field: protobuf.Field, message: protobuf.Type | undefined, a: unknown, b: unknown): boolean {
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || Array.isArray(a) || Array.isArray(b)) return false;
+  const ea = Object.values(a as Obj);
+  const eb = Object.values(b as Obj);
+  if (ea.length !== eb.length) return false;
+  for (let i = 0; i < ea.length; i++) {
+    if (ea[i] === eb[i]) continue;
+    if (!isSet(ea[i]) || !isSet(eb[i]) || !alikeValues(field, message, null, ea[i], eb[i])) return false;
+  }
+  return true;
 }
 
 /**
- * Two different values of a scalar field that cannot break a rule differently: non-empty
- * strings of a `string` field, and when the field has rules, both meet them.
+ * Two set values of one field (or of one item or map value, with the rules that apply to it):
+ * messages compared alike when their only rule is `message.required` (both are present),
+ * exactly equal when they carry other rules; scalars as {@link alikeScalars}.
  */
-function unruledStrings(field: protobuf.Field, rules: Rules | null, a: unknown, b: unknown): boolean {
-  if (field.type !== 'string' || typeof a !== 'string' || typeof b !== 'string' || a === '' || b === '') return false;
-  if (rules === null) return true;
-  const out: RuleViolation[] = [];
-  checkScalar('string', rules, a, undefined, '', out);
-  checkScalar('string', rules, b, undefined, '', out);
-  return out.length === 0;
+function alikeValues(field: protobuf.Field, message: protobuf.Type | undefined, rules: Rules | null, a: unknown, b: unknown): boolean {
+  if (!message) return alikeScalars(field, rules, a, b);
+  if (rules && !onlyRequired(rules)) return exactlyEqual(a, b);
+  return sameOutcome(message, a as Obj, b as Obj);
+}
+
+/**
+ * Exactly equal (not canonically: an empty message is a present field, which a oneof or
+ * `message.required` counts).
+ */
+function exactlyEqual(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+/** `{message: {required: true}}` and nothing else. */
+function onlyRequired(rules: Rules): boolean {
+  const keys = Object.keys(rules);
+  if (keys.length !== 1 || keys[0] !== 'message') return false;
+  const m = rules['message'] as Rules;
+  return Object.keys(m).every((k) => k === 'required');
+}
+
+/**
+ * The rules each item of a repeated field must meet, when its other rules only count items
+ * (`min_items`, `max_items`: equal lengths meet them alike); null for none. Undefined when it
+ * has other rules (`unique`, …): then two lists must be exactly equal.
+ */
+function itemRules(rules: Rules): Rules | null | undefined {
+  const keys = Object.keys(rules);
+  if (keys.length !== 1 || keys[0] !== 'repeated') return undefined;
+  const r = rules['repeated'] as Rules;
+  for (const k of Object.keys(r)) if (k !== 'min_items' && k !== 'max_items' && k !== 'items') return undefined;
+  return (r['items'] as Rules | undefined) ?? null;
+}
+
+const NUMERIC = new Set(['double', 'float', 'int32', 'uint32', 'sint32', 'fixed32', 'sfixed32', 'int64', 'uint64', 'sint64', 'fixed64', 'sfixed64']);
+
+/**
+ * Two different values of a scalar field that cannot break a rule differently, and are both
+ * present on the wire: non-empty strings of a `string` field that has no rules or whose rules
+ * both meet; non-zero finite numbers of a numeric field with no rules. Enums and booleans must
+ * be equal.
+ */
+function alikeScalars(field: protobuf.Field, rules: Rules | null, a: unknown, b: unknown): boolean {
+  if (field.type === 'string') {
+    if (typeof a !== 'string' || typeof b !== 'string' || a === '' || b === '') return false;
+    if (rules === null) return true;
+    const out: RuleViolation[] = [];
+    checkScalar('string', rules, a, undefined, '', out);
+    checkScalar('string', rules, b, undefined, '', out);
+    return out.length === 0;
+  }
+  return rules === null && NUMERIC.has(field.type) && typeof a === 'number' && typeof b === 'number' && a !== 0 && b !== 0 && Number.isFinite(a) && Number.isFinite(b);
 }
 
 /**
