@@ -217,7 +217,7 @@ function checkKnownFields(type: protobuf.Type, object: unknown, where: FieldPath
       const range = INTEGER_RANGES[field.type];
       if (range && !field.map) {
         for (const v of field.repeated && Array.isArray(value) ? value : [value]) {
-          if (typeof v === 'number' && !(Number.isInteger(v) && v >= range[0] && v <= range[1])) {
+          if (typeof v === 'number' && !fitsField(field.type, v)) {
             throw new Error(`${formatPath(where)}.${key}: ${v} does not fit ${field.type}`);
           }
         }
@@ -236,14 +236,26 @@ function checkKnownFields(type: protobuf.Type, object: unknown, where: FieldPath
 }
 
 /**
+ * True when the number `value` can be written to a field of protobuf scalar type `fieldType`
+ * unchanged: integer types need a whole number within their range (64-bit ones within the safe
+ * integers); `float`, `double` and non-numeric types accept any.
+ */
+export function fitsField(fieldType: string, value: number): boolean {
+  const range = INTEGER_RANGES[fieldType];
+  return !range || (Number.isInteger(value) && value >= range[0] && value <= range[1]);
+}
+
+/**
  * Encodes a plain object (snake_case field names, nested `Any` values as `{'@type': url, ...fields}`)
  * as the message named by `typeUrl`.
+ * @param knownFields true when `object` is known to pass {@link assertKnownFields} (it is alike
+ *   one that did: `validLike`), so that walk is skipped.
  * @returns the protobuf wire bytes.
  * @throws Error when a field is unknown, a nested `@type` is not loaded, or a value does not fit its field.
  */
-export function encodeMessage(typeUrl: string, object: object): Buffer {
+export function encodeMessage(typeUrl: string, object: object, knownFields = false): Buffer {
   const type = messageType(typeUrl);
-  return encodeWith(type, type.fromObject(checked(type, object)));
+  return encodeWith(type, type.fromObject(knownFields ? object : checked(type, object)));
 }
 
 /** `object` once {@link assertKnownFields} found nothing wrong with it. */

@@ -212,7 +212,7 @@ export class ResourceCheckCache {
  */
 function likeSibling(typeUrl: TypeUrl, object: object, sibling: Sibling | undefined): CheckedResource | undefined {
   if (!sibling?.result.encoded || sibling.result.violations.length > 0 || !validLike(typeUrl, sibling.object, object)) return undefined;
-  return attempt(() => ({ encoded: encodeMessage(typeUrl, object), error: undefined, violations: [] }));
+  return attempt(() => ({ encoded: encodeMessage(typeUrl, object, true), error: undefined, violations: [] }));
 }
 
 /** `check()`'s result, or the encoding error it threw as a result without bytes. */

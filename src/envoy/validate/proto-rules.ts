@@ -31,7 +31,7 @@
  */
 import { compileRe2 } from '../../util/re2.js';
 import protobuf from 'protobufjs';
-import { decodeMessage, messageType } from '../../api/codec.js';
+import { decodeMessage, fitsField, messageType } from '../../api/codec.js';
 
 /**
  * One broken constraint.
@@ -648,13 +648,14 @@ export function validateWithType(type: protobuf.Type, decoded: Record<string, un
  * same fields (the same `@type` in every `Any`, the same number of items and map entries), and
  * every value that differs is
  * - a non-empty string in a `string` field with no rule, or whose rules both values meet;
- * - a non-zero number in a numeric field with no rule (encoding checks the range);
+ * - a non-zero number in a numeric field with no rule, that fits the field (`fitsField`);
  * - a map entry of a map with no rule (keys may differ; values are compared alike);
  * - inside a message compared alike, outside any repeated field with rules on its items and
  *   any message field with rules (those must be equal).
  * For example two proxies' TLS contexts towards one service, which differ only in the name of
  * their own certificate's secret (`SdsSecretConfig.name`, `min_len: 1`), or two inbound
- * listeners whose RBAC policies name different principals. False whenever unsure.
+ * listeners whose RBAC policies name different principals. False whenever unsure. When true,
+ * `candidate` also has only known fields, as `valid` has (`encodeMessage`'s `knownFields`).
  * @throws Error when the type is not in the loaded protos.
  */
 export function validLike(typeNameOrUrl: string, valid: object, candidate: object): boolean {
@@ -769,7 +770,7 @@ const NUMERIC = new Set(['double', 'float', 'int32', 'uint32', 'sint32', 'fixed3
 /**
  * Two different values of a scalar field that cannot break a rule differently, and are both
  * present on the wire: non-empty strings of a `string` field that has no rules or whose rules
- * both meet; non-zero finite numbers of a numeric field with no rules. Enums and booleans must
+ * both meet; non-zero finite numbers that fit a numeric field with no rules. Enums and booleans must
  * be equal.
  */
 function alikeScalars(field: protobuf.Field, rules: Rules | null, a: unknown, b: unknown): boolean {
@@ -781,7 +782,18 @@ function alikeScalars(field: protobuf.Field, rules: Rules | null, a: unknown, b:
     checkScalar('string', rules, b, undefined, '', out);
     return out.length === 0;
   }
-  return rules === null && NUMERIC.has(field.type) && typeof a === 'number' && typeof b === 'number' && a !== 0 && b !== 0 && Number.isFinite(a) && Number.isFinite(b);
+  return (
+    rules === null &&
+    NUMERIC.has(field.type) &&
+    typeof a === 'number' &&
+    typeof b === 'number' &&
+    a !== 0 &&
+    b !== 0 &&
+    Number.isFinite(a) &&
+    Number.isFinite(b) &&
+    fitsField(field.type, a) &&
+    fitsField(field.type, b)
+  );
 }
 
 /**

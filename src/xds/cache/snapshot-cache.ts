@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { EncodedAny } from '../../api/codec.js';
 import type { TypeUrl } from '../../api/type-urls.js';
 import type { CachedResource, ProxySnapshot, ResourceMap } from './types.js';
@@ -17,18 +17,15 @@ const hashOfBuffer = new WeakMap<Buffer, string>();
 
 /**
  * The version of one encoded resource: the first {@link VERSION_LENGTH} hex characters of the
- * SHA-256 of its type URL and bytes. Equal bytes give equal versions, on every controller
- * replica and across restarts, so a reconnecting proxy's `version_info` stays meaningful.
+ * SHA-256 of its bytes (one-shot `crypto.hash`: half the cost of a `Hash` object for messages
+ * this small). Equal bytes give equal versions, on every controller replica and across
+ * restarts, so a reconnecting proxy's `version_info` stays meaningful. Versions are compared
+ * within one type and name only, so the type URL is not hashed.
  */
 export function resourceVersion(resource: EncodedAny): string {
   const memo = hashOfBuffer.get(resource.value);
   if (memo !== undefined) return memo;
-  const version = createHash('sha256')
-    .update(resource.type_url)
-    .update('\0')
-    .update(resource.value)
-    .digest('hex')
-    .slice(0, VERSION_LENGTH);
+  const version = hash('sha256', resource.value, 'hex').slice(0, VERSION_LENGTH);
   hashOfBuffer.set(resource.value, version);
   return version;
 }
@@ -42,9 +39,8 @@ export function typeVersion(resources: Iterable<CachedResource>): string {
   const pairs: string[] = [];
   for (const r of resources) pairs.push(`${r.name}:${r.version}`);
   pairs.sort();
-  const h = createHash('sha256');
-  for (const p of pairs) h.update(p).update('\n');
-  return h.digest('hex').slice(0, VERSION_LENGTH);
+  pairs.push('');
+  return hash('sha256', pairs.join('\n'), 'hex').slice(0, VERSION_LENGTH);
 }
 
 /**
