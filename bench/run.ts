@@ -479,7 +479,9 @@ async function main(): Promise<void> {
   log(`wrote ${out}, ${stem}.details.json, ${stem}.md, ${stem}.svg`);
 
   if (settings.cpuProfDir) {
-    const profiles = (await readdir(settings.cpuProfDir)).filter((n) => n.endsWith('.cpuprofile')).sort();
+    // CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile: thread 0 is the controller's main
+    // thread (tsx's module loader runs in another); the last one is this run's last controller.
+    const profiles = (await readdir(settings.cpuProfDir)).filter((n) => /\.\d+\.0\.\d+\.cpuprofile$/.test(n)).sort();
     const last = profiles.at(-1);
     if (last) {
       const summary = summarizeProfile(JSON.parse(await readFile(path.join(settings.cpuProfDir, last), 'utf8')));

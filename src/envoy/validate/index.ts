@@ -91,10 +91,10 @@ interface Sibling {
  * Per-resource results (encoding and `validate.rules` checks), shared across proxies and
  * pushes. A resource is looked up, cheapest first:
  * 1. by object: the same object checked before (generated objects are not mutated afterwards);
- * 2. by sibling: when the last resource of the same type and name (another proxy's listener of
- *    that name), or one of the last few of the same type that were not alike one another
- *    (another proxy's certificate secret), is valid and alike this one (`validLike`), this one
- *    is valid too and is only encoded;
+ * 2. by sibling: when the last valid resource of the same type and name (another proxy's
+ *    listener of that name), or one of the last few valid ones of the same type that were not
+ *    alike one another (another proxy's certificate secret), is alike this one (`validLike`),
+ *    this one is valid too and is only encoded;
  * 3. by content: the resource's JSON, the least recently used entries going beyond
  *    `maxEntries`; a miss encodes and checks it in full.
  */
@@ -103,11 +103,11 @@ export class ResourceCheckCache {
   private readonly byObject = new WeakMap<object, CheckedResource>();
   /** The same for objects checked as a part after the first (fewer rules apply to those). */
   private readonly byPartObject = new WeakMap<object, CheckedResource>();
-  /** By base part: the part last checked at each later position. */
+  /** By base part: the valid part last checked at each later position. */
   private readonly siblingsByBase = new WeakMap<object, Sibling[]>();
-  /** By type URL and name: the resource last checked. */
+  /** By type URL and name: the valid resource last checked. */
   private readonly siblingsByName = new Map<string, Sibling>();
-  /** By type URL: the last few resources checked that were not alike one another, latest first. */
+  /** By type URL: the last few valid resources checked that were not alike one another, latest first. */
   private readonly siblingsByType = new Map<TypeUrl, Sibling[]>();
 
   /** @param maxEntries how many resources to remember by content, and by name (default 20 000 each). */
@@ -151,7 +151,7 @@ export class ResourceCheckCache {
     if (seen) return seen;
     const result = likeSibling(typeUrl, part, siblings[position]) ?? this.checkContent(typeUrl, part, true);
     this.byPartObject.set(part, result);
-    siblings[position] = { object: part, result };
+    if (isValid(result)) siblings[position] = { object: part, result };
     return result;
   }
 
@@ -173,6 +173,7 @@ export class ResourceCheckCache {
       if (result) alike = i;
     }
     result ??= this.checkContent(typeUrl, resource, false);
+    if (!isValid(result)) return result; // only a valid resource can stand for others
     const sibling = { object: resource, result };
     this.siblingsByName.delete(nameKey);
     this.siblingsByName.set(nameKey, sibling);
@@ -211,8 +212,13 @@ export class ResourceCheckCache {
  * encoding of `object` (or its encoding error), with no violations. Undefined otherwise.
  */
 function likeSibling(typeUrl: TypeUrl, object: object, sibling: Sibling | undefined): CheckedResource | undefined {
-  if (!sibling?.result.encoded || sibling.result.violations.length > 0 || !validLike(typeUrl, sibling.object, object)) return undefined;
+  if (!sibling || !isValid(sibling.result) || !validLike(typeUrl, sibling.object, object)) return undefined;
   return attempt(() => ({ encoded: encodeMessage(typeUrl, object, true), error: undefined, violations: [] }));
+}
+
+/** Encoded, and no rule broken. */
+function isValid(result: CheckedResource): boolean {
+  return result.encoded !== undefined && result.violations.length === 0;
 }
 
 /** `check()`'s result, or the encoding error it threw as a result without bytes. */
