@@ -207,7 +207,8 @@ function checkKnownFields(type: protobuf.Type, object: unknown, where: FieldPath
   const fields = type.fields;
   for (const key in obj) {
     const value = obj[key];
-    const field = fields[key];
+    // Own fields only: `constructor`, `toString`, … are Object.prototype's, not the message's.
+    const field = Object.hasOwn(fields, key) ? fields[key] : undefined;
     if (!field) {
       throw new Error(`${formatPath(where)}: unknown field "${key}" for ${type.fullName.slice(1)}`);
     }

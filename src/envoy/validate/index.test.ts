@@ -381,7 +381,7 @@ describe('ResourceCheckCache: a resource alike a valid sibling', () => {
       assert.deepEqual(viaSiblings.encoded, alone.encoded, r.name);
     }
     // Siblings answered for the others: only the first of each kind was checked by content.
-    assert.ok(shared.size < all.length * 0.6, `${shared.size} checked in full of ${all.length}`);
+    assert.ok(shared.fullChecks < all.length * 0.6, `${shared.fullChecks} checked in full of ${all.length}`);
   });
 
   it('is valid only when checking it in full finds it valid (random mutations of generated resources)', () => {
@@ -436,7 +436,7 @@ describe('ResourceCheckCache: a resource alike a valid sibling', () => {
           assert.deepEqual(viaSibling.violations, alone.violations, what);
           assert.equal(viaSibling.error, alone.error, what);
           assert.deepEqual(viaSibling.encoded, alone.encoded, what);
-          if (cache.size === 1) shortcuts++;
+          if (cache.fullChecks === 1) shortcuts++;
           if (alone.violations.length > 0 || alone.error) invalid++;
         }
       }
@@ -444,5 +444,41 @@ describe('ResourceCheckCache: a resource alike a valid sibling', () => {
     // Both paths were exercised: mutants taken by the shortcut, and mutants that break rules.
     assert.ok(shortcuts > 200, `${shortcuts} shortcuts`);
     assert.ok(invalid > 200, `${invalid} invalid mutants`);
+  });
+});
+
+describe('ResourceCheckCache: values JSON cannot tell apart', () => {
+  const cluster = (extra: Obj = {}): Obj => ({ name: 'c', type: 'EDS', connect_timeout: { seconds: 1 }, eds_cluster_config: { eds_config: ADS }, ...extra });
+  /** The result of checking `b` after a valid `a` of the same name, and of checking `b` alone. */
+  const both = (a: Obj, b: Obj) => {
+    const cache = new ResourceCheckCache();
+    assert.deepEqual(cache.check(TypeUrl.Cluster, a, undefined, 'c').violations, []);
+    return { after: cache.check(TypeUrl.Cluster, b, undefined, 'c'), alone: new ResourceCheckCache().check(TypeUrl.Cluster, b, undefined, 'c') };
+  };
+  const outcome = (r: { error: string | undefined; violations: readonly { rule: string }[] }) => r.error ?? r.violations.map((v) => v.rule).join(',');
+
+  it('a key whose value is undefined in the sibling does not hide a field of the candidate', () => {
+    const { after, alone } = both(cluster({ alt_stat_name: undefined }), cluster({ lb_policy: 42 }));
+    assert.equal(outcome(alone), 'enum.defined_only');
+    assert.equal(outcome(after), outcome(alone));
+    const unknown = both(cluster({ alt_stat_name: undefined }), cluster({ bogus: 1 }));
+    assert.match(outcome(unknown.alone), /unknown field "bogus"/);
+    assert.equal(outcome(unknown.after), outcome(unknown.alone));
+  });
+
+  it('an unknown key with an undefined value, NaN and ±Infinity are not equal to absent or null', () => {
+    const unknown = both(cluster(), cluster({ connect_timeout: { seconds: 1, bogus: undefined } }));
+    assert.match(outcome(unknown.alone), /unknown field "bogus" for google.protobuf.Duration/);
+    assert.equal(outcome(unknown.after), outcome(unknown.alone));
+    const nan = both(cluster({ connect_timeout: { seconds: 1, nanos: null } }), cluster({ connect_timeout: { seconds: 1, nanos: Number.NaN } }));
+    assert.match(outcome(nan.alone), /NaN does not fit int32/);
+    assert.equal(outcome(nan.after), outcome(nan.alone));
+  });
+
+  it('Object.prototype members are not fields', () => {
+    assert.throws(() => encodeChecked(TypeUrl.Cluster, { name: 'a', constructor: 1 }), /unknown field "constructor"/);
+    const { after, alone } = both(cluster(), cluster({ toString: 'x' }));
+    assert.match(outcome(alone), /unknown field "toString"/);
+    assert.equal(outcome(after), outcome(alone));
   });
 });

@@ -92,14 +92,14 @@ interface Sibling {
  * pushes. A resource is looked up, cheapest first:
  * 1. by object: the same object checked before (generated objects are not mutated afterwards);
  * 2. by sibling: when the last valid resource of the same type and name (another proxy's
- *    listener of that name), or one of the last few valid ones of the same type that were not
- *    alike one another (another proxy's certificate secret), is alike this one (`validLike`),
- *    this one is valid too and is only encoded;
- * 3. by content: the resource's JSON, the least recently used entries going beyond
- *    `maxEntries`; a miss encodes and checks it in full.
+ *    listener of that name, or the same resource of the last push), or one of the last few
+ *    valid ones of the same type that were not alike one another (another proxy's certificate
+ *    secret), is alike this one (`validLike`), this one is valid too and is only encoded;
+ * 3. otherwise it is encoded and checked in full.
+ * There is no lookup by content: a JSON key cannot tell `undefined`, NaN and ±Infinity from
+ * absent or null, and costs about as much as encoding what it would find.
  */
 export class ResourceCheckCache {
-  private readonly entries = new Map<string, CheckedResource>();
   private readonly byObject = new WeakMap<object, CheckedResource>();
   /** The same for objects checked as a part after the first (fewer rules apply to those). */
   private readonly byPartObject = new WeakMap<object, CheckedResource>();
@@ -109,14 +109,15 @@ export class ResourceCheckCache {
   private readonly siblingsByName = new Map<string, Sibling>();
   /** By type URL: the last few valid resources checked that were not alike one another, latest first. */
   private readonly siblingsByType = new Map<TypeUrl, Sibling[]>();
+  private checkedInFull = 0;
 
-  /** @param maxEntries how many resources to remember by content, and by name (default 20 000 each). */
-  constructor(private readonly maxEntries = 20_000) {}
+  /** @param maxNames how many names to keep a sibling for, the least recently checked going first (default 20 000). */
+  constructor(private readonly maxNames = 20_000) {}
 
   /**
-   * Encodes and checks `resource` of `typeUrl` (named `name`), or returns the remembered result
-   * for the same object, an alike sibling or the same content. With `parts` (see
-   * `NamedResource.parts`), each part is encoded and checked on its own (the first whole, the
+   * Encodes and checks `resource` of `typeUrl` (named `name`), or returns the result for the
+   * same object, or for an alike sibling. With `parts` (see `NamedResource.parts`), each part is
+   * encoded and checked on its own (the first, the base, as a whole resource of that name; the
    * others for the fields they set) and the encodings are concatenated: a part shared by many
    * resources costs once, and a part alike the one last seen at its position after the same
    * base is only encoded.
@@ -124,18 +125,23 @@ export class ResourceCheckCache {
   check(typeUrl: TypeUrl, resource: object, parts?: readonly object[], name?: string): CheckedResource {
     const seen = this.byObject.get(resource);
     if (seen) return seen;
-    const result = parts && parts.length > 0 ? this.checkParts(typeUrl, parts) : this.checkWhole(typeUrl, resource, name);
+    const result = parts && parts.length > 0 ? this.checkParts(typeUrl, parts, name) : this.checkWhole(typeUrl, resource, name);
     this.byObject.set(resource, result);
     return result;
   }
 
-  private checkParts(typeUrl: TypeUrl, parts: readonly object[]): CheckedResource {
+  /** How many resources and parts were encoded and checked in full (not by object or sibling). */
+  get fullChecks(): number {
+    return this.checkedInFull;
+  }
+
+  private checkParts(typeUrl: TypeUrl, parts: readonly object[], name: string | undefined): CheckedResource {
     let siblings = this.siblingsByBase.get(parts[0]);
     if (!siblings) {
       siblings = [];
       this.siblingsByBase.set(parts[0], siblings);
     }
-    const results = parts.map((part, i) => (i === 0 ? this.check(typeUrl, part) : this.checkPart(typeUrl, part, i, siblings)));
+    const results = parts.map((part, i) => (i === 0 ? this.check(typeUrl, part, undefined, name) : this.checkPart(typeUrl, part, i, siblings)));
     const failed = results.find((r) => r.encoded === undefined);
     if (failed) return failed;
     return {
@@ -149,22 +155,21 @@ export class ResourceCheckCache {
   private checkPart(typeUrl: TypeUrl, part: object, position: number, siblings: Sibling[]): CheckedResource {
     const seen = this.byPartObject.get(part);
     if (seen) return seen;
-    const result = likeSibling(typeUrl, part, siblings[position]) ?? this.checkContent(typeUrl, part, true);
+    const result = likeSibling(typeUrl, part, siblings[position]) ?? this.checkInFull(typeUrl, part, true);
     this.byPartObject.set(part, result);
     if (isValid(result)) siblings[position] = { object: part, result };
     return result;
   }
 
-  /** A whole resource (or a base part without a name). */
+  /** A whole resource (or a base part). */
   private checkWhole(typeUrl: TypeUrl, resource: object, name: string | undefined): CheckedResource {
-    if (name === undefined) return this.checkContent(typeUrl, resource, false);
-    const nameKey = key(typeUrl, name);
+    const nameKey = name === undefined ? undefined : key(typeUrl, name);
     let ofType = this.siblingsByType.get(typeUrl);
     if (!ofType) {
       ofType = [];
       this.siblingsByType.set(typeUrl, ofType);
     }
-    const named = this.siblingsByName.get(nameKey);
+    const named = nameKey === undefined ? undefined : this.siblingsByName.get(nameKey);
     let result = likeSibling(typeUrl, resource, named);
     // The sibling this one replaces in `ofType`: the one it was alike, or none (a new kind).
     let alike = result ? ofType.findIndex((s) => s.object === named!.object) : -1;
@@ -172,38 +177,26 @@ export class ResourceCheckCache {
       result = likeSibling(typeUrl, resource, ofType[i]);
       if (result) alike = i;
     }
-    result ??= this.checkContent(typeUrl, resource, false);
+    result ??= this.checkInFull(typeUrl, resource, false);
     if (!isValid(result)) return result; // only a valid resource can stand for others
     const sibling = { object: resource, result };
-    this.siblingsByName.delete(nameKey);
-    this.siblingsByName.set(nameKey, sibling);
-    if (this.siblingsByName.size > this.maxEntries) this.siblingsByName.delete(this.siblingsByName.keys().next().value!);
+    if (nameKey !== undefined) {
+      this.siblingsByName.delete(nameKey);
+      this.siblingsByName.set(nameKey, sibling);
+      if (this.siblingsByName.size > this.maxNames) this.siblingsByName.delete(this.siblingsByName.keys().next().value!);
+    }
     if (alike >= 0) ofType.splice(alike, 1);
     ofType.unshift(sibling);
     if (ofType.length > SIBLINGS_PER_TYPE) ofType.pop();
     return result;
   }
 
-  private checkContent(typeUrl: TypeUrl, resource: object, part: boolean): CheckedResource {
-    const k = `${part ? 'part ' : ''}${typeUrl}\n${JSON.stringify(resource)}`;
-    const found = this.entries.get(k);
-    if (found) {
-      this.entries.delete(k);
-      this.entries.set(k, found);
-      return found;
-    }
-    const result = attempt(() => {
+  private checkInFull(typeUrl: TypeUrl, resource: object, part: boolean): CheckedResource {
+    this.checkedInFull++;
+    return attempt(() => {
       const { encoded, decoded } = encodeChecked(typeUrl, resource);
       return { encoded, error: undefined, violations: part ? validateMessagePart(typeUrl, decoded) : validateMessage(typeUrl, decoded) };
     });
-    this.entries.set(k, result);
-    if (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
-    return result;
-  }
-
-  /** How many resources are remembered by content. */
-  get size(): number {
-    return this.entries.size;
   }
 }
 

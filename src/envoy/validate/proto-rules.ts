@@ -673,7 +673,7 @@ function sameOutcome(type: protobuf.Type, a: Obj, b: Obj): boolean {
     const inner = typeof at === 'string' && at === b['@type'] ? anyType(at) : undefined;
     return inner !== undefined && sameFields(inner, a, b, true);
   }
-  if (UNSTRUCTURED.has(full) || WRAPPER_KIND[full]) return JSON.stringify(a) === JSON.stringify(b);
+  if (UNSTRUCTURED.has(full) || WRAPPER_KIND[full]) return exactlyEqual(a, b);
   return sameFields(type, a, b, false);
 }
 
@@ -682,8 +682,8 @@ function sameFields(type: protobuf.Type, a: Obj, b: Obj, any: boolean): boolean 
   for (const key in a) {
     if (any && key === '@type') continue;
     keys++;
-    const field = type.fields[key];
-    if (!field) return false;
+    if (!Object.hasOwn(type.fields, key)) return false;
+    const field = type.fields[key]!;
     const va = a[key];
     const vb = b[key];
     if (va === vb) continue;
@@ -708,7 +708,13 @@ function sameFields(type: protobuf.Type, a: Obj, b: Obj, any: boolean): boolean 
       return false;
     }
   }
-  for (const key in b) if (!(any && key === '@type')) keys--;
+  // The same keys: every key of b is one of a's (even one whose value is undefined, which the
+  // loop above saw as equal on both sides), and as many.
+  for (const key in b) {
+    if (any && key === '@type') continue;
+    if (!Object.hasOwn(a, key)) return false;
+    keys--;
+  }
   return keys === 0;
 }
 
@@ -737,11 +743,23 @@ function alikeValues(field: protobuf.Field, message: protobuf.Type | undefined, 
 }
 
 /**
- * Exactly equal (not canonically: an empty message is a present field, which a oneof or
- * `message.required` counts).
+ * Exactly equal: the same own keys (also those whose value is undefined), scalars by
+ * `Object.is` (NaN equals NaN, 0 is not -0), arrays item by item. Not canonically: an empty
+ * message is a present field, which a oneof or `message.required` counts.
  */
 function exactlyEqual(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
+  if (Object.is(a, b)) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a)) {
+    const bs = b as unknown[];
+    if (a.length !== bs.length) return false;
+    for (let i = 0; i < a.length; i++) if (!exactlyEqual(a[i], bs[i])) return false;
+    return true;
+  }
+  const ka = Object.keys(a);
+  if (ka.length !== Object.keys(b).length) return false;
+  for (const k of ka) if (!Object.hasOwn(b, k) || !exactlyEqual((a as Obj)[k], (b as Obj)[k])) return false;
+  return true;
 }
 
 /** `{message: {required: true}}` and nothing else. */
