@@ -336,15 +336,21 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       details.floor_change_ms = changed.length > 0 ? round(Math.max(...changed) - set2.setAt) : null;
       details.floor_open_streams_ms = run.floor_ms;
       // The initial sync's floor: the same N streams connecting at once to a server whose cache
-      // already holds every snapshot (connection set-up and TLS handshakes included).
+      // already holds every snapshot (connection set-up and TLS handshakes included), from a
+      // fresh load generator, as the controller's initial sync is (a generator that has run
+      // before is JIT-warm and connects faster: the floor would be the client's, not the server's).
       await gen.request({ cmd: 'disconnect' }, 60_000);
+      await gen.stop();
+      const fresh = new IpcChild(path.join(REPO_DIR, 'bench/load-generator.ts'), path.join(settings.logDir, `${key}.floor-generator.log`));
+      generator = fresh;
+      await fresh.request({ cmd: 'prepare', proxies, transport: config.transport, stateDir }, 20 * 60_000);
       await floor.request({ cmd: 'set', which: 'before' }, 120_000);
       await sleep(1000);
-      const { startedAt: floorConnectAt } = await gen.request<{ startedAt: number }>(
+      const { startedAt: floorConnectAt } = await fresh.request<{ startedAt: number }>(
         { cmd: 'connect', address: `127.0.0.1:${built.port}`, maxReceiveBytes: settings.maxReceiveBytes, verify: false },
         60_000,
       );
-      const fc = await gen.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
+      const fc = await fresh.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
       const fct = fc.syncedAt.filter((t): t is number => t !== null);
       run.floor_ms = fct.length === config.proxies ? round(Math.max(...fct) - floorConnectAt) : null;
       log(`${key}: floor ${run.floor_ms} ms (connect and full configuration), ${details.floor_open_streams_ms} ms (full configuration, streams open), ${details.floor_change_ms} ms (mesh-config change, ${changed.length} proxies)`);
