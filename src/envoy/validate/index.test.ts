@@ -421,6 +421,7 @@ describe('ResourceCheckCache: a resource alike a valid sibling', () => {
       return copy;
     };
     let shortcuts = 0;
+    let partShortcuts = 0;
     let invalid = 0;
     for (const permissive of [false, true]) {
       const all = generated(permissive);
@@ -438,12 +439,28 @@ describe('ResourceCheckCache: a resource alike a valid sibling', () => {
           assert.deepEqual(viaSibling.encoded, alone.encoded, what);
           if (cache.fullChecks === 1) shortcuts++;
           if (alone.violations.length > 0 || alone.error) invalid++;
+          if (r.parts && r.parts.length === 2) {
+            // A part after another base object (a new push's): compared with the last part at
+            // its position after any base.
+            const parts = new ResourceCheckCache();
+            assert.deepEqual(parts.check(typeUrl, r.resource, r.parts, r.name).violations, [], r.name);
+            const base = structuredClone(r.parts[0]) as Obj;
+            const part = mutate(r.parts[1]) as Obj;
+            const viaPosition = parts.check(typeUrl, { ...base, ...part }, [base, part], r.name);
+            const partAlone = new ResourceCheckCache().check(typeUrl, { ...base, ...part }, [base, part], r.name);
+            const whatPart = `${r.name} part: ${JSON.stringify(part).slice(0, 300)}`;
+            assert.deepEqual(viaPosition.violations, partAlone.violations, whatPart);
+            assert.equal(viaPosition.error, partAlone.error, whatPart);
+            assert.deepEqual(viaPosition.encoded, partAlone.encoded, whatPart);
+            if (parts.fullChecks === 2) partShortcuts++;
+          }
         }
       }
     }
     // Both paths were exercised: mutants taken by the shortcut, and mutants that break rules.
     assert.ok(shortcuts > 200, `${shortcuts} shortcuts`);
     assert.ok(invalid > 200, `${invalid} invalid mutants`);
+    assert.ok(partShortcuts > 20, `${partShortcuts} parts by position`);
   });
 });
 

@@ -105,6 +105,8 @@ export class ResourceCheckCache {
   private readonly byPartObject = new WeakMap<object, CheckedResource>();
   /** By base part: the valid part last checked at each later position. */
   private readonly siblingsByBase = new WeakMap<object, Sibling[]>();
+  /** By type URL: the valid part last checked at each later position, after any base. */
+  private readonly siblingsByPosition = new Map<TypeUrl, Sibling[]>();
   /** By type URL and name: the valid resource last checked. */
   private readonly siblingsByName = new Map<string, Sibling>();
   /** By type URL: the last few valid resources checked that were not alike one another, latest first. */
@@ -119,8 +121,8 @@ export class ResourceCheckCache {
    * same object, or for an alike sibling. With `parts` (see `NamedResource.parts`), each part is
    * encoded and checked on its own (the first, the base, as a whole resource of that name; the
    * others for the fields they set) and the encodings are concatenated: a part shared by many
-   * resources costs once, and a part alike the one last seen at its position after the same
-   * base is only encoded.
+   * resources costs once, and a part alike the one last seen at its position (after the same
+   * base, else after any) is only encoded.
    */
   check(typeUrl: TypeUrl, resource: object, parts?: readonly object[], name?: string): CheckedResource {
     const seen = this.byObject.get(resource);
@@ -141,7 +143,12 @@ export class ResourceCheckCache {
       siblings = [];
       this.siblingsByBase.set(parts[0], siblings);
     }
-    const results = parts.map((part, i) => (i === 0 ? this.check(typeUrl, part, undefined, name) : this.checkPart(typeUrl, part, i, siblings)));
+    let anyBase = this.siblingsByPosition.get(typeUrl);
+    if (!anyBase) {
+      anyBase = [];
+      this.siblingsByPosition.set(typeUrl, anyBase);
+    }
+    const results = parts.map((part, i) => (i === 0 ? this.check(typeUrl, part, undefined, name) : this.checkPart(typeUrl, part, i, siblings, anyBase)));
     const failed = results.find((r) => r.encoded === undefined);
     if (failed) return failed;
     return {
@@ -151,13 +158,17 @@ export class ResourceCheckCache {
     };
   }
 
-  /** A part after the base, compared with the part last checked at its position after the same base. */
-  private checkPart(typeUrl: TypeUrl, part: object, position: number, siblings: Sibling[]): CheckedResource {
+  /**
+   * A part after the base, compared with the part last checked at its position after the same
+   * base (another proxy's TLS context towards the same service), else after any base (towards
+   * another service: a new push's bases are new objects).
+   */
+  private checkPart(typeUrl: TypeUrl, part: object, position: number, siblings: Sibling[], anyBase: Sibling[]): CheckedResource {
     const seen = this.byPartObject.get(part);
     if (seen) return seen;
-    const result = likeSibling(typeUrl, part, siblings[position]) ?? this.checkInFull(typeUrl, part, true);
+    const result = likeSibling(typeUrl, part, siblings[position]) ?? likeSibling(typeUrl, part, anyBase[position]) ?? this.checkInFull(typeUrl, part, true);
     this.byPartObject.set(part, result);
-    if (isValid(result)) siblings[position] = { object: part, result };
+    if (isValid(result)) siblings[position] = anyBase[position] = { object: part, result };
     return result;
   }
 
