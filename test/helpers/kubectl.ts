@@ -19,7 +19,7 @@ export const KUBECTL_PATH = path.resolve(import.meta.dirname, '../../.cache/kube
  */
 export function findKubectl(): { path: string; skip?: undefined } | { path?: undefined; skip: string } {
   if (existsSync(KUBECTL_PATH)) return { path: KUBECTL_PATH };
-  const message = `kubectl not found at ${KUBECTL_PATH}: run .ci/run, or: apt-get download kubernetes-client && dpkg -x kubernetes-client_*.deb .cache/kubernetes-client`;
+  const message = `kubectl not found at ${KUBECTL_PATH}: run .ci/run, or: mkdir -p .cache/kubernetes-client && (cd /tmp && apt-get download kubernetes-client) && dpkg -x /tmp/kubernetes-client_*.deb .cache/kubernetes-client`;
   if (process.env.CI) throw new Error(message);
   return { skip: message };
 }

@@ -189,6 +189,33 @@ describe('parseManifests', () => {
     assert.deepEqual(parsed.objects.map((o) => o.metadata.name), ['a', 'c']);
   });
 
+  it('warns about fields the CRD does not declare (typos), and still loads the object', () => {
+    const mesh = [
+      'apiVersion: config.openservicemesh.io/v1alpha2',
+      'kind: MeshConfig',
+      'metadata:',
+      '  name: osm-mesh-config',
+      '  namespace: osm-system',
+      'spec:',
+      '  traffic:',
+      '    enablePermisiveTrafficPolicyMode: true',
+      '    enableEgress: true',
+      '  sidecar:',
+      '    logLevel: error',
+      '',
+    ].join('\n');
+    const parsed = parseManifests('mesh.yaml', mesh);
+    assert.equal(parsed.objects.length, 1);
+    assert.deepEqual(parsed.errors, []);
+    assert.deepEqual(parsed.warnings.map(formatManifestError), [
+      'mesh.yaml:8: MeshConfig osm-system/osm-mesh-config: spec.traffic.enablePermisiveTrafficPolicyMode: unknown field for MeshConfig config.openservicemesh.io/v1alpha2: it is ignored (a typo?)',
+    ]);
+    // A misspelt required field: the error says what is missing, the warning what was written instead.
+    const split = parseManifests('split.yaml', SPLIT.replace('weight: 50.5', 'weigth: 50'));
+    assert.deepEqual(split.warnings.map((w) => `${w.line} ${w.field}`), ['10 spec.backends[0].weigth']);
+    assert.ok(split.errors.some((e) => e.field === 'spec.backends[0].weight' && /required/.test(e.message)), JSON.stringify(split.errors));
+  });
+
   it('warns about scalars YAML 1.1 and 1.2 read differently, and still loads the object', () => {
     const text = 'apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: a\n  namespace: x\n  annotations:\n    enabled: on\n    quoted: "yes"\nautomountServiceAccountToken: yes\nmode: 0755\n';
     const parsed = parseManifests('f.yaml', text);

@@ -178,6 +178,9 @@ export function parseManifests(fileName: string, text: string): ParsedManifests 
       warnAmbiguousScalars(doc, basePath, text, (path, message) => {
         result.warnings.push({ ...identity, line: where(path), field: formatFieldPath(path), message });
       });
+      for (const path of validator.unknownFields(kind, apiVersion, candidate)) {
+        result.warnings.push({ ...identity, line: where(path), field: formatFieldPath(path), message: `unknown field for ${kind} ${apiVersion}: it is ignored (a typo?)` });
+      }
       const violations = validator.validate(kind, apiVersion, candidate);
       if (violations.length > 0) {
         for (const v of violations) reject({ ...identity, line: where(v.path), field: formatFieldPath(v.path), message: v.message });

@@ -326,6 +326,22 @@ export class SchemaValidator {
     return [...violations.values()].sort((a, b) => comparePaths(a.path, b.path));
   }
 
+  /**
+   * The fields of `object` (a `kind` manifest of `apiVersion`) that its CRD's schema does not
+   * declare where the schema lists its properties: most likely typos (`enablePermisiveTraffic…`),
+   * which the API server would prune and Trellis ignores, leaving the default in force. Core
+   * kinds have none: their schemas here cover only the fields Trellis reads. Paths sorted.
+   * @throws Error if a CRD file is missing or unreadable.
+   */
+  unknownFields(kind: ObjectKind, apiVersion: string, object: unknown): FieldPath[] {
+    const crdFile = CRD_FILES[kind];
+    const schema = crdFile ? loadCrdSchemas(crdFile).get(apiVersion) : undefined;
+    if (!schema) return [];
+    const out: FieldPath[] = [];
+    collectUnknownFields(schema as OpenApiSchema, object, [], out);
+    return out.sort(comparePaths);
+  }
+
   #validators(kind: ObjectKind, apiVersion: string): ValidateFunction[] {
     const cacheKey = `${kind} ${apiVersion}`;
     let validators = this.#compiled.get(cacheKey);
@@ -340,6 +356,49 @@ export class SchemaValidator {
     if (own) validators.push(this.#ajv.compile(own));
     this.#compiled.set(cacheKey, validators);
     return validators;
+  }
+}
+
+const OBJECT_ROOT_FIELDS = new Set(['apiVersion', 'kind', 'metadata', 'status']);
+
+/** The parts of an OpenAPI v3 schema (as in a CRD) that say which fields exist. */
+interface OpenApiSchema {
+  properties?: Record<string, OpenApiSchema>;
+  additionalProperties?: boolean | OpenApiSchema;
+  items?: OpenApiSchema;
+  allOf?: OpenApiSchema[];
+  anyOf?: OpenApiSchema[];
+  oneOf?: OpenApiSchema[];
+  'x-kubernetes-preserve-unknown-fields'?: boolean;
+}
+
+/**
+ * Adds to `out` the path of every key of `value` that `schema` does not declare, where it
+ * declares `properties` and allows nothing else (no `additionalProperties`, no
+ * `x-kubernetes-preserve-unknown-fields`). Properties of `allOf`/`anyOf`/`oneOf` branches count
+ * as declared; a branch that lists none leaves the object open.
+ */
+function collectUnknownFields(schema: OpenApiSchema, value: unknown, path: FieldPath, out: FieldPath[]): void {
+  if (value === null || typeof value !== 'object') return;
+  if (Array.isArray(value)) {
+    if (schema.items) value.forEach((item, i) => collectUnknownFields(schema.items!, item, [...path, i], out));
+    return;
+  }
+  if (schema['x-kubernetes-preserve-unknown-fields'] === true) return;
+  const branches = [...(schema.allOf ?? []), ...(schema.anyOf ?? []), ...(schema.oneOf ?? [])];
+  const declared = new Map<string, OpenApiSchema>(Object.entries(schema.properties ?? {}));
+  let open = schema.properties === undefined || (schema.additionalProperties !== undefined && schema.additionalProperties !== false);
+  for (const branch of branches) {
+    if (branch.properties === undefined) open = true;
+    for (const [k, v] of Object.entries(branch.properties ?? {})) if (!declared.has(k)) declared.set(k, v);
+  }
+  for (const [k, v] of Object.entries(value)) {
+    // Every object has these at its root, whether or not its CRD's schema lists them.
+    if (path.length === 0 && OBJECT_ROOT_FIELDS.has(k)) continue;
+    const field = declared.get(k);
+    if (field) collectUnknownFields(field, v, [...path, k], out);
+    else if (typeof schema.additionalProperties === 'object') collectUnknownFields(schema.additionalProperties, v, [...path, k], out);
+    else if (!open) out.push([...path, k]);
   }
 }
 
