@@ -7,6 +7,9 @@ import { memoryStore } from '../../test/helpers/memory-store.js';
 import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
 import { parseCommonName } from '../proxy/types.js';
 import { generateProxyResources } from './generate.js';
+import { ObjectStore } from '../store/object-store.js';
+import type { KubeObject } from '../store/objects.js';
+import type { MeshSnapshot } from '../catalog/types.js';
 
 describe('generators on the bookstore mesh (SMI mode)', () => {
   const buyer = generateConfig(bookstoreMesh(), 'bookbuyer', 'bookbuyer');
@@ -247,5 +250,41 @@ describe('resources shared between proxies (one object for identities that get t
     // a first: b must not inherit a's view (port 80).
     assert.deepEqual(ports('a', 1), [80]);
     assert.deepEqual(ports('b', 2), [81]);
+  });
+});
+
+describe('the outbound listener across snapshots', () => {
+  const SOURCE = 'test';
+  const db = (ip: string) => [
+    k8s.service('bookwarehouse', 'db', { app: 'db' }, [{ port: 5432, name: 'tcp-db' }], 'None'),
+    k8s.pod('bookwarehouse', 'db-0', 'bookwarehouse', { app: 'db' }, ip, [5432]),
+  ];
+  const withCiphers = (o: KubeObject): KubeObject =>
+    o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), sidecar: { cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] } } } : o;
+  const withEgress = (o: KubeObject): KubeObject => (o.kind === 'MeshConfig' ? k8s.meshConfig(true, true) : o);
+  const bookbuyer = parseCommonName('a0000000-0000-4000-8000-000000000001.sidecar.bookbuyer.bookbuyer.cluster.local');
+  const outbound = (mesh: MeshSnapshot) =>
+    generateProxyResources(mesh, bookbuyer, { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Listener)!.find((l) => l.name === 'outbound-listener')!.resource as Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+  it('is the same object after a change it does not read, and follows headless endpoints and egress', () => {
+    const store = new ObjectStore();
+    store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }), ...db('10.1.0.5')]);
+    const first = buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot;
+    const l1 = outbound(first);
+    assert.ok(JSON.stringify(l1).includes('10.1.0.5'), 'the headless destination is matched by its pod IP');
+    // A MeshConfig change of TLS settings: nothing the outbound listener reads.
+    store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withCiphers), ...db('10.1.0.5')]);
+    const second = buildMeshSnapshot(store, { meshName: 'osm', generation: 2, previous: first }).snapshot;
+    assert.equal(outbound(second), l1, 'one object: checked and encoded once');
+    // The headless service's pod moves: its chain matches the new IP.
+    store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withCiphers), ...db('10.1.0.6')]);
+    const third = buildMeshSnapshot(store, { meshName: 'osm', generation: 3, previous: second }).snapshot;
+    const l3 = outbound(third);
+    assert.ok(JSON.stringify(l3).includes('10.1.0.6') && !JSON.stringify(l3).includes('10.1.0.5'), 'the new pod IP, not the old');
+    // Egress on: unmatched traffic passes through.
+    store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withEgress), ...db('10.1.0.6')]);
+    const fourth = buildMeshSnapshot(store, { meshName: 'osm', generation: 4, previous: third }).snapshot;
+    assert.equal(outbound(fourth).default_filter_chain?.name, 'outbound-egress-passthrough');
+    assert.equal(l3.default_filter_chain, undefined);
   });
 });

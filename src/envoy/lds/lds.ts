@@ -210,12 +210,15 @@ export function generateListeners(snapshot: MeshSnapshot, proxy: Proxy): NamedRe
   const out: NamedResource<Listener>[] = [];
   const inbound = inboundListener(snapshot, proxy);
   if (inbound) out.push({ name: INBOUND_LISTENER.name, resource: inbound });
-  // Without Egress policies of its own, a proxy's outbound listener depends only on its view:
-  // identities with the same view (all of them in permissive mode) share one object.
+  // Without Egress policies of its own, a proxy's outbound listener depends only on its view,
+  // whether egress is on, and the endpoints of its headless destinations (their chains match
+  // pod IPs): identities with the same view (all of them in permissive mode) share one object,
+  // and so do snapshots that change none of these (a MeshConfig change of TLS settings).
   const view = outboundView(snapshot, proxy.identity);
   const shareable = proxyEgressPolicies(snapshot, proxy).length === 0;
+  const inputs = [view, snapshot.settings.enableEgress, ...view.destinations.filter((d) => d.service.headless).map((d) => snapshot.endpoints.get(clusterName(d.service)))];
   const outbound = shareable
-    ? sharedResource(snapshot, `Listener ${OUTBOUND_LISTENER.name} ${outboundViewId(view)}`, [snapshot, view], () => ({ listener: outboundListener(snapshot, proxy) })).listener
+    ? sharedResource(snapshot, `Listener ${OUTBOUND_LISTENER.name} ${outboundViewId(view)}`, inputs, () => ({ listener: outboundListener(snapshot, proxy) })).listener
     : outboundListener(snapshot, proxy);
   if (outbound) out.push({ name: OUTBOUND_LISTENER.name, resource: outbound });
   return out;
