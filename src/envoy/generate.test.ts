@@ -253,7 +253,7 @@ describe('resources shared between proxies (one object for identities that get t
   });
 });
 
-describe('the outbound listener across snapshots', () => {
+describe('shared resources across snapshots', () => {
   const SOURCE = 'test';
   const db = (ip: string) => [
     k8s.service('bookwarehouse', 'db', { app: 'db' }, [{ port: 5432, name: 'tcp-db' }], 'None'),
@@ -276,6 +276,11 @@ describe('the outbound listener across snapshots', () => {
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withCiphers), ...db('10.1.0.5')]);
     const second = buildMeshSnapshot(store, { meshName: 'osm', generation: 2, previous: first }).snapshot;
     assert.equal(outbound(second), l1, 'one object: checked and encoded once');
+    const base = (mesh: MeshSnapshot) =>
+      generateProxyResources(mesh, bookbuyer, { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!.find((c) => c.name === 'bookstore/bookstore-v1|14001')!;
+    assert.equal(base(second).parts![0], base(first).parts![0], 'an upstream cluster keeps its base part');
+    assert.notEqual(base(second).parts![1], base(first).parts![1], 'its TLS part has the new cipher suites');
+    assert.match(JSON.stringify(base(second).parts![1]), /ECDHE-ECDSA-AES256-GCM-SHA384/);
     // The headless service's pod moves: its chain matches the new IP.
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withCiphers), ...db('10.1.0.6')]);
     const third = buildMeshSnapshot(store, { meshName: 'osm', generation: 3, previous: second }).snapshot;

@@ -35,10 +35,11 @@ function upstreamHttp(svc: MeshService): UpstreamHttp | undefined {
  */
 export function upstreamCluster(snapshot: MeshSnapshot, proxy: Proxy, svc: MeshService): NamedResource<Cluster> {
   const name = clusterName(svc);
-  // Everything but the transport socket is the same for every proxy that reaches the service:
-  // one shared object, so it is encoded and checked once (see NamedResource.parts).
+  // Everything but the transport socket is the same for every proxy that reaches the service,
+  // and reads only the service and its UpstreamTrafficSetting: one shared object, kept across
+  // snapshots that change neither, so it is encoded and checked once (see NamedResource.parts).
   const setting = upstreamTrafficSettingFor(snapshot, svc);
-  const base = sharedResource(snapshot, `Cluster ${name}`, [svc, snapshot.settings, setting], (): Cluster => ({
+  const base = sharedResource(snapshot, `Cluster ${name}`, [svc, setting], (): Cluster => ({
     name,
     alt_stat_name: name,
     type: 'EDS',
