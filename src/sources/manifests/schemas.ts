@@ -292,6 +292,8 @@ export function loadCrdSchemas(fileName: string): Map<string, object> {
 export class SchemaValidator {
   readonly #ajv: Ajv;
   readonly #compiled = new Map<string, ValidateFunction[]>();
+  /** The CRD schema of each kind and apiVersion read so far (null: the kind has none). */
+  readonly #crdSchemas = new Map<string, object | null>();
 
   /** Creates a validator; nothing is read or compiled until first use. */
   constructor() {
@@ -334,12 +336,23 @@ export class SchemaValidator {
    * @throws Error if a CRD file is missing or unreadable.
    */
   unknownFields(kind: ObjectKind, apiVersion: string, object: unknown): FieldPath[] {
-    const crdFile = CRD_FILES[kind];
-    const schema = crdFile ? loadCrdSchemas(crdFile).get(apiVersion) : undefined;
+    const schema = this.#crdSchema(kind, apiVersion);
     if (!schema) return [];
     const out: FieldPath[] = [];
     collectUnknownFields(schema as OpenApiSchema, object, [], out);
     return out.sort(comparePaths);
+  }
+
+  /** The `openAPIV3Schema` of `kind`'s CRD for `apiVersion`, read once; undefined for core kinds. */
+  #crdSchema(kind: ObjectKind, apiVersion: string): object | undefined {
+    const cacheKey = `${kind} ${apiVersion}`;
+    let schema = this.#crdSchemas.get(cacheKey);
+    if (schema === undefined) {
+      const crdFile = CRD_FILES[kind];
+      schema = (crdFile ? loadCrdSchemas(crdFile).get(apiVersion) : undefined) ?? null;
+      this.#crdSchemas.set(cacheKey, schema);
+    }
+    return schema ?? undefined;
   }
 
   #validators(kind: ObjectKind, apiVersion: string): ValidateFunction[] {
@@ -347,11 +360,8 @@ export class SchemaValidator {
     let validators = this.#compiled.get(cacheKey);
     if (validators) return validators;
     validators = [this.#ajv.getSchema('metadata') as ValidateFunction];
-    const crdFile = CRD_FILES[kind];
-    if (crdFile) {
-      const schema = loadCrdSchemas(crdFile).get(apiVersion);
-      if (schema) validators.push(this.#ajv.compile(schema));
-    }
+    const schema = this.#crdSchema(kind, apiVersion);
+    if (schema) validators.push(this.#ajv.compile(schema));
     const own = CORE_SCHEMAS[kind] ?? EXTRA_SCHEMAS[kind];
     if (own) validators.push(this.#ajv.compile(own));
     this.#compiled.set(cacheKey, validators);
