@@ -215,8 +215,7 @@ function checkKnownFields(type: protobuf.Type, object: unknown, where: FieldPath
     if (value === undefined || value === null) continue;
     const rt = field.resolvedType;
     if (!(rt instanceof protobuf.Type)) {
-      const range = INTEGER_RANGES[field.type];
-      if (range && !field.map) {
+      if (INTEGER_RANGES[field.type] && !field.map) {
         for (const v of field.repeated && Array.isArray(value) ? value : [value]) {
           if (typeof v === 'number' && !fitsField(field.type, v)) {
             throw new Error(`${formatPath(where)}.${key}: ${v} does not fit ${field.type}`);

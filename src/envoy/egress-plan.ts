@@ -1,6 +1,7 @@
 import type { EgressPolicy, HttpRouteMatch, MeshSnapshot } from '../catalog/types.js';
 import type { Proxy } from '../proxy/types.js';
 import { byKey as byEntryKey, byName } from '../util/order.js';
+import { getOrCreate } from '../util/maps.js';
 
 /**
  * Name of the cluster of an egress host on a port: `<host>:<port>` (OSM v1.2
@@ -73,14 +74,6 @@ function unionRanges(lists: readonly (readonly string[])[]): string[] {
   return [...new Set(lists.flat())].sort();
 }
 
-function byKey<K, V>(map: Map<K, V>, key: K, make: () => V): V {
-  let v = map.get(key);
-  if (v === undefined) {
-    v = make();
-    map.set(key, v);
-  }
-  return v;
-}
 
 /** The Egress policies whose sources include the proxy's identity. */
 export function proxyEgressPolicies(snapshot: MeshSnapshot, proxy: Proxy): EgressPolicy[] {
@@ -120,20 +113,20 @@ export function egressPlan(snapshot: MeshSnapshot, proxy: Proxy): EgressPlan {
   for (const policy of proxyEgressPolicies(snapshot, proxy)) {
     for (const { number: port, protocol } of policy.ports) {
       if (protocol === 'http') {
-        const entry = byKey(http, port, () => ({ ranges: [], hosts: new Map() }));
+        const entry = getOrCreate(http, port, () => ({ ranges: [], hosts: new Map() }));
         entry.ranges.push([...policy.ipRanges]);
         for (const host of policy.hosts) {
-          const h = byKey(entry.hosts, host, () => ({ matches: new Map<string, HttpRouteMatch>(), any: false }));
+          const h = getOrCreate(entry.hosts, host, () => ({ matches: new Map<string, HttpRouteMatch>(), any: false }));
           if (policy.httpMatches.length === 0) h.any = true;
           for (const m of policy.httpMatches) if (!h.matches.has(m.name)) h.matches.set(m.name, m);
         }
       } else if (protocol === 'https') {
         for (const host of policy.hosts.length > 0 ? policy.hosts : [undefined]) {
           const key = `${String(port).padStart(5, '0')}|${host ?? ''}`;
-          byKey(https, key, () => ({ port, host, ranges: [] })).ranges.push([...policy.ipRanges]);
+          getOrCreate(https, key, () => ({ port, host, ranges: [] })).ranges.push([...policy.ipRanges]);
         }
       } else {
-        const entry = byKey(tcp, port, () => ({ ranges: [], serverFirst: false }));
+        const entry = getOrCreate(tcp, port, () => ({ ranges: [], serverFirst: false }));
         entry.ranges.push([...policy.ipRanges]);
         if (protocol === 'tcp-server-first') entry.serverFirst = true;
       }

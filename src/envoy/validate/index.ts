@@ -15,6 +15,7 @@ import type { TypeUrl } from '../../api/type-urls.js';
 import type { ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
 import { resourceReferences, validateCrossResource, type DecodedResource } from './cross-resource.js';
+import { getOrCreate } from '../../util/maps.js';
 import { validLike, validateMessage, validateMessagePart, type RuleViolation } from './proto-rules.js';
 
 export { validateMessage, validateEncoded, validLike, type RuleViolation } from './proto-rules.js';
@@ -138,16 +139,8 @@ export class ResourceCheckCache {
   }
 
   private checkParts(typeUrl: TypeUrl, parts: readonly object[], name: string | undefined): CheckedResource {
-    let siblings = this.siblingsByBase.get(parts[0]);
-    if (!siblings) {
-      siblings = [];
-      this.siblingsByBase.set(parts[0], siblings);
-    }
-    let anyBase = this.siblingsByPosition.get(typeUrl);
-    if (!anyBase) {
-      anyBase = [];
-      this.siblingsByPosition.set(typeUrl, anyBase);
-    }
+    const siblings = getOrCreate(this.siblingsByBase, parts[0], () => []);
+    const anyBase = getOrCreate(this.siblingsByPosition, typeUrl, () => []);
     const results = parts.map((part, i) => (i === 0 ? this.check(typeUrl, part, undefined, name) : this.checkPart(typeUrl, part, i, siblings, anyBase)));
     const failed = results.find((r) => r.encoded === undefined);
     if (failed) return failed;
@@ -175,11 +168,7 @@ export class ResourceCheckCache {
   /** A whole resource (or a base part). */
   private checkWhole(typeUrl: TypeUrl, resource: object, name: string | undefined): CheckedResource {
     const nameKey = name === undefined ? undefined : key(typeUrl, name);
-    let ofType = this.siblingsByType.get(typeUrl);
-    if (!ofType) {
-      ofType = [];
-      this.siblingsByType.set(typeUrl, ofType);
-    }
+    const ofType = getOrCreate(this.siblingsByType, typeUrl, () => []);
     const named = nameKey === undefined ? undefined : this.siblingsByName.get(nameKey);
     let result = likeSibling(typeUrl, resource, named);
     // The sibling this one replaces in `ofType`: the one it was alike, or none (a new kind).

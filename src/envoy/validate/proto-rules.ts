@@ -666,7 +666,7 @@ const UNSTRUCTURED = new Set(['.google.protobuf.Struct', '.google.protobuf.Value
 
 function sameOutcome(type: protobuf.Type, a: Obj, b: Obj): boolean {
   if (a === b) return true;
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || Array.isArray(a) || Array.isArray(b)) return false;
+  if (!plainObjects(a, b)) return false;
   const full = fullNameOf(type);
   if (full === '.google.protobuf.Any') {
     const at = a['@type'];
@@ -718,9 +718,14 @@ function sameFields(type: protobuf.Type, a: Obj, b: Obj, any: boolean): boolean 
   return keys === 0;
 }
 
+/** Both are objects, neither null nor an array (a message or a map in object form). */
+function plainObjects(a: unknown, b: unknown): boolean {
+  return typeof a === 'object' && typeof b === 'object' && a !== null && b !== null && !Array.isArray(a) && !Array.isArray(b);
+}
+
 /** Two entry lists of a map field with no rules, paired in order: values alike, keys free. */
 function sameEntries(field: protobuf.Field, message: protobuf.Type | undefined, a: unknown, b: unknown): boolean {
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || Array.isArray(a) || Array.isArray(b)) return false;
+  if (!plainObjects(a, b)) return false;
   const ea = Object.values(a as Obj);
   const eb = Object.values(b as Obj);
   if (ea.length !== eb.length) return false;
