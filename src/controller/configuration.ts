@@ -44,11 +44,12 @@ export type ConfigurationCertificates = ProxyCertificates | { readonly caPem: st
 export function generateConfiguration(mesh: MeshSnapshot, proxy: Proxy, certs: ConfigurationCertificates, cache: ResourceCheckCache): EncodedConfiguration {
   const withKey = 'privateKeyPem' in certs;
   const resources = generateProxyResources(mesh, proxy, withKey ? certs : { ...certs, certChainPem: '', privateKeyPem: '' });
-  const { violations, valid, dropped } = withKey || !resources.has(TypeUrl.Secret) ? validateProxyResources(resources, cache) : validateWithheld(resources, serviceCertSecretName(proxy.identity), cache);
+  const withheld = !withKey && resources.has(TypeUrl.Secret);
+  const { violations, valid, dropped } = withheld ? validateWithheld(resources, serviceCertSecretName(proxy.identity), cache) : validateProxyResources(resources, cache);
   return {
     violations,
     dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),
-    encoded: encodeResources(violations.length === 0 ? resources : valid, cache),
+    encoded: encodeResources(violations.length === 0 && !withheld ? resources : valid, cache),
     dependencies: [...proxyDependencies(mesh, proxy.identity)],
   };
 }
