@@ -267,6 +267,40 @@ describe('MeshController', () => {
     certificates.stop();
   });
 
+  it('admits only the first of two identities under one UUID whose streams open together while a push is pending', async () => {
+    const { store, controller, certificates, cache } = await setup();
+    store.replaceAll('test', bookstoreMesh({ permissive: true })); // a push is now pending
+    const impostor = verified(`${BUYER.uuid}.sidecar.bookthief.bookthief.cluster.local`);
+    const results = await Promise.allSettled([controller.onStreamOpen(BUYER, 1), controller.onStreamOpen(impostor, 2)]);
+    assert.equal(results[0].status, 'fulfilled');
+    assert.equal(results[1].status, 'rejected');
+    assert.match(String((results[1] as PromiseRejectedResult).reason), /already connected as bookbuyer\/bookbuyer/);
+    controller.onStreamClose(impostor, 2);
+    assert.deepEqual([...controller.registry.get(BUYER.uuid)!.streamIds], [1]);
+    const secrets = [...cache.getSnapshot(BUYER.uuid)!.resources.get(TypeUrl.Secret)!.keys()];
+    assert.ok(secrets.includes('service-cert:bookbuyer/bookbuyer') && !secrets.includes('service-cert:bookthief/bookthief'), secrets.join(' '));
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('forgets the certificate of an identity removed from the manifests, and of one outside the mesh once its proxy left', async () => {
+    const { store, controller, certificates } = await setup();
+    await controller.warmUp({ configurationBytes: 0 });
+    const thief = serviceIdentity('bookthief', 'bookthief');
+    assert.ok(certificates.peekServiceCertificate(thief), 'issued ahead');
+    store.replaceAll('test', bookstoreMesh().filter((o) => o.metadata.namespace !== 'bookthief' && !(o.kind === 'Namespace' && o.metadata.name === 'bookthief')));
+    await controller.flush();
+    assert.equal(certificates.peekServiceCertificate(thief), undefined, 'bookthief left the mesh: its certificate is forgotten');
+    assert.ok(certificates.peekServiceCertificate(serviceIdentity('bookbuyer', 'bookbuyer')), 'the others are kept');
+    const stranger = verified('66666666-6666-4666-8666-666666666666.sidecar.nobody.nosuchns.cluster.local');
+    await controller.onStreamOpen(stranger, 7);
+    assert.ok(certificates.peekServiceCertificate(stranger.identity), 'a connected proxy outside the mesh has its certificate');
+    controller.onStreamClose(stranger, 7);
+    assert.equal(certificates.peekServiceCertificate(stranger.identity), undefined, 'forgotten once it left');
+    controller.stop();
+    certificates.stop();
+  });
+
   it('keeps the last good snapshot when a change yields a resource Envoy would reject', async () => {
     const { store, controller, certificates, cache } = await setup();
     const STORE_PROXY = verified('33333333-3333-4333-8333-333333333333.sidecar.bookstore.bookstore.cluster.local');
