@@ -1,7 +1,16 @@
 import assert from 'node:assert/strict';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, it } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
 import pino from 'pino';
+import { TypeUrl } from '../src/api/type-urls.js';
+import { CertificateAuthority } from '../src/certificate/authority.js';
 import { isLoopbackHost, runController } from '../src/main.js';
+import { REFUSAL_LOG_LIMIT } from '../src/xds/server/ads-server.js';
+import { AdsTestClient, TEST_NODE_ID } from './helpers/ads-client.js';
+import { eventually } from './helpers/wait.js';
 
 describe('plaintext ADS listener', () => {
   it('knows loopback hosts', () => {
@@ -23,5 +32,55 @@ describe('plaintext ADS listener', () => {
       }),
       /not a loopback address.*--insecure-allow-remote/,
     );
+  });
+});
+
+describe('refused mTLS connections', () => {
+  it('logs (rate-limited) and counts a client whose certificate is of another CA, and one without a certificate', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'trellis-refused-'));
+    const lines: Record<string, unknown>[] = [];
+    const running = await runController({
+      manifests: 'examples/bookstore',
+      meshName: 'osm',
+      stateDir: path.join(dir, 'state'),
+      xdsAddress: '127.0.0.1:0',
+      httpAddress: '127.0.0.1:0',
+      resyncIntervalMs: 0,
+      warmUpConfigurationBytes: 0,
+      logger: pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
+    });
+    const clients: AdsTestClient[] = [];
+    try {
+      const caPem = await readFile(path.join(dir, 'state', 'ca.pem'));
+      const other = await CertificateAuthority.loadOrCreate(path.join(dir, 'other'));
+      const foreign = await other.issue({ commonName: `${TEST_NODE_ID}`, validitySeconds: 3600, usage: 'client' });
+      const attempt = async (credentials: grpc.ChannelCredentials): Promise<void> => {
+        const client = new AdsTestClient(`127.0.0.1:${running.xdsPort}`, credentials);
+        clients.push(client);
+        const stream = client.openStream();
+        stream.request(TypeUrl.Cluster);
+        await stream.ended(10_000);
+        assert.notEqual(stream.status?.code, grpc.status.OK);
+        client.close();
+      };
+      const attempts = 15;
+      for (let i = 0; i < attempts; i++) await attempt(grpc.credentials.createSsl(caPem, Buffer.from(foreign.keyPem), Buffer.from(foreign.certPem)));
+      await attempt(grpc.credentials.createSsl(caPem));
+      const count = async (reason: string): Promise<number> => {
+        const text = await (await fetch(`http://127.0.0.1:${running.httpPort}/metrics`)).text();
+        return Number(new RegExp(`trellis_xds_connections_refused_total\\{reason="${reason}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
+      };
+      await eventually(async () => (await count('untrusted_certificate')) >= attempts && (await count('no_client_certificate')) >= 1, 'both refusals counted');
+      const refusals = lines.filter((l) => l.msg !== undefined && String(l.msg).startsWith('ADS connection refused'));
+      const untrusted = refusals.filter((l) => l.reason === 'untrusted_certificate');
+      assert.ok(untrusted.length >= 1 && untrusted.length <= REFUSAL_LOG_LIMIT, `${untrusted.length} lines for ${attempts} refusals`);
+      assert.match(String(untrusted[0].msg), /client certificate refused: UNABLE_TO_VERIFY_LEAF_SIGNATURE/);
+      assert.ok(untrusted.every((l) => String(l.peer).startsWith('127.0.0.1:')));
+      assert.ok(refusals.some((l) => l.reason === 'no_client_certificate'), 'no certificate logged');
+    } finally {
+      for (const c of clients) c.close();
+      await running.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -335,12 +335,22 @@ export const REFUSAL_LOG_LIMIT = 10;
 /** Window of {@link REFUSAL_LOG_LIMIT}, in ms. */
 export const REFUSAL_LOG_WINDOW_MS = 60_000;
 
-/** The `reason` of a TLS handshake a {@link MutualTlsOptions} listener refused, from Node's error code. */
-export function tlsRefusalReason(err: NodeJS.ErrnoException): string {
-  const code = err.code ?? '';
-  if (/PEER_DID_NOT_RETURN_A_CERTIFICATE|NO_CERTIFICATE/.test(code)) return 'no_client_certificate';
-  if (/CERTIFICATE_VERIFY_FAILED|UNABLE_TO_GET_ISSUER|UNKNOWN_CA|SELF_SIGNED|CERT_|UNABLE_TO_VERIFY/.test(code)) return 'untrusted_certificate';
+/**
+ * The `reason` a {@link MutualTlsOptions} listener refuses a connection for: `no_client_certificate`
+ * (the client sent none), `untrusted_certificate` (Node's verification against the mesh CA failed:
+ * another CA, self-signed, expired, not yet valid…), `tls_handshake` (any other handshake error:
+ * protocol, timeout, reset).
+ * @param code a `tls.TLSSocket.authorizationError` or a handshake error's `code`.
+ */
+export function tlsRefusalReason(code: string | undefined, hasCertificate: boolean): string {
+  if (!hasCertificate || /PEER_DID_NOT_RETURN_A_CERTIFICATE/.test(code ?? '')) return 'no_client_certificate';
+  if (/CERT|UNABLE_TO|SELF_SIGNED|UNKNOWN_CA|VERIFY/.test(code ?? '')) return 'untrusted_certificate';
   return 'tls_handshake';
+}
+
+/** `address:port` of a connection's client, `?` for what is gone. */
+function peerOf(socket: net.Socket): string {
+  return `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
 }
 
 /** A bound listener: the socket server we listen with and the gRPC server its connections go to. */
@@ -438,21 +448,31 @@ export class AdsServer {
           ca: m.caPem,
           cert: m.certPem,
           key: m.keyPem,
+          // The client certificate is asked for and verified by Node against `ca`; the result is
+          // read below (`authorized`), so that a refusal is seen: with rejectUnauthorized Node
+          // would drop the connection without a word. Nothing reaches gRPC unverified.
           requestCert: true,
-          rejectUnauthorized: true,
+          rejectUnauthorized: false,
           ALPNProtocols: ['h2'],
           minVersion: 'TLSv1.2',
           handshakeTimeout: TLS_HANDSHAKE_TIMEOUT_MS,
         },
         (socket) => {
-          // A verified connection: errors after the handshake end its HTTP/2 session, nothing to log here.
+          // Errors after the handshake end the connection's HTTP/2 session; nothing to log here.
           socket.on('error', () => undefined);
+          if (!socket.authorized) {
+            const code = String(socket.authorizationError ?? '');
+            const hasCertificate = Object.keys(socket.getPeerCertificate() ?? {}).length > 0;
+            this.onRefused({ reason: tlsRefusalReason(code, hasCertificate), details: `client certificate refused: ${hasCertificate ? code : 'none sent'}`, peer: peerOf(socket), streamId: 0 }, listen.address);
+            socket.destroy();
+            return;
+          }
           injector.injectConnection(socket);
         },
       );
       tlsServer.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
-        const reason = tlsRefusalReason(err);
-        this.onRefused({ reason, details: `TLS handshake refused: ${err.message}`, peer: `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`, streamId: 0 }, listen.address);
+        const reason = tlsRefusalReason(err.code, !/PEER_DID_NOT_RETURN_A_CERTIFICATE/.test(err.code ?? ''));
+        this.onRefused({ reason, details: `TLS handshake failed (${err.code ?? 'no code'}): ${err.message.trim()}`, peer: peerOf(socket), streamId: 0 }, listen.address);
       });
       socketServer = tlsServer;
     } else {
