@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
@@ -7,7 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import pino from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { CertificateAuthority } from '../src/certificate/authority.js';
-import { isLoopbackHost, runController } from '../src/main.js';
+import { isLoopbackHost, routeGrpcLogs, runController } from '../src/main.js';
 import { REFUSAL_LOG_LIMIT } from '../src/xds/server/ads-server.js';
 import { AdsTestClient, TEST_NODE_ID } from './helpers/ads-client.js';
 import { eventually } from './helpers/wait.js';
@@ -81,6 +83,68 @@ describe('refused mTLS connections', () => {
       for (const c of clients) c.close();
       await running.stop();
       await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('an ADS address in use', () => {
+  /** Runs `trellis controller` with one of its ADS addresses taken; resolves with its exit code and every output line. */
+  async function runWithBusyPort(flag: '--xds-address' | '--xds-plaintext-address'): Promise<{ code: number | null; lines: string[]; address: string }> {
+    const dir = await mkdtemp(path.join(tmpdir(), 'trellis-busy-'));
+    const busy = net.createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const address = `127.0.0.1:${(busy.address() as net.AddressInfo).port}`;
+    try {
+      const args = ['bin/trellis.js', 'controller', '--manifests', 'examples/bookstore', '--state-dir', path.join(dir, 'state'), '--http-address', '127.0.0.1:0', '--warm-up-config', '0'];
+      args.push(...(flag === '--xds-address' ? ['--xds-address', address] : ['--xds-address', '127.0.0.1:0', '--xds-plaintext-address', address]));
+      const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+      return { code, lines: out.split('\n').filter((l) => l.trim() !== ''), address };
+    } finally {
+      busy.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  for (const flag of ['--xds-address', '--xds-plaintext-address'] as const) {
+    it(`${flag}: the controller exits with one JSON error line naming the address, and every line it wrote is JSON`, async () => {
+      const { code, lines, address } = await runWithBusyPort(flag);
+      assert.equal(code, 1);
+      const parsed = lines.map((l) => {
+        try {
+          return JSON.parse(l) as Record<string, unknown>;
+        } catch {
+          assert.fail(`not a JSON line: ${l}`);
+        }
+      });
+      const errors = parsed.filter((l) => Number(l.level) >= 50);
+      assert.equal(errors.length, 1, JSON.stringify(errors));
+      assert.match(String(errors[0].err), new RegExp(`cannot listen on ${flag} ${address}: .*EADDRINUSE`));
+    });
+  }
+});
+
+describe('routeGrpcLogs', () => {
+  it("sends grpc-js's own log lines to the pino logger as JSON", async () => {
+    const lines: Record<string, unknown>[] = [];
+    routeGrpcLogs(pino({ level: 'debug' }, { write: (line: string) => void lines.push(JSON.parse(line)) }));
+    const busy = net.createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const server = new grpc.Server();
+    try {
+      await assert.rejects(
+        new Promise((resolve, reject) =>
+          server.bindAsync(`127.0.0.1:${(busy.address() as net.AddressInfo).port}`, grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))),
+        ),
+      );
+      assert.ok(lines.some((l) => l.level === 50 && /No address added/.test(String(l.msg))), JSON.stringify(lines));
+    } finally {
+      server.forceShutdown();
+      busy.close();
+      routeGrpcLogs(pino({ level: 'silent' }));
     }
   });
 });
