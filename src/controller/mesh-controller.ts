@@ -424,6 +424,17 @@ export class MeshController {
       throw new ProxyRefusedError('uuid_conflict', `proxy UUID ${proxy.uuid} is already connected as ${existing.proxy.identity}; refusing ${proxy.identity}`);
     }
     this.registry.register(proxy, streamId, new Date(this.timers.now()));
+    try {
+      await this.admit(proxy, streamId);
+    } catch (err) {
+      // Refused or failed: the reservation goes at once (the ADS server's onStreamClose finds nothing more to do).
+      if (this.registry.unregister(proxy.uuid, streamId) === 0) this.options.cache.clearSnapshot(proxy.uuid);
+      throw err;
+    }
+  }
+
+  /** The part of {@link onStreamOpen} after the reservation: checks, first push, first snapshot. */
+  private async admit(proxy: Proxy, streamId: number): Promise<void> {
     const refuse = (reason: string, message: string): never => {
       this.metrics.refusals.inc({ reason });
       throw new ProxyRefusedError(reason, `proxy ${proxy.uuid} refused: ${message}`);
