@@ -56,8 +56,9 @@ export interface AdsHooks {
   /**
    * A stream's first request arrived and its proxy is authenticated. The server awaits the
    * returned promise before answering any request of the stream, so this is where the
-   * controller registers the proxy and sets its first snapshot. Rejecting ends the stream with
-   * `UNAVAILABLE` (and `onStreamClose` is still called). `node` is the first request's
+   * controller registers the proxy and sets its first snapshot. Rejecting with a
+   * `ProxyRefusedError` refuses the proxy (`PERMISSION_DENIED`, counted and logged as a refusal);
+   * rejecting otherwise ends the stream with `UNAVAILABLE`; either way `onStreamClose` is still called. `node` is the first request's
    * `node` (Envoy `config.core.v3.Node`, the same in SotW and delta requests), from which the
    * owner tells a proxyless gRPC client from a sidecar (`user_agent_name`, `client_features`);
    * the identity is `proxy`'s.
