@@ -108,12 +108,13 @@ async function startMesh(dir: string, options: { verifyPodIdentity?: boolean } =
   };
 }
 
+let dir: string;
+before(async () => {
+  dir = await mkdtemp(path.join(tmpdir(), 'trellis-admission-'));
+});
+after(() => rm(dir, { recursive: true, force: true }));
+
 describe('proxy admission', () => {
-  let dir: string;
-  before(async () => {
-    dir = await mkdtemp(path.join(tmpdir(), 'trellis-admission-'));
-  });
-  after(() => rm(dir, { recursive: true, force: true }));
 
   it('admits one of two streams with one UUID and two identities opened while a push is pending, and no stream gets another identity\'s key', async () => {
     const mesh = await startMesh(dir, { verifyPodIdentity: true });
@@ -170,11 +171,6 @@ describe('proxy admission', () => {
 });
 
 describe('plaintext ADS listener', () => {
-  let dir: string;
-  before(async () => {
-    dir = await mkdtemp(path.join(tmpdir(), 'trellis-plaintext-'));
-  });
-  after(() => rm(dir, { recursive: true, force: true }));
 
   it('serves a sidecar that claims a mesh identity its configuration without any private key, and issues no certificate', async () => {
     const mesh = await startMesh(dir);
