@@ -209,6 +209,8 @@ export class LeanSidecar {
   private readonly have = new Map<string, Set<string>>();
   private readonly lastNonce = new Map<string, string>();
   private readonly lastVersion = new Map<string, string>();
+  /** On plaintext the controller never sends the `service-cert:` Secret (no key there): not waited for. */
+  private serviceCertExpected = true;
   private clusterSecrets = new Set<string>();
   private listenerSecrets = new Set<string>();
 
@@ -224,6 +226,7 @@ export class LeanSidecar {
 
   /** Opens the channel and the stream and sends the wildcard CDS and LDS requests. */
   connect(address: string, credentials: grpc.ChannelCredentials, maxReceiveBytes: number): void {
+    this.serviceCertExpected = credentials._isSecure();
     this.client = new grpc.Client(address, credentials, {
       'grpc.use_local_subchannel_pool': 1,
       'grpc.max_receive_message_length': maxReceiveBytes,
@@ -334,7 +337,10 @@ export class LeanSidecar {
       const wanted = this.wanted.get(type);
       if (!wanted) continue;
       const have = this.have.get(type);
-      for (const n of wanted) if (!have?.has(n)) return false;
+      for (const n of wanted) {
+        if (type === TypeUrl.Secret && !this.serviceCertExpected && n.startsWith('service-cert:')) continue;
+        if (!have?.has(n)) return false;
+      }
     }
     return true;
   }

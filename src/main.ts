@@ -84,10 +84,24 @@ export interface RunningController {
   stop(): Promise<void>;
 }
 
-/** The error for an address that cannot be bound, naming the flag (gRPC's wrapper text dropped). */
+/** The error for an address that cannot be bound, naming the flag (the ADS server's own `cannot listen on ADDRESS: ` prefix dropped). */
 function listenError(flag: string, address: string, err: unknown): Error {
-  const reason = err instanceof Error ? err.message.replace(/^No address added out of total \d+ resolved errors: /, '') : String(err);
+  const reason = err instanceof Error ? err.message.replace(/^cannot listen on \S+: /, '') : String(err);
   return new Error(`cannot listen on ${flag} ${address}: ${reason}`);
+}
+
+/**
+ * Sends grpc-js's own log lines (which it writes to stderr as `E …` text by default) to `logger`,
+ * as JSON: gRPC errors at `error`, its info and debug lines at `debug`. grpc-js's logger is one
+ * per process: the last controller started in a process owns it.
+ */
+export function routeGrpcLogs(logger: Logger): void {
+  const text = (message: unknown, rest: unknown[]): string => [message, ...rest].map((x) => (typeof x === 'string' ? x : String(x))).join(' ');
+  grpc.setLogger({
+    error: (message?: unknown, ...rest: unknown[]) => logger.error(text(message, rest)),
+    info: (message?: unknown, ...rest: unknown[]) => logger.debug(text(message, rest)),
+    debug: (message?: unknown, ...rest: unknown[]) => logger.debug(text(message, rest)),
+  });
 }
 
 /** True for a loopback host: `localhost`, 127.0.0.0/8, `::1`. */
@@ -108,6 +122,7 @@ export function isLoopbackHost(host: string): boolean {
  */
 export async function runController(options: ControllerOptions): Promise<RunningController> {
   const logger = options.logger ?? pino({ level: 'info' });
+  routeGrpcLogs(logger.child({ component: 'grpc' }));
   if (options.xdsPlaintextAddress && !options.insecureAllowRemote && !isLoopbackHost(splitHostPort(options.xdsPlaintextAddress).host)) {
     throw new Error(
       `--xds-plaintext-address ${options.xdsPlaintextAddress} is not a loopback address: plaintext ADS trusts node.id; pass --insecure-allow-remote to allow it`,
@@ -286,11 +301,7 @@ export async function runController(options: ControllerOptions): Promise<Running
   const serverCert = await certificates.issueServerCertificate({});
   const xdsPort = await listen('--xds-address', options.xdsAddress, () => ads.start({
     address: options.xdsAddress,
-    credentials: grpc.ServerCredentials.createSsl(
-      Buffer.from(certificates.caPem),
-      [{ cert_chain: Buffer.from(serverCert.certPem), private_key: Buffer.from(serverCert.keyPem) }],
-      true,
-    ),
+    mutualTls: { caPem: certificates.caPem, certPem: serverCert.certPem, keyPem: serverCert.keyPem },
     authenticate: authenticateFromPeerCertificate,
   }));
   let xdsPlaintextPort: number | undefined;

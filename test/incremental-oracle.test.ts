@@ -428,7 +428,7 @@ describe('the incremental push pipeline against a fresh controller (oracle)', ()
       let sid = 0;
       const connected = new Map<string, number>();
       const open = async (p: (typeof PROXIES)[number]): Promise<void> => {
-        const proxy = parseCommonName(p.cn);
+        const proxy = { ...parseCommonName(p.cn), verified: true }; // an mTLS sidecar
         const previous = connected.get(proxy.uuid);
         if (previous !== undefined) controller.onStreamClose(proxy, previous);
         try {
@@ -475,7 +475,7 @@ describe('the incremental push pipeline against a fresh controller (oracle)', ()
           keptSteps++;
           const out: string[] = [];
           for (const p of PROXIES) {
-            const proxy = { ...parseCommonName(p.cn), ...(p.grpc ? { clientType: 'grpc' as const } : {}) };
+            const proxy = { ...parseCommonName(p.cn), verified: true, ...(p.grpc ? { clientType: 'grpc' as const } : {}) };
             const got = cache.getSnapshot(proxy.uuid);
             const want = connected.has(proxy.uuid) && got ? await ideal(controller, certificates, proxy) : undefined;
             if (got && want) out.push(...diff(got, want, `${proxy.identity}${p.grpc ? '(grpc)' : ''}`));

@@ -288,11 +288,13 @@ describe('controller with --kubernetes, driven by a real kubectl', () => {
     await server.stop();
     await new Promise((r) => setTimeout(r, 300));
     assert.equal(await readyz(), 200, 'stays ready: it has synced once');
+    // The proxy reconnects during the outage (same pod, same UUID): the new stream replaces the old one.
     const late = connect('bookbuyer', 'bookbuyer');
     await late.until((s) => bookstoreSplit(s) !== undefined, 'configuration for a proxy connecting during the outage');
+    await eventually(() => buyer.stream.status !== undefined, 'the old stream replaced');
     server.remove('TrafficSplit', 'bookstore', 'bookstore-split');
     await server.start();
-    await buyer.until((s) => bookstoreSplit(s) === undefined, 'the split removed after the outage');
+    await late.until((s) => bookstoreSplit(s) === undefined, 'the split removed after the outage');
   });
 
   it('applies deletions made with kubectl', { skip: kubectl.skip }, async () => {

@@ -1,7 +1,18 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, it } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
 import pino from 'pino';
-import { isLoopbackHost, runController } from '../src/main.js';
+import { TypeUrl } from '../src/api/type-urls.js';
+import { CertificateAuthority } from '../src/certificate/authority.js';
+import { isLoopbackHost, routeGrpcLogs, runController } from '../src/main.js';
+import { REFUSAL_LOG_LIMIT } from '../src/xds/server/ads-server.js';
+import { AdsTestClient, TEST_NODE_ID } from './helpers/ads-client.js';
+import { eventually } from './helpers/wait.js';
 
 describe('plaintext ADS listener', () => {
   it('knows loopback hosts', () => {
@@ -23,5 +34,117 @@ describe('plaintext ADS listener', () => {
       }),
       /not a loopback address.*--insecure-allow-remote/,
     );
+  });
+});
+
+describe('refused mTLS connections', () => {
+  it('logs (rate-limited) and counts a client whose certificate is of another CA, and one without a certificate', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'trellis-refused-'));
+    const lines: Record<string, unknown>[] = [];
+    const running = await runController({
+      manifests: 'examples/bookstore',
+      meshName: 'osm',
+      stateDir: path.join(dir, 'state'),
+      xdsAddress: '127.0.0.1:0',
+      httpAddress: '127.0.0.1:0',
+      resyncIntervalMs: 0,
+      warmUpConfigurationBytes: 0,
+      logger: pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
+    });
+    const clients: AdsTestClient[] = [];
+    try {
+      const caPem = await readFile(path.join(dir, 'state', 'ca.pem'));
+      const other = await CertificateAuthority.loadOrCreate(path.join(dir, 'other'));
+      const foreign = await other.issue({ commonName: `${TEST_NODE_ID}`, validitySeconds: 3600, usage: 'client' });
+      const attempt = async (credentials: grpc.ChannelCredentials): Promise<void> => {
+        const client = new AdsTestClient(`127.0.0.1:${running.xdsPort}`, credentials);
+        clients.push(client);
+        const stream = client.openStream();
+        stream.request(TypeUrl.Cluster);
+        await stream.ended(10_000);
+        assert.notEqual(stream.status?.code, grpc.status.OK);
+        client.close();
+      };
+      const attempts = 15;
+      for (let i = 0; i < attempts; i++) await attempt(grpc.credentials.createSsl(caPem, Buffer.from(foreign.keyPem), Buffer.from(foreign.certPem)));
+      await attempt(grpc.credentials.createSsl(caPem));
+      const count = async (reason: string): Promise<number> => {
+        const text = await (await fetch(`http://127.0.0.1:${running.httpPort}/metrics`)).text();
+        return Number(new RegExp(`trellis_xds_connections_refused_total\\{reason="${reason}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
+      };
+      await eventually(async () => (await count('untrusted_certificate')) >= attempts && (await count('no_client_certificate')) >= 1, 'both refusals counted');
+      const refusals = lines.filter((l) => l.msg !== undefined && String(l.msg).startsWith('ADS connection refused'));
+      const untrusted = refusals.filter((l) => l.reason === 'untrusted_certificate');
+      assert.ok(untrusted.length >= 1 && untrusted.length <= REFUSAL_LOG_LIMIT, `${untrusted.length} lines for ${attempts} refusals`);
+      assert.match(String(untrusted[0].msg), /client certificate refused: UNABLE_TO_VERIFY_LEAF_SIGNATURE/);
+      assert.ok(untrusted.every((l) => String(l.peer).startsWith('127.0.0.1:')));
+      assert.ok(refusals.some((l) => l.reason === 'no_client_certificate'), 'no certificate logged');
+    } finally {
+      for (const c of clients) c.close();
+      await running.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('an ADS address in use', () => {
+  /** Runs `trellis controller` with one of its ADS addresses taken; resolves with its exit code and every output line. */
+  async function runWithBusyPort(flag: '--xds-address' | '--xds-plaintext-address'): Promise<{ code: number | null; lines: string[]; address: string }> {
+    const dir = await mkdtemp(path.join(tmpdir(), 'trellis-busy-'));
+    const busy = net.createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const address = `127.0.0.1:${(busy.address() as net.AddressInfo).port}`;
+    try {
+      const args = ['bin/trellis.js', 'controller', '--manifests', 'examples/bookstore', '--state-dir', path.join(dir, 'state'), '--http-address', '127.0.0.1:0', '--warm-up-config', '0'];
+      args.push(...(flag === '--xds-address' ? ['--xds-address', address] : ['--xds-address', '127.0.0.1:0', '--xds-plaintext-address', address]));
+      const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+      return { code, lines: out.split('\n').filter((l) => l.trim() !== ''), address };
+    } finally {
+      busy.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  for (const flag of ['--xds-address', '--xds-plaintext-address'] as const) {
+    it(`${flag}: the controller exits with one JSON error line naming the address, and every line it wrote is JSON`, async () => {
+      const { code, lines, address } = await runWithBusyPort(flag);
+      assert.equal(code, 1);
+      const parsed = lines.map((l) => {
+        try {
+          return JSON.parse(l) as Record<string, unknown>;
+        } catch {
+          assert.fail(`not a JSON line: ${l}`);
+        }
+      });
+      const errors = parsed.filter((l) => Number(l.level) >= 50);
+      assert.equal(errors.length, 1, JSON.stringify(errors));
+      assert.match(String(errors[0].err), new RegExp(`cannot listen on ${flag} ${address}: .*EADDRINUSE`));
+    });
+  }
+});
+
+describe('routeGrpcLogs', () => {
+  it("sends grpc-js's own log lines to the pino logger as JSON", async () => {
+    const lines: Record<string, unknown>[] = [];
+    routeGrpcLogs(pino({ level: 'debug' }, { write: (line: string) => void lines.push(JSON.parse(line)) }));
+    const busy = net.createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const server = new grpc.Server();
+    try {
+      await assert.rejects(
+        new Promise((resolve, reject) =>
+          server.bindAsync(`127.0.0.1:${(busy.address() as net.AddressInfo).port}`, grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))),
+        ),
+      );
+      assert.ok(lines.some((l) => l.level === 50 && /No address added/.test(String(l.msg))), JSON.stringify(lines));
+    } finally {
+      server.forceShutdown();
+      busy.close();
+      routeGrpcLogs(pino({ level: 'silent' }));
+    }
   });
 });

@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { createPrivateKey, createPublicKey } from 'node:crypto';
-import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -95,6 +95,18 @@ describe('CertificateAuthority.loadOrCreate', () => {
     await assert.rejects(CertificateAuthority.loadOrCreate(stateDir, { clock }), (e: Error) =>
       e.message.includes(path.join(stateDir, CA_CERT_FILE)),
     );
+  });
+
+  it('refuses a CA key file that group or others can read, naming the file and its mode', async () => {
+    for (const mode of [0o644, 0o640, 0o604]) {
+      const stateDir = await tempDir();
+      await CertificateAuthority.loadOrCreate(stateDir, { clock });
+      const keyPath = path.join(stateDir, CA_KEY_FILE);
+      await chmod(keyPath, mode);
+      await assert.rejects(CertificateAuthority.loadOrCreate(stateDir, { clock }), (e: Error) => e.message.includes(keyPath) && e.message.includes(`mode 0${mode.toString(8)}`) && /chmod 600/.test(e.message));
+      await chmod(keyPath, 0o600);
+      await CertificateAuthority.loadOrCreate(stateDir, { clock });
+    }
   });
 
   it('refuses an expired root, naming the file', async () => {

@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import { createHash, createPrivateKey, createPublicKey, randomBytes, webcrypto } from 'node:crypto';
-import { chmod, link, mkdir, readFile, unlink, writeFile } from 'node:fs/promises';
+import { chmod, link, mkdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import * as x509 from '@peculiar/x509';
 import { deriveP256PrivateKey, deterministicSigningCrypto, jwkScalar } from './deterministic.js';
@@ -103,9 +103,12 @@ export class CertificateAuthority {
    * exists, creates a new root (CN {@link ROOT_COMMON_NAME}, valid {@link ROOT_VALIDITY_SECONDS} s)
    * and writes it there: the directory is created with mode 0700, `ca.pem` with 0644 and
    * `ca-key.pem` with 0600 (each written to a temporary file, then linked into place).
-   * Existing files are never overwritten.
+   * Existing files are never overwritten. Like OpenSSH with an unprotected private key, a key
+   * file that group or others may read, write or execute (any of mode 0077) is refused: whoever
+   * reads it can sign a certificate for any identity of the mesh.
    * @param stateDir directory holding the CA state.
-   * @throws Error naming the file when exactly one of the two files exists, when a file is not a
+   * @throws Error naming the file and its mode when the key file is open to group or others;
+   *   naming the file when exactly one of the two files exists, when a file is not a
    *   PEM certificate / private key, when the certificate is not a CA certificate, when the key is
    *   not ECDSA P-256, when the key does not match the certificate, or when the root has expired.
    */
@@ -124,6 +127,7 @@ export class CertificateAuthority {
     if (keyText === undefined) {
       throw new Error(`CA state: ${keyPath} is missing but ${certPath} exists; restore it or remove both to create a new root`);
     }
+    await checkKeyFileMode(keyPath);
     return CertificateAuthority.load(certPath, certText, keyPath, keyText, clock);
   }
 
@@ -331,6 +335,20 @@ function randomSerialNumber(): string {
   const bytes = randomBytes(16);
   bytes[0] = (bytes[0] & 0x7f) | 0x01; // positive, and no leading zero octet to strip
   return bytes.toString('hex');
+}
+
+/**
+ * Refuses a private key file that group or others have any permission on (mode & 0077), as
+ * OpenSSH does ("UNPROTECTED PRIVATE KEY FILE").
+ * @throws Error naming the file, its mode and the fix.
+ */
+async function checkKeyFileMode(file: string): Promise<void> {
+  const mode = (await stat(file)).mode & 0o777;
+  if ((mode & 0o077) !== 0) {
+    throw new Error(
+      `CA state: ${file} has mode 0${mode.toString(8)}: the mesh CA private key must not be open to group or others (anyone who reads it can sign certificates for any identity); run chmod 600 ${file}`,
+    );
+  }
 }
 
 async function readIfExists(file: string): Promise<string | undefined> {

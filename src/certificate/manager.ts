@@ -118,6 +118,8 @@ export class CertificateManager {
   readonly #cache = new Map<ServiceIdentity, CacheEntry>();
   readonly #inflight = new Map<ServiceIdentity, Promise<IssuedCertificate>>();
   readonly #listeners = new Set<RotationListener>();
+  /** Which identities' certificates are kept (see {@link retain}); all until it is called. */
+  #keep: (identity: ServiceIdentity) => boolean = () => true;
   #timer: unknown = undefined;
   #timerDueAt = Infinity;
   #stopped = false;
@@ -184,6 +186,34 @@ export class CertificateManager {
   /** Drops the cached certificate of an identity that no proxy uses any more (no rotation, no event). */
   forget(identity: ServiceIdentity): void {
     this.#cache.delete(identity);
+  }
+
+  /** How many service certificates are cached. */
+  get size(): number {
+    return this.#cache.size;
+  }
+
+  /**
+   * Sets which identities' service certificates are kept, and applies it at once: every cached
+   * certificate whose identity `keep` rejects is forgotten ({@link forget}). From then on, a
+   * certificate issued for a rejected identity is returned but not cached, and the rotation
+   * timer forgets a rejected identity's certificate instead of rotating it. The owner calls it
+   * again when what `keep` answers may have changed (the mesh changed, a proxy left).
+   * @returns the identities forgotten now.
+   */
+  retain(keep: (identity: ServiceIdentity) => boolean): ServiceIdentity[] {
+    this.#keep = keep;
+    const forgotten: ServiceIdentity[] = [];
+    for (const identity of [...this.#cache.keys()]) {
+      if (keep(identity)) continue;
+      this.#cache.delete(identity);
+      forgotten.push(identity);
+    }
+    if (forgotten.length > 0) {
+      this.#logger?.debug({ identities: forgotten.length }, 'service certificates of identities no longer in the mesh forgotten');
+      this.#schedule();
+    }
+    return forgotten;
   }
 
   /**
@@ -271,6 +301,11 @@ export class CertificateManager {
           this.#inflight.delete(identity);
           const replaced = this.#cache.has(identity);
           if (this.#stopped) return cert;
+          if (!this.#keep(identity)) {
+            // No longer wanted (it left the mesh while this was issued): not cached, never rotated.
+            this.#cache.delete(identity);
+            return cert;
+          }
           this.#cache.set(identity, { cert, renewAt: renewalTime(issuedAt, cert.notAfter) });
           if (replaced) {
             this.#logger?.info({ identity, serialNumber: cert.serialNumber, notAfter: cert.notAfter }, 'service certificate rotated');
@@ -308,9 +343,13 @@ export class CertificateManager {
     this.#timerDueAt = Infinity;
     if (this.#stopped) return;
     const now = this.#timers.now();
-    for (const [identity, entry] of this.#cache) {
+    for (const [identity, entry] of [...this.#cache]) {
       if (now < entry.renewAt || (entry.retryAt !== undefined && now < entry.retryAt)) continue;
       if (this.#inflight.has(identity)) continue;
+      if (!this.#keep(identity)) {
+        this.#cache.delete(identity);
+        continue;
+      }
       this.#rotate(identity).catch((err: unknown) => {
         this.#logger?.error({ err, identity }, 'service certificate rotation failed; the current certificate stays in use');
         this.#schedule();

@@ -3,12 +3,13 @@
  * encoded: what `MeshController` remembers per MeshSnapshot. A pure function of the snapshot,
  * the proxy and its certificates (no I/O), so that it can also run off the main thread.
  */
-import { TYPE_SHORT_NAME, type TypeUrl } from '../api/type-urls.js';
+import { TYPE_SHORT_NAME, TypeUrl } from '../api/type-urls.js';
+import { serviceCertSecretName } from '../catalog/names.js';
 import type { MeshSnapshot } from '../catalog/types.js';
 import { proxyDependencies } from '../envoy/dependencies.js';
 import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
 import type { ProxyCertificates } from '../envoy/sds/sds.js';
-import { ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
+import { ResourceCheckCache, validateProxyResources, type ValidationResult, type Violation } from '../envoy/validate/index.js';
 import type { Proxy } from '../proxy/types.js';
 import type { NamedResource as EncodedNamedResource } from '../xds/cache/snapshot-cache.js';
 
@@ -24,19 +25,48 @@ export interface EncodedConfiguration {
 }
 
 /**
+ * The certificate material a configuration is generated with: the identity's service
+ * certificate and key for a verified sidecar; the mesh root alone otherwise (a proxy whose
+ * identity is only claimed, or a proxyless client, which has no SDS).
+ */
+export type ConfigurationCertificates = ProxyCertificates | { readonly caPem: string };
+
+/**
  * Generates `proxy`'s resources from `mesh`, validates them and encodes them (the valid,
- * referentially closed subset when some break a rule; see `validateProxyResources`).
+ * referentially closed subset when some break a rule; see `validateProxyResources`). Without
+ * a service certificate in `certs`, the identity's `service-cert:<ns>/<sa>` Secret is left out
+ * (never generated with a key): the listeners and clusters still name it (they are the same as a
+ * verified sidecar's, and are valid with it counted as existing elsewhere), but it is never sent,
+ * so the proxy's mTLS does not work (see README, plaintext listener).
  * @param cache encodings and rule checks to reuse across proxies and calls.
  * @throws Error when a resource cannot be generated or encoded.
  */
-export function generateConfiguration(mesh: MeshSnapshot, proxy: Proxy, certs: ProxyCertificates, cache: ResourceCheckCache): EncodedConfiguration {
-  const resources = generateProxyResources(mesh, proxy, certs);
-  const { violations, valid, dropped } = validateProxyResources(resources, cache);
+export function generateConfiguration(mesh: MeshSnapshot, proxy: Proxy, certs: ConfigurationCertificates, cache: ResourceCheckCache): EncodedConfiguration {
+  const withKey = 'privateKeyPem' in certs;
+  const resources = generateProxyResources(mesh, proxy, withKey ? certs : { ...certs, certChainPem: '', privateKeyPem: '' });
+  const withheld = !withKey && resources.has(TypeUrl.Secret);
+  const { violations, valid, dropped } = withheld ? validateWithheld(resources, serviceCertSecretName(proxy.identity), cache) : validateProxyResources(resources, cache);
   return {
     violations,
     dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),
-    encoded: encodeResources(violations.length === 0 ? resources : valid, cache),
+    encoded: encodeResources(violations.length === 0 && !withheld ? resources : valid, cache),
     dependencies: [...proxyDependencies(mesh, proxy.identity)],
+  };
+}
+
+/**
+ * Validates `resources` without the Secret `withheld`: the Secrets apart, and the rest with
+ * `withheld` counted as an existing Secret (it is referred to, but never sent).
+ */
+function validateWithheld(resources: ProxyResources, withheld: string, cache: ResourceCheckCache): ValidationResult {
+  const secrets = (resources.get(TypeUrl.Secret) ?? []).filter((r) => r.name !== withheld);
+  const others = new Map([...resources].filter(([type]) => type !== TypeUrl.Secret));
+  const rest = validateProxyResources(others, cache, new Map([[TypeUrl.Secret, [...secrets.map((r) => r.name), withheld]]]));
+  const sds = validateProxyResources(new Map([[TypeUrl.Secret, secrets]]), cache, new Map([...others].map(([type, list]) => [type, list.map((r) => r.name)])));
+  return {
+    violations: [...rest.violations, ...sds.violations],
+    valid: new Map([...rest.valid, ...sds.valid]),
+    dropped: [...rest.dropped, ...sds.dropped],
   };
 }
 

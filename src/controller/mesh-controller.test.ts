@@ -9,7 +9,7 @@ import { TypeUrl } from '../api/type-urls.js';
 import { decodeMessage } from '../api/codec.js';
 import { CertificateAuthority } from '../certificate/authority.js';
 import { CertificateManager, type Timers } from '../certificate/manager.js';
-import { parseCommonName, serviceIdentity } from '../proxy/types.js';
+import { parseCommonName, serviceIdentity, type Proxy } from '../proxy/types.js';
 import { ObjectStore } from '../store/object-store.js';
 import { SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
@@ -45,8 +45,11 @@ class ManualTimers implements Timers {
   }
 }
 
-const BUYER = parseCommonName('11111111-1111-4111-8111-111111111111.sidecar.bookbuyer.bookbuyer.cluster.local');
-const THIEF = parseCommonName('22222222-2222-4222-8222-222222222222.sidecar.bookthief.bookthief.cluster.local');
+/** A proxy authenticated by its certificate (the mTLS listener), as `authenticateFromPeerCertificate` gives it. */
+const verified = (cn: string): Proxy => ({ ...parseCommonName(cn), verified: true });
+
+const BUYER = verified('11111111-1111-4111-8111-111111111111.sidecar.bookbuyer.bookbuyer.cluster.local');
+const THIEF = verified('22222222-2222-4222-8222-222222222222.sidecar.bookthief.bookthief.cluster.local');
 
 const until = (cond: () => boolean, what: string) => eventually(cond, what, 2000, 10);
 
@@ -111,7 +114,7 @@ describe('MeshController', () => {
     }
     assert.notEqual(after.versions.get(TypeUrl.ClusterLoadAssignment), before.versions.get(TypeUrl.ClusterLoadAssignment));
     // What a full generation from the new mesh gives is what the patch gave.
-    const late = parseCommonName('55555555-5555-4555-8555-555555555555.sidecar.bookbuyer.bookbuyer.cluster.local');
+    const late = verified('55555555-5555-4555-8555-555555555555.sidecar.bookbuyer.bookbuyer.cluster.local');
     await controller.onStreamOpen(late, 2);
     assert.deepEqual(cache.getSnapshot(late.uuid)!.versions, after.versions);
     controller.stop();
@@ -134,7 +137,7 @@ describe('MeshController', () => {
     const rc = decodeMessage(TypeUrl.RouteConfiguration, after.resources.get(TypeUrl.RouteConfiguration)!.get('rds-outbound.14001')!.resource.value) as any; // eslint-disable-line @typescript-eslint/no-explicit-any
     const weights = rc.virtual_hosts.flatMap((vh: any) => vh.routes.flatMap((r: any) => r.route.weighted_clusters?.clusters ?? [])); // eslint-disable-line @typescript-eslint/no-explicit-any
     assert.deepEqual(weights.map((c: any) => `${c.name}=${c.weight.value}`).sort(), ['bookstore/bookstore-v1|14001=90', 'bookstore/bookstore-v2|14001=10']); // eslint-disable-line @typescript-eslint/no-explicit-any
-    const late = parseCommonName('55555555-5555-4555-8555-555555555555.sidecar.bookbuyer.bookbuyer.cluster.local');
+    const late = verified('55555555-5555-4555-8555-555555555555.sidecar.bookbuyer.bookbuyer.cluster.local');
     await controller.onStreamOpen(late, 2);
     assert.deepEqual(cache.getSnapshot(late.uuid)!.versions, after.versions, 'a full generation gives the same');
     controller.stop();
@@ -203,7 +206,7 @@ describe('MeshController', () => {
     ];
     store.replaceAll('test', [...bookstoreMesh(), ...v3]);
     await controller.flush();
-    const V3 = parseCommonName('66666666-6666-4666-8666-666666666666.sidecar.bookstore-v3.bookstore.cluster.local');
+    const V3 = verified('66666666-6666-4666-8666-666666666666.sidecar.bookstore-v3.bookstore.cluster.local');
     await controller.onStreamOpen(V3, 1);
     const domains = () => {
       const rc = decodeMessage(TypeUrl.RouteConfiguration, cache.getSnapshot(V3.uuid)!.resources.get(TypeUrl.RouteConfiguration)!.get('rds-inbound.14001')!.resource.value) as any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -237,8 +240,8 @@ describe('MeshController', () => {
   it('serves a proxy of an identity unknown to the mesh, and warns', async () => {
     const lines: string[] = [];
     const { controller, certificates, cache } = await setup(undefined, pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) }));
-    const stranger = parseCommonName('66666666-6666-4666-8666-666666666666.sidecar.nobody.nosuchns.cluster.local');
-    const typo = parseCommonName('77777777-7777-4777-8777-777777777777.sidecar.bookbyuer.bookbuyer.cluster.local');
+    const stranger = verified('66666666-6666-4666-8666-666666666666.sidecar.nobody.nosuchns.cluster.local');
+    const typo = verified('77777777-7777-4777-8777-777777777777.sidecar.bookbyuer.bookbuyer.cluster.local');
     await controller.onStreamOpen(stranger, 1);
     await controller.onStreamOpen(typo, 2);
     await controller.onStreamOpen(BUYER, 3);
@@ -255,7 +258,7 @@ describe('MeshController', () => {
   it('refuses a second identity under a UUID that is already connected', async () => {
     const { controller, certificates, cache } = await setup();
     await controller.onStreamOpen(BUYER, 1);
-    const impostor = parseCommonName(`${BUYER.uuid}.sidecar.bookthief.bookthief.cluster.local`);
+    const impostor = verified(`${BUYER.uuid}.sidecar.bookthief.bookthief.cluster.local`);
     await assert.rejects(controller.onStreamOpen(impostor, 2), /already connected as bookbuyer\/bookbuyer/);
     controller.onStreamClose(impostor, 2);
     assert.equal(controller.registry.get(BUYER.uuid)?.proxy.identity, 'bookbuyer/bookbuyer');
@@ -264,9 +267,43 @@ describe('MeshController', () => {
     certificates.stop();
   });
 
+  it('admits only the first of two identities under one UUID whose streams open together while a push is pending', async () => {
+    const { store, controller, certificates, cache } = await setup();
+    store.replaceAll('test', bookstoreMesh({ permissive: true })); // a push is now pending
+    const impostor = verified(`${BUYER.uuid}.sidecar.bookthief.bookthief.cluster.local`);
+    const results = await Promise.allSettled([controller.onStreamOpen(BUYER, 1), controller.onStreamOpen(impostor, 2)]);
+    assert.equal(results[0].status, 'fulfilled');
+    assert.equal(results[1].status, 'rejected');
+    assert.match(String((results[1] as PromiseRejectedResult).reason), /already connected as bookbuyer\/bookbuyer/);
+    controller.onStreamClose(impostor, 2);
+    assert.deepEqual([...controller.registry.get(BUYER.uuid)!.streamIds], [1]);
+    const secrets = [...cache.getSnapshot(BUYER.uuid)!.resources.get(TypeUrl.Secret)!.keys()];
+    assert.ok(secrets.includes('service-cert:bookbuyer/bookbuyer') && !secrets.includes('service-cert:bookthief/bookthief'), secrets.join(' '));
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('forgets the certificate of an identity removed from the manifests, and of one outside the mesh once its proxy left', async () => {
+    const { store, controller, certificates } = await setup();
+    await controller.warmUp({ configurationBytes: 0 });
+    const thief = serviceIdentity('bookthief', 'bookthief');
+    assert.ok(certificates.peekServiceCertificate(thief), 'issued ahead');
+    store.replaceAll('test', bookstoreMesh().filter((o) => o.metadata.namespace !== 'bookthief' && !(o.kind === 'Namespace' && o.metadata.name === 'bookthief')));
+    await controller.flush();
+    assert.equal(certificates.peekServiceCertificate(thief), undefined, 'bookthief left the mesh: its certificate is forgotten');
+    assert.ok(certificates.peekServiceCertificate(serviceIdentity('bookbuyer', 'bookbuyer')), 'the others are kept');
+    const stranger = verified('66666666-6666-4666-8666-666666666666.sidecar.nobody.nosuchns.cluster.local');
+    await controller.onStreamOpen(stranger, 7);
+    assert.ok(certificates.peekServiceCertificate(stranger.identity), 'a connected proxy outside the mesh has its certificate');
+    controller.onStreamClose(stranger, 7);
+    assert.equal(certificates.peekServiceCertificate(stranger.identity), undefined, 'forgotten once it left');
+    controller.stop();
+    certificates.stop();
+  });
+
   it('keeps the last good snapshot when a change yields a resource Envoy would reject', async () => {
     const { store, controller, certificates, cache } = await setup();
-    const STORE_PROXY = parseCommonName('33333333-3333-4333-8333-333333333333.sidecar.bookstore.bookstore.cluster.local');
+    const STORE_PROXY = verified('33333333-3333-4333-8333-333333333333.sidecar.bookstore.bookstore.cluster.local');
     await controller.onStreamOpen(STORE_PROXY, 1);
     const good = cache.getSnapshot(STORE_PROXY.uuid)!;
     // A header value with CR LF passes the CRD schema but breaks Envoy's HTTP_HEADER_VALUE rule.
@@ -289,7 +326,7 @@ describe('MeshController', () => {
     assert.ok(failure.violations.some((v) => v.name === 'rds-inbound.14001' && /value/.test(v.path)));
     assert.equal(cache.getSnapshot(STORE_PROXY.uuid), good, 'the last good snapshot stays');
 
-    const late = parseCommonName('44444444-4444-4444-8444-444444444444.sidecar.bookstore.bookstore.cluster.local');
+    const late = verified('44444444-4444-4444-8444-444444444444.sidecar.bookstore.bookstore.cluster.local');
     await controller.onStreamOpen(late, 2);
     const first = cache.getSnapshot(late.uuid)!;
     assert.equal(first.resources.get(TypeUrl.RouteConfiguration)!.has('rds-inbound.14001'), false, 'the invalid route configuration is left out');

@@ -14,6 +14,7 @@ import { encodeResources, generateConfiguration, type EncodedConfiguration } fro
 import { formatViolation, ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import { withClientType, type NodeSoftware } from '../proxy/client-type.js';
+import { ProxyRefusedError } from '../proxy/refusal.js';
 import { ProxyRegistry } from '../proxy/registry.js';
 import { awaitProxyPod, DEFAULT_POD_IDENTITY_GRACE_MS } from './pod-identity.js';
 import { identityParts, parseCommonName, proxyCommonName, serviceIdentity, type Proxy, type ServiceIdentity } from '../proxy/types.js';
@@ -123,9 +124,14 @@ export interface WarmUpResult {
   readonly budgetReached: boolean;
 }
 
-/** The kind of a proxy: its identity and client type, which are all its configuration depends on. */
+/** The kind of a proxy: its identity, client type and whether it is verified, which are all its configuration depends on. */
 function proxyKind(proxy: Proxy): string {
-  return `${proxy.identity}|${proxy.clientType ?? 'envoy'}`;
+  return `${proxy.identity}|${proxy.clientType ?? 'envoy'}|${proxy.verified === true ? 'verified' : 'claimed'}`;
+}
+
+/** Whether `proxy` is given its identity's service certificate and key: a verified sidecar only (never a claimed identity, never a proxyless client, which has no SDS). */
+function getsServiceCertificate(proxy: Proxy): boolean {
+  return proxy.verified === true && proxy.clientType !== 'grpc';
 }
 
 /** The memo key of a configuration: proxies of one kind, with one certificate, share it. */
@@ -182,6 +188,10 @@ export class MeshController {
   private readonly checked = new ResourceCheckCache();
   /** Latest validation violations per proxy UUID (only proxies that have some). */
   private readonly violations = new Map<string, { proxy: Proxy; violations: readonly Violation[] }>();
+  /** The identities of the mesh, for one MeshSnapshot generation (see {@link meshIdentities}). */
+  private identities: { generation: number; set: ReadonlySet<ServiceIdentity> } = { generation: -1, set: new Set() };
+  /** Which service certificates the certificate manager keeps: those of the mesh's identities and of connected proxies. */
+  private readonly keepsCertificate = (identity: ServiceIdentity): boolean => this.meshIdentities().has(identity) || this.registry.hasIdentity(identity);
   private readonly metrics: {
     pushes: Counter<'reason'>;
     generationErrors: Counter;
@@ -231,7 +241,7 @@ export class MeshController {
       }),
       refusals: new Counter({
         name: 'trellis_proxy_refusals_total',
-        help: 'Proxy streams refused, by reason (pod identity checks, UUID conflicts)',
+        help: 'Proxy streams refused by the controller, by reason (pod identity checks, UUID conflicts, claimed identities outside the mesh)',
         labelNames: ['reason'],
         registers,
       }),
@@ -251,8 +261,27 @@ export class MeshController {
     return this.problems;
   }
 
+  /**
+   * The identities of the mesh: the service accounts of monitored namespaces and the
+   * identities behind services (computed once per MeshSnapshot).
+   */
+  meshIdentities(): ReadonlySet<ServiceIdentity> {
+    const mesh = this.mesh;
+    if (this.identities.generation === mesh.generation) return this.identities.set;
+    const set = new Set<ServiceIdentity>(mesh.servicesByIdentity.keys());
+    for (const sa of this.options.store.list('ServiceAccount')) {
+      const ns = sa.metadata.namespace ?? 'default';
+      if (mesh.namespaces.has(ns)) set.add(serviceIdentity(ns, sa.metadata.name));
+    }
+    this.identities = { generation: mesh.generation, set };
+    return set;
+  }
+
   /** Starts listening to the store and rotations, and the resync timer. */
   start(): void {
+    // Certificates of identities that left the mesh and have no connected proxy are forgotten
+    // (applied again after every rebuild and every disconnect).
+    this.options.certificates.retain(this.keepsCertificate);
     this.unsubscribe.push(
       this.options.store.onChange((changes) => {
         this.storeChanged = true;
@@ -278,12 +307,7 @@ export class MeshController {
    */
   async warmUp(options: WarmUpOptions = {}): Promise<WarmUpResult> {
     if (this.storeChanged) await this.flush();
-    const mesh = this.mesh;
-    const identities = new Set<ServiceIdentity>(mesh.servicesByIdentity.keys());
-    for (const sa of this.options.store.list('ServiceAccount')) {
-      const ns = sa.metadata.namespace ?? 'default';
-      if (mesh.namespaces.has(ns)) identities.add(serviceIdentity(ns, sa.metadata.name));
-    }
+    const identities = this.meshIdentities();
     const budget = options.configurationBytes ?? DEFAULT_WARM_UP_CONFIGURATION_BYTES;
     const result = { identities: identities.size, certificatesIssued: 0, configurationsGenerated: 0, configurationBytes: 0, budgetReached: false };
     const todo = [...identities].sort().reverse();
@@ -297,7 +321,7 @@ export class MeshController {
           return;
         }
         const { namespace, serviceAccount } = identityParts(id);
-        const config = await this.configFor(parseCommonName(proxyCommonName(WARM_UP_UUID, 'sidecar', namespace, serviceAccount)));
+        const config = await this.configFor({ ...parseCommonName(proxyCommonName(WARM_UP_UUID, 'sidecar', namespace, serviceAccount)), verified: true });
         config.ahead = true;
         result.configurationsGenerated++;
         result.configurationBytes += snapshotBytes(config.snapshot ?? config.validSnapshot);
@@ -379,36 +403,66 @@ export class MeshController {
    * ADS hook: a proxy's stream opened. Registers it and sets its first snapshot before the
    * server answers anything. `node` (the first request's) decides the configuration format:
    * a proxyless gRPC client gets the `api_listener` form (`detectClientType`).
-   * @throws Error when its configuration cannot be generated (the stream is then refused).
+   *
+   * Admission is atomic: the UUID check and the registration happen before anything is awaited,
+   * so of two streams of one UUID and two identities only the first is registered, whatever
+   * runs between (a pending push, the pod check). A stream that closes while this waits is
+   * unregistered by {@link onStreamClose} and gets nothing. A proxy whose identity is only
+   * claimed (not `verified`, the plaintext listener) is refused unless its identity is in the
+   * mesh, and is never issued a certificate nor sent a private key.
+   * @throws ProxyRefusedError when the proxy is refused (UUID held by another identity, pod
+   *   identity check, claimed identity outside the mesh); Error when its configuration cannot
+   *   be generated.
    */
   async onStreamOpen(connected: Proxy, streamId: number, node?: NodeSoftware | null): Promise<void> {
     const proxy = node === undefined ? connected : withClientType(connected, node);
+    const existing = this.registry.get(proxy.uuid);
+    if (existing && existing.proxy.identity !== proxy.identity) {
+      // Proxies are keyed by UUID: a second identity under the same UUID would be served the
+      // first one's configuration (and service certificate). Refuse it.
+      this.metrics.refusals.inc({ reason: 'uuid_conflict' });
+      throw new ProxyRefusedError('uuid_conflict', `proxy UUID ${proxy.uuid} is already connected as ${existing.proxy.identity}; refusing ${proxy.identity}`);
+    }
+    this.registry.register(proxy, streamId, new Date(this.timers.now()));
+    try {
+      await this.admit(proxy, streamId);
+    } catch (err) {
+      // Refused or failed: the reservation goes at once (the ADS server's onStreamClose finds nothing more to do).
+      if (this.registry.unregister(proxy.uuid, streamId) === 0) this.options.cache.clearSnapshot(proxy.uuid);
+      throw err;
+    }
+  }
+
+  /** The part of {@link onStreamOpen} after the reservation: checks, first push, first snapshot. */
+  private async admit(proxy: Proxy, streamId: number): Promise<void> {
+    const refuse = (reason: string, message: string): never => {
+      this.metrics.refusals.inc({ reason });
+      throw new ProxyRefusedError(reason, `proxy ${proxy.uuid} refused: ${message}`);
+    };
     if (this.options.verifyPodIdentity) {
       const check = await awaitProxyPod(this.options.store, proxy, {
         graceMs: this.options.podIdentityGraceMs ?? DEFAULT_POD_IDENTITY_GRACE_MS,
         timers: this.timers,
       });
-      if (!check.ok) {
-        this.metrics.refusals.inc({ reason: check.reason });
-        this.options.logger.warn({ proxy: proxy.uuid, identity: proxy.identity, reason: check.reason }, `proxy refused: ${check.message}`);
-        throw new Error(`proxy ${proxy.uuid} refused: ${check.message}`);
-      }
-    }
-    const existing = this.registry.get(proxy.uuid);
-    if (existing && existing.proxy.identity !== proxy.identity) {
-      // Proxies are keyed by UUID: a second identity under the same UUID would be served the
-      // first one's configuration (and service certificate). Refuse it.
-      this.options.logger.warn({ proxy: proxy.uuid, identity: proxy.identity, connectedAs: existing.proxy.identity }, 'proxy refused: UUID in use by another identity');
-      this.metrics.refusals.inc({ reason: 'uuid_conflict' });
-      throw new Error(`proxy UUID ${proxy.uuid} is already connected as ${existing.proxy.identity}; refusing ${proxy.identity}`);
+      if (!check.ok) refuse(check.reason, check.message);
     }
     // A proxy connecting while a push is pending (right after a source synced, or in a burst
     // of changes) would get configuration from the stale MeshSnapshot: run the push first.
     if (this.storeChanged) await this.flush();
-    this.registry.register(proxy, streamId, new Date(this.timers.now()));
-    this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, clientType: proxy.clientType ?? 'envoy', streamId }, 'proxy connected');
+    if (!this.registry.get(proxy.uuid)?.streamIds.has(streamId)) return; // the stream closed meanwhile
     const { namespace, serviceAccount } = identityParts(proxy.identity);
-    if (!this.mesh.namespaces.has(namespace) || !this.options.store.get('ServiceAccount', namespace, serviceAccount)) {
+    const inMesh = this.meshIdentities().has(proxy.identity);
+    if (!proxy.verified && !inMesh) {
+      refuse('identity_not_in_mesh', `identity ${proxy.identity} (claimed in node.id, not proven by a certificate) is not in mesh ${this.options.meshName}`);
+    }
+    this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, clientType: proxy.clientType ?? 'envoy', verified: proxy.verified === true, streamId }, 'proxy connected');
+    if (!proxy.verified && proxy.clientType !== 'grpc') {
+      this.options.logger.warn(
+        { proxy: proxy.uuid, identity: proxy.identity },
+        'sidecar with a claimed identity (plaintext listener): served without its service certificate, so its mTLS does not work; connect it to the mTLS listener',
+      );
+    }
+    if (!inMesh) {
       // Served all the same (its certificate is the mesh's), but most likely a mistake: say so.
       this.options.logger.warn(
         { proxy: proxy.uuid, identity: proxy.identity },
@@ -421,7 +475,10 @@ export class MeshController {
     if (!ok && !this.options.cache.getSnapshot(proxy.uuid)) throw new Error(`no configuration could be generated for proxy ${proxy.uuid}`);
   }
 
-  /** ADS hook: a proxy's stream closed. Unregisters it (its snapshot goes once no stream of it is left). */
+  /**
+   * ADS hook: a proxy's stream closed. Unregisters it (its snapshot goes once no stream of it is
+   * left, and its identity's certificate once that identity is neither connected nor in the mesh).
+   */
   onStreamClose(proxy: Proxy, streamId: number): void {
     const remaining = this.registry.unregister(proxy.uuid, streamId);
     if (remaining === 0) this.dependencies.delete(proxy.uuid);
@@ -429,6 +486,7 @@ export class MeshController {
     if (remaining === 0) {
       this.options.cache.clearSnapshot(proxy.uuid);
       this.violations.delete(proxy.uuid);
+      if (!this.keepsCertificate(proxy.identity)) this.options.certificates.forget(proxy.identity);
     }
   }
 
@@ -470,13 +528,16 @@ export class MeshController {
    * certificate, so proxies that share those share one computation per generation.
    */
   private async configFor(proxy: Proxy): Promise<GeneratedConfig> {
-    const cert = await this.options.certificates.getServiceCertificate(proxy.identity);
+    // Only a verified sidecar's identity gets a certificate: a claimed identity (plaintext) must
+    // not make the controller issue (and keep) one, and a proxyless client has no SDS.
+    const cert = getsServiceCertificate(proxy) ? await this.options.certificates.getServiceCertificate(proxy.identity) : undefined;
     if (this.memo.generation !== this.mesh.generation) this.memo = { generation: this.mesh.generation, entries: new Map() };
-    const key = memoKey(proxy, cert.serialNumber);
+    const key = memoKey(proxy, cert?.serialNumber ?? 'none');
     const found = this.memo.entries.get(key);
     if (found) return found;
     this.metrics.configurationsGenerated.inc();
-    const certs = { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: this.options.certificates.caPem };
+    const caPem = this.options.certificates.caPem;
+    const certs = cert ? { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem } : { caPem };
     const config = generatedConfig(generateConfiguration(this.mesh, proxy, certs, this.checked), proxy);
     this.memo.entries.set(key, config);
     return config;
@@ -499,6 +560,7 @@ export class MeshController {
       rebuiltAt = this.timers.now();
       scope = request.resync ? 'all' : diffMeshSnapshots(before, this.mesh);
       this.carryMemo(scope, request.rotated);
+      this.options.certificates.retain(this.keepsCertificate);
     }
     const diffedAt = this.timers.now();
     // Only endpoints changed: proxies keep their configuration but for the changed services'
@@ -636,7 +698,10 @@ export class MeshController {
   private async updateProxy(proxy: Proxy): Promise<boolean> {
     try {
       const config = await this.configFor(proxy);
-      if (!this.registry.get(proxy.uuid)) return true; // disconnected meanwhile
+      // Disconnected meanwhile, or its UUID is now another proxy's (another identity, or no
+      // longer verified): this configuration, with its key, is not for the stream there now.
+      const current = this.registry.get(proxy.uuid);
+      if (!current || proxyKind(current.proxy) !== proxyKind(proxy)) return true;
       this.recordViolations(proxy, config.violations);
       let snapshot = config.snapshot;
       if (!snapshot) {

@@ -1,4 +1,4 @@
-import type { Proxy } from './types.js';
+import type { Proxy, ServiceIdentity } from './types.js';
 
 /** A connected proxy: who it is, on which streams, since when. */
 export interface ConnectedProxy {
@@ -15,16 +15,32 @@ export interface ConnectedProxy {
  */
 export class ProxyRegistry {
   private readonly byUuid = new Map<string, { proxy: Proxy; connectedSince: Date; streamIds: Set<number> }>();
+  /** How many registered proxies have each identity. */
+  private readonly identities = new Map<ServiceIdentity, number>();
 
-  /** Registers a stream of `proxy`. */
+  /** Registers a stream of `proxy` (the proxy of the UUID becomes `proxy`). */
   register(proxy: Proxy, streamId: number, at: Date): void {
     const entry = this.byUuid.get(proxy.uuid);
     if (entry) {
       entry.streamIds.add(streamId);
+      this.count(entry.proxy.identity, -1);
       entry.proxy = proxy;
+      this.count(proxy.identity, 1);
       return;
     }
     this.byUuid.set(proxy.uuid, { proxy, connectedSince: at, streamIds: new Set([streamId]) });
+    this.count(proxy.identity, 1);
+  }
+
+  /** Whether a registered proxy has `identity`. */
+  hasIdentity(identity: ServiceIdentity): boolean {
+    return this.identities.has(identity);
+  }
+
+  private count(identity: ServiceIdentity, delta: number): void {
+    const n = (this.identities.get(identity) ?? 0) + delta;
+    if (n > 0) this.identities.set(identity, n);
+    else this.identities.delete(identity);
   }
 
   /**
@@ -35,7 +51,10 @@ export class ProxyRegistry {
     const entry = this.byUuid.get(uuid);
     if (!entry) return 0;
     entry.streamIds.delete(streamId);
-    if (entry.streamIds.size === 0) this.byUuid.delete(uuid);
+    if (entry.streamIds.size === 0) {
+      this.byUuid.delete(uuid);
+      this.count(entry.proxy.identity, -1);
+    }
     return entry.streamIds.size;
   }
 

@@ -44,6 +44,13 @@ export interface Proxy {
   readonly commonName: CommonName;
   /** The client's software, from its first request's `node`; absent means `envoy`. */
   readonly clientType?: XdsClientType;
+  /**
+   * True when the identity is proven: the stream came with a client certificate the mesh CA
+   * signed (the mTLS listener, `authenticateFromPeerCertificate`). Absent or false when it is only
+   * claimed (the plaintext listener's `node.id`): such a proxy is never issued a certificate and
+   * never sent a private key, and an identity outside the mesh is refused.
+   */
+  readonly verified?: boolean;
 }
 
 const UUID_RE = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;

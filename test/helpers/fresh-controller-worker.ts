@@ -33,7 +33,7 @@ parentPort!.on('message', async (msg: { caDir: string; objects: any[]; proxies: 
     const proxies: Record<string, unknown> = {};
     let i = 0;
     for (const p of msg.proxies) {
-      const proxy = parseCommonName(p.cn);
+      const proxy = { ...parseCommonName(p.cn), verified: true }; // an mTLS sidecar
       try {
         await controller.onStreamOpen(proxy, ++i, p.grpc ? { user_agent_name: 'gRPC Node Pure JS' } : undefined);
         const s = cache.getSnapshot(proxy.uuid);

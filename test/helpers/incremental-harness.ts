@@ -60,7 +60,7 @@ export async function harness(objects: KubeObject[], opts: { certificates?: Cert
   return {
     store, cache, controller, certificates,
     async open(cn, grpc) {
-      const p = parseCommonName(cn);
+      const p: Proxy = { ...parseCommonName(cn), verified: true }; // an mTLS sidecar
       const proxy = grpc ? { ...p, clientType: 'grpc' as const } : p;
       await controller.onStreamOpen(p, ++sid, grpc ? { user_agent_name: 'gRPC Node Pure JS' } : undefined);
       proxies.set(p.uuid, proxy);

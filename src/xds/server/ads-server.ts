@@ -1,12 +1,16 @@
 import 'reflect-metadata';
+import net from 'node:net';
+import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { X509Certificate } from '@peculiar/x509';
 import { pino, type Logger } from 'pino';
-import { Gauge, Registry } from 'prom-client';
+import { Counter, Gauge, Registry } from 'prom-client';
 import { PROTO_LOADER_OPTIONS } from '../../api/codec.js';
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import { parseCommonName, type Proxy } from '../../proxy/types.js';
+import { splitHostPort } from '../../util/address.js';
+import { RateLimiter } from '../../util/rate-limit.js';
 import type { DeltaDiscoveryRequest__Output, DiscoveryRequest__Output, DiscoveryResponse } from './discovery-types.js';
 import { DeltaStream } from './delta-stream.js';
 import {
@@ -21,6 +25,7 @@ import {
   type ServedStream,
   type StreamContext,
   type StreamInfo,
+  type StreamRefusal,
   type TypeStateBase,
 } from './stream-common.js';
 
@@ -65,11 +70,33 @@ export interface AdsServerOptions {
   readonly maxBytesInFlight?: number;
 }
 
+/**
+ * Mutual TLS done by the server itself (Node's `tls`), so that a refused handshake (no client
+ * certificate, one of another CA, expired, …) is seen: logged (rate-limited) and counted in
+ * `trellis_xds_connections_refused_total{reason}`. PEM text throughout.
+ */
+export interface MutualTlsOptions {
+  /** The CA whose certificates clients must present (the mesh root). */
+  readonly caPem: string;
+  /** The server's certificate chain and key. */
+  readonly certPem: string;
+  readonly keyPem: string;
+}
+
+/** Longest a client may take to complete the TLS handshake of a {@link MutualTlsOptions} listener, in ms. */
+export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
+
 /** One listening address of the server, with how its streams are authenticated. */
 export interface ListenOptions {
   /** `host:port`; port 0 picks a free port (see the return value of {@link AdsServer.start}). */
   readonly address: string;
-  readonly credentials: grpc.ServerCredentials;
+  /**
+   * gRPC's credentials (insecure, or TLS done inside grpc-js, whose handshake failures are not
+   * seen). Exactly one of `credentials` and `mutualTls`.
+   */
+  readonly credentials?: grpc.ServerCredentials;
+  /** Mutual TLS done and watched by the server (what the controller uses). */
+  readonly mutualTls?: MutualTlsOptions;
   /** {@link authenticateFromPeerCertificate} for mTLS listeners, {@link authenticateFromNodeId} for plaintext ones. */
   readonly authenticate: Authenticate;
 }
@@ -79,6 +106,7 @@ export interface ListenOptions {
  * (`<uuid>.<kind>.<sa>.<ns>.cluster.local`, as OSM does), never what it says in `node`.
  * The listener's credentials must verify client certificates
  * (`grpc.ServerCredentials.createSsl(ca, keyCertPairs, true)`), this only reads the result.
+ * The proxy is `verified` (its identity is proven).
  * @throws Error when the stream has no peer certificate, the certificate has no CN, or the CN
  *   is not a proxy CommonName ({@link parseCommonName}).
  */
@@ -91,13 +119,14 @@ export function authenticateFromPeerCertificate(
   const cert = new X509Certificate(raw);
   const cn = cert.subjectName.getField('CN')[0];
   if (!cn) throw new Error(`client certificate "${cert.subject}" has no CommonName`);
-  return parseCommonName(cn);
+  return { ...parseCommonName(cn), verified: true };
 }
 
 /**
  * Plaintext authentication, for development and tests: the proxy is what the first request's
  * `node.id` says (a proxy CommonName). Anyone who can reach the port can claim any identity,
- * so use it only on a listener that is not reachable from workloads.
+ * so use it only on a listener that is not reachable from workloads. The proxy is not
+ * `verified`: its owner must give it nothing secret.
  * @throws Error when `node.id` is missing or is not a proxy CommonName.
  */
 export function authenticateFromNodeId(
@@ -301,6 +330,35 @@ function differs(sent: ReadonlyMap<string, string>, selected: ResourceMap, compl
   return completeSet && sent.size !== selected.size;
 }
 
+/** Refusal log lines per reason per {@link REFUSAL_LOG_WINDOW_MS} (the rest are counted, not logged). */
+export const REFUSAL_LOG_LIMIT = 10;
+/** Window of {@link REFUSAL_LOG_LIMIT}, in ms. */
+export const REFUSAL_LOG_WINDOW_MS = 60_000;
+
+/**
+ * The `reason` a {@link MutualTlsOptions} listener refuses a connection for: `no_client_certificate`
+ * (the client sent none), `untrusted_certificate` (Node's verification against the mesh CA failed:
+ * another CA, self-signed, expired, not yet valid…), `tls_handshake` (any other handshake error:
+ * protocol, timeout, reset).
+ * @param code a `tls.TLSSocket.authorizationError` or a handshake error's `code`.
+ */
+export function tlsRefusalReason(code: string | undefined, hasCertificate: boolean): string {
+  if (!hasCertificate || /PEER_DID_NOT_RETURN_A_CERTIFICATE/.test(code ?? '')) return 'no_client_certificate';
+  if (/CERT|UNABLE_TO|SELF_SIGNED|UNKNOWN_CA|VERIFY/.test(code ?? '')) return 'untrusted_certificate';
+  return 'tls_handshake';
+}
+
+/** `address:port` of a connection's client, `?` for what is gone. */
+function peerOf(socket: net.Socket): string {
+  return `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
+}
+
+/** A bound listener: the socket server we listen with and the gRPC server its connections go to. */
+interface Listener {
+  readonly socketServer: net.Server;
+  readonly grpcServer: grpc.Server;
+}
+
 /**
  * The ADS server: gRPC `envoy.service.discovery.v3.AggregatedDiscoveryService`.
  * `StreamAggregatedResources` serves state-of-the-world xDS (Envoy `xds_protocol`) from the
@@ -309,18 +367,30 @@ function differs(sent: ReadonlyMap<string, string>, selected: ResourceMap, compl
  * mesh. A response over {@link LARGE_RESPONSE_BYTES} is logged as a warning. Metrics: `trellis_xds_connected_proxies`,
  * `trellis_xds_responses_total{type}`, `trellis_xds_nacks_total{type}`,
  * `trellis_xds_push_duration_seconds`, `trellis_xds_response_bytes_total{type}`,
- * `trellis_xds_send_bytes_in_flight`. Responses written and not yet flushed are bounded
- * server-wide by a {@link SendBudget}.
+ * `trellis_xds_send_bytes_in_flight`, `trellis_xds_connections_refused_total{reason}`. Responses
+ * written and not yet flushed are bounded server-wide by a {@link SendBudget}.
+ *
+ * Admission: one stream per proxy UUID. A stream authenticated as a UUID that another stream
+ * holds replaces it when it is the same identity and at least as verified (a reconnect: the
+ * old stream ends with `UNAVAILABLE`), or when it is verified and the holder is not; otherwise
+ * it is refused (`PERMISSION_DENIED`, reason `uuid_conflict`). The check and the reservation are
+ * one synchronous step, so two streams of one UUID are never both admitted. Refusals (TLS
+ * handshakes, authentication, admission, the owner's `ProxyRefusedError`) are counted by reason
+ * and logged at most {@link REFUSAL_LOG_LIMIT} times per reason per {@link REFUSAL_LOG_WINDOW_MS}.
  */
 export class AdsServer {
-  private readonly servers: grpc.Server[] = [];
+  private readonly listeners: Listener[] = [];
   private readonly active = new Map<number, ServedStream>();
   private readonly pendingStreams = new Set<ServedStream>();
+  /** The admitted stream of each proxy UUID. */
+  private readonly byUuid = new Map<string, ServedStream>();
   private nextStreamId = 1;
   private readonly logger: Logger;
   private readonly metrics: AdsMetrics;
   private readonly hooks: AdsHooks;
   private readonly sendBudget: SendBudget;
+  private readonly refusals: Counter<'reason'>;
+  private readonly refusalLog = new RateLimiter(REFUSAL_LOG_LIMIT, REFUSAL_LOG_WINDOW_MS);
 
   /**
    * @throws Error when the metrics are already registered in `options.metrics`, or
@@ -340,47 +410,107 @@ export class AdsServer {
         this.set(budget.bytesInFlight);
       },
     });
+    this.refusals = new Counter({
+      name: 'trellis_xds_connections_refused_total',
+      help: 'ADS connections and streams refused, by reason (TLS handshake, authentication, UUID conflict, the controller\'s checks)',
+      labelNames: ['reason'],
+      registers: [registry],
+    });
+    for (const reason of ['no_client_certificate', 'untrusted_certificate', 'tls_handshake', 'unauthenticated', 'uuid_conflict']) this.refusals.inc({ reason }, 0);
     this.hooks = options.hooks ?? {};
   }
 
   /**
    * Starts listening on one address. Can be called several times (e.g. mTLS on :15128 and an
    * optional plaintext port); each listener has its own gRPC server and authenticate function.
-   * Receive limit: {@link MAX_RECEIVE_MESSAGE_LENGTH}.
+   * The server listens itself (Node's `net` or `tls`) and hands each connection to gRPC
+   * (`createConnectionInjector`). Receive limit: {@link MAX_RECEIVE_MESSAGE_LENGTH}.
    * @returns the bound port (useful with port 0).
-   * @throws Error when the address cannot be bound.
+   * @throws Error when the address is not `host:port`, cannot be bound (the error names it), or
+   *   `listen` does not give exactly one of `credentials` and `mutualTls`.
    */
   async start(listen: ListenOptions): Promise<number> {
-    const server = new grpc.Server({ 'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_LENGTH });
+    if ((listen.credentials === undefined) === (listen.mutualTls === undefined)) throw new Error('listen: give exactly one of credentials and mutualTls');
+    const { host, port } = splitHostPort(listen.address);
+    if (!Number.isInteger(port)) throw new Error(`"${listen.address}" is not host:port`);
+    const grpcServer = new grpc.Server({ 'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_LENGTH });
     const implementation: grpc.UntypedServiceImplementation = {
       StreamAggregatedResources: (call: AdsCall) => this.handleStream(call, listen),
       DeltaAggregatedResources: (call: DeltaAdsCall) => this.handleDeltaStream(call, listen),
     };
-    server.addService(adsServiceDefinition(), implementation);
-    const port = await new Promise<number>((resolve, reject) => {
-      server.bindAsync(listen.address, listen.credentials, (err, p) => (err ? reject(err) : resolve(p)));
+    grpcServer.addService(adsServiceDefinition(), implementation);
+    const injector = grpcServer.createConnectionInjector(listen.credentials ?? grpc.ServerCredentials.createInsecure());
+    let socketServer: net.Server;
+    if (listen.mutualTls) {
+      const m = listen.mutualTls;
+      const tlsServer = tls.createServer(
+        {
+          ca: m.caPem,
+          cert: m.certPem,
+          key: m.keyPem,
+          // The client certificate is asked for and verified by Node against `ca`; the result is
+          // read below (`authorized`), so that a refusal is seen: with rejectUnauthorized Node
+          // would drop the connection without a word. Nothing reaches gRPC unverified.
+          requestCert: true,
+          rejectUnauthorized: false,
+          ALPNProtocols: ['h2'],
+          minVersion: 'TLSv1.2',
+          handshakeTimeout: TLS_HANDSHAKE_TIMEOUT_MS,
+        },
+        (socket) => {
+          // Errors after the handshake end the connection's HTTP/2 session; nothing to log here.
+          socket.on('error', () => undefined);
+          if (!socket.authorized) {
+            const code = String(socket.authorizationError ?? '');
+            const hasCertificate = Object.keys(socket.getPeerCertificate() ?? {}).length > 0;
+            this.onRefused({ reason: tlsRefusalReason(code, hasCertificate), details: `client certificate refused: ${hasCertificate ? code : 'none sent'}`, peer: peerOf(socket), streamId: 0 }, listen.address);
+            socket.destroy();
+            return;
+          }
+          injector.injectConnection(socket);
+        },
+      );
+      tlsServer.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
+        const reason = tlsRefusalReason(err.code, !/PEER_DID_NOT_RETURN_A_CERTIFICATE/.test(err.code ?? ''));
+        this.onRefused({ reason, details: `TLS handshake failed (${err.code ?? 'no code'}): ${err.message.trim()}`, peer: peerOf(socket), streamId: 0 }, listen.address);
+      });
+      socketServer = tlsServer;
+    } else {
+      socketServer = net.createServer((socket) => injector.injectConnection(socket));
+    }
+    const bound = await new Promise<number>((resolve, reject) => {
+      socketServer.once('error', reject);
+      socketServer.listen({ host: host || undefined, port }, () => {
+        socketServer.off('error', reject);
+        resolve((socketServer.address() as net.AddressInfo).port);
+      });
+    }).catch((err: unknown) => {
+      grpcServer.forceShutdown();
+      throw new Error(`cannot listen on ${listen.address}: ${err instanceof Error ? err.message : String(err)}`);
     });
-    this.servers.push(server);
-    this.logger.info({ address: listen.address, port }, 'ADS server listening');
-    return port;
+    socketServer.on('error', (err) => this.logger.error({ err, address: listen.address }, 'ADS listener failed'));
+    this.listeners.push({ socketServer, grpcServer });
+    this.logger.info({ address: listen.address, port: bound, tls: listen.mutualTls ? 'mutual' : listen.credentials!._isSecure() ? 'grpc' : 'none' }, 'ADS server listening');
+    return bound;
   }
 
   /**
-   * Stops every listener: no new streams; open streams end with `UNAVAILABLE` so proxies
+   * Stops every listener: no new connections; open streams end with `UNAVAILABLE` so proxies
    * reconnect (to another replica); after `timeoutMs` milliseconds, remaining connections are
    * closed by force. Every open stream gets its onStreamClose.
    */
   async stop(timeoutMs = 5000): Promise<void> {
-    const servers = this.servers.splice(0);
-    const shutdowns = servers.map(
-      (server) =>
+    const listeners = this.listeners.splice(0);
+    for (const { socketServer } of listeners) socketServer.close();
+    const shutdowns = listeners.map(
+      ({ grpcServer }) =>
         new Promise<void>((resolve) => {
           const timer = setTimeout(() => {
-            server.forceShutdown();
+            grpcServer.forceShutdown();
             resolve();
           }, timeoutMs);
           timer.unref();
-          server.tryShutdown(() => {
+          grpcServer.tryShutdown(() => {
             clearTimeout(timer);
             resolve();
           });
@@ -413,8 +543,49 @@ export class AdsServer {
   }
 
   /**
+   * Admits an authenticated stream (see the class comment): synchronous, so that the check and
+   * the reservation of its UUID are one step.
+   * @returns why it is refused, or undefined when it is admitted.
+   */
+  private admit(stream: ServedStream): string | undefined {
+    const proxy = stream.proxy!;
+    const holder = this.byUuid.get(proxy.uuid);
+    const held = holder?.proxy;
+    if (holder && holder !== stream && held) {
+      const replaces = held.identity === proxy.identity ? proxy.verified === true || !held.verified : proxy.verified === true && !held.verified;
+      if (!replaces) {
+        return `proxy UUID ${proxy.uuid} is in use by ${held.verified ? 'a' : 'an unverified'} stream of ${held.identity}; refusing ${proxy.verified ? '' : 'unverified '}${proxy.identity}`;
+      }
+      holder.fail(grpc.status.UNAVAILABLE, `replaced by a newer stream of proxy ${proxy.uuid}`);
+    }
+    this.byUuid.set(proxy.uuid, stream);
+    this.pendingStreams.delete(stream);
+    this.active.set(stream.streamId, stream);
+    return undefined;
+  }
+
+  /** Counts a refusal and logs it, rate-limited per reason. */
+  private onRefused(r: StreamRefusal, listener: string): void {
+    this.refusals.inc({ reason: r.reason });
+    const suppressed = this.refusalLog.take(r.reason);
+    if (suppressed === undefined) return;
+    this.logger.warn(
+      {
+        reason: r.reason,
+        peer: r.peer,
+        listener,
+        ...(r.streamId > 0 ? { streamId: r.streamId } : {}),
+        ...(r.proxy ? { proxy: r.proxy.uuid, identity: r.proxy.identity } : {}),
+        ...(suppressed > 0 ? { suppressed } : {}),
+      },
+      `ADS connection refused: ${r.details}`,
+    );
+  }
+
+  /**
    * What a stream accepted on `listen` is given: a stream is pending (ended by {@link stop},
-   * not listed) until it is authenticated, then active (listed in {@link streams}) until it ends.
+   * not listed) until it is authenticated and admitted, then active (listed in {@link streams})
+   * until it ends.
    */
   private streamContext(listen: ListenOptions): StreamContext {
     return {
@@ -425,13 +596,12 @@ export class AdsServer {
       listener: listen.address,
       authenticate: listen.authenticate,
       sendBudget: this.sendBudget,
-      register: (s) => {
-        this.pendingStreams.delete(s);
-        this.active.set(s.streamId, s);
-      },
+      admit: (s) => this.admit(s),
+      refused: (r) => this.onRefused(r, listen.address),
       unregister: (s) => {
         this.pendingStreams.delete(s);
         this.active.delete(s.streamId);
+        if (s.proxy && this.byUuid.get(s.proxy.uuid) === s) this.byUuid.delete(s.proxy.uuid);
       },
     };
   }

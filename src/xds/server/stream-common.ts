@@ -10,6 +10,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
+import { ProxyRefusedError } from '../../proxy/refusal.js';
 import type { Proxy } from '../../proxy/types.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../cache/types.js';
@@ -55,8 +56,9 @@ export interface AdsHooks {
   /**
    * A stream's first request arrived and its proxy is authenticated. The server awaits the
    * returned promise before answering any request of the stream, so this is where the
-   * controller registers the proxy and sets its first snapshot. Rejecting ends the stream with
-   * `UNAVAILABLE` (and `onStreamClose` is still called). `node` is the first request's
+   * controller registers the proxy and sets its first snapshot. Rejecting with a
+   * `ProxyRefusedError` refuses the proxy (`PERMISSION_DENIED`, counted and logged as a refusal);
+   * rejecting otherwise ends the stream with `UNAVAILABLE`; either way `onStreamClose` is still called. `node` is the first request's
    * `node` (Envoy `config.core.v3.Node`, the same in SotW and delta requests), from which the
    * owner tells a proxyless gRPC client from a sidecar (`user_agent_name`, `client_features`);
    * the identity is `proxy`'s.
@@ -121,9 +123,11 @@ export interface StreamInfo {
   readonly types: readonly TypeStreamInfo[];
 }
 
-/** What the server keeps of any stream (SotW or delta): its id, debug view and a way to end it. */
+/** What the server keeps of any stream (SotW or delta): its id, proxy, debug view and a way to end it. */
 export interface ServedStream {
   readonly streamId: number;
+  /** The authenticated proxy; `undefined` before authentication. */
+  readonly proxy?: Proxy;
   /** Debug view of the stream; `undefined` before it is authenticated. */
   info(): StreamInfo | undefined;
   /** Ends the stream with a status (the client sees it as the call's error). */
@@ -213,10 +217,29 @@ export interface StreamContext {
   readonly authenticate: Authenticate;
   /** Bytes of responses in flight, shared by every stream of the server. */
   readonly sendBudget: SendBudget;
-  /** The stream is authenticated: list it in the server's streams. */
-  register(stream: ServedStream): void;
+  /**
+   * The stream is authenticated as `stream.proxy`: admits it (synchronously, so that no other
+   * stream of the same UUID is admitted meanwhile) and lists it in the server's streams.
+   * @returns why it is refused (another identity holds its UUID), or undefined when admitted.
+   */
+  admit(stream: ServedStream): string | undefined;
+  /** A stream was refused (authentication, admission or the owner's `ProxyRefusedError`): count and log it. */
+  refused(refusal: StreamRefusal): void;
   /** The stream ended: forget it. */
   unregister(stream: ServedStream): void;
+}
+
+/** A refused stream, as told to {@link StreamContext.refused}. */
+export interface StreamRefusal {
+  /** The metric label (`unauthenticated`, `uuid_conflict`, or the owner's `ProxyRefusedError` reason). */
+  readonly reason: string;
+  /** The status details the client is sent. */
+  readonly details: string;
+  /** The client's address (`call.getPeer()`). */
+  readonly peer: string;
+  /** The proxy, when it was authenticated before being refused. */
+  readonly proxy?: Proxy;
+  readonly streamId: number;
 }
 
 /** What every per-type state of a stream keeps, SotW or delta (and shows in the debug API). */
@@ -355,6 +378,17 @@ export abstract class StreamBase<
   fail(code: grpc.status, details: string): void {
     if (this.closed) return;
     this.log.info({ code: grpc.status[code], details }, `ending ${this.logPrefix}ADS stream`);
+    this.end(code, details);
+  }
+
+  /** Ends the stream as refused; the server counts and logs it (rate-limited), the stream does not. */
+  private refuse(code: grpc.status, reason: string, details: string): void {
+    if (this.closed) return;
+    this.ctx.refused({ reason, details, peer: this.call.getPeer(), proxy: this.proxy, streamId: this.streamId });
+    this.end(code, details);
+  }
+
+  private end(code: grpc.status, details: string): void {
     // ServerDuplexStream turns an 'error' event into the call's final status.
     this.call.emit('error', { code, details });
     this.close(details);
@@ -479,22 +513,31 @@ export abstract class StreamBase<
       // `call` is an AdsCall with SotW requests, a DeltaAdsCall with delta ones.
       proxy = await this.ctx.authenticate(this.call as unknown as AdsCall | DeltaAdsCall, first);
     } catch (err) {
-      this.fail(grpc.status.UNAUTHENTICATED, `authentication failed: ${errorMessage(err)}`);
+      this.refuse(grpc.status.UNAUTHENTICATED, 'unauthenticated', `authentication failed: ${errorMessage(err)}`);
       return;
     }
     if (this.closed) return;
     this.proxy = proxy;
+    // Admission is synchronous with the watch below: no other stream of this UUID is admitted in between.
+    const refusal = this.ctx.admit(this);
+    if (refusal !== undefined) {
+      this.refuse(grpc.status.PERMISSION_DENIED, 'uuid_conflict', refusal);
+      return;
+    }
     this.connectedAt = new Date();
     this.log = this.log.child({ proxy: proxy.uuid, identity: proxy.identity });
     // Watch before onStreamOpen, which typically sets the first snapshot: that set must not be missed.
     this.cancelWatch = this.ctx.watcher.watch(proxy.uuid, (s) => this.onSnapshot(s));
     this.opened = true;
-    this.ctx.register(this);
     this.ctx.metrics.connectedProxies.inc();
     this.log.info({ peer: this.call.getPeer() }, `${this.logPrefix}ADS stream opened`);
     try {
       await this.ctx.hooks.onStreamOpen?.(proxy, this.streamId, first.node);
     } catch (err) {
+      if (err instanceof ProxyRefusedError) {
+        this.refuse(grpc.status.PERMISSION_DENIED, err.reason, err.message);
+        return;
+      }
       this.log.error({ err }, 'onStreamOpen failed');
       this.fail(grpc.status.UNAVAILABLE, `stream setup failed: ${errorMessage(err)}`);
       return;
