@@ -157,6 +157,8 @@ export interface ControllerStartOptions {
   readonly nodeOptions?: readonly string[];
   /** The controller's `--warm-up-config` in MiB (default: the controller's own, 64). */
   readonly warmUpConfigMb?: number;
+  /** More `trellis controller` flags, after the others (e.g. `--xds-unread-timeout=10s`). */
+  readonly extraArgs?: readonly string[];
   readonly readyTimeoutMs: number;
 }
 
@@ -189,6 +191,7 @@ export class ControllerProcess {
       '--resync-interval', '0',
       '--log-level', options.logLevel ?? 'warn',
       ...(options.warmUpConfigMb !== undefined ? ['--warm-up-config', String(options.warmUpConfigMb)] : []),
+      ...(options.extraArgs ?? []),
     ];
     const child = track(spawn(process.execPath, args, { cwd: options.repoDir, stdio: ['ignore', 'pipe', 'pipe'] }));
     const log = createWriteStream(options.logFile, { flags: 'a' });
