@@ -10,7 +10,7 @@
  *
  * ```sh
  * node --import tsx bench/slow-reader.ts [--repo DIR] [--mode sotw|delta] [--transport mtls|plaintext] [--client http2|grpc]
- *      [--seconds 30] [--max-rss-mb 2048] [--names 2000] [--controller-arg=--xds-unread-timeout=10s ...]
+ *      [--seconds 30] [--max-rss-mb 2048] [--names 2000] [--port-base P] [--controller-arg=--xds-unread-timeout=10s ...]
  * ```
  * Prints a JSON summary (and a sample every 2 s on stderr). Figures are benchmark output.
  */
@@ -28,6 +28,7 @@ import { PUSH_ORDER } from '../src/api/type-urls.js';
 import { CertificateAuthority } from '../src/certificate/authority.js';
 import { CertificateManager } from '../src/certificate/manager.js';
 import { proxyCommonName } from '../src/proxy/types.js';
+import { grpcFrame } from '../test/helpers/raw-ads-stream.js';
 import { ControllerProcess, killAllChildren, sampleProcess } from './processes.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -44,11 +45,13 @@ interface Args {
   seconds: number;
   maxRssMb: number;
   names: number;
+  /** First of the three consecutive ports the controller listens on (mTLS, plaintext, HTTP); 0: free ones. */
+  portBase: number;
   controllerArgs: string[];
 }
 
 function parseArgs(argv: readonly string[]): Args {
-  const args: Args = { repo: path.resolve(HERE, '..'), mode: 'sotw', transport: 'mtls', client: 'http2', seconds: 30, maxRssMb: 2048, names: 2000, controllerArgs: [] };
+  const args: Args = { repo: path.resolve(HERE, '..'), mode: 'sotw', transport: 'mtls', client: 'http2', seconds: 30, maxRssMb: 2048, names: 2000, portBase: 0, controllerArgs: [] };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].split(/=(.*)/s, 2);
     const value = (): string => inline ?? argv[++i];
@@ -59,6 +62,7 @@ function parseArgs(argv: readonly string[]): Args {
     else if (flag === '--seconds') args.seconds = Number(value());
     else if (flag === '--max-rss-mb') args.maxRssMb = Number(value());
     else if (flag === '--names') args.names = Number(value());
+    else if (flag === '--port-base') args.portBase = Number(value());
     else if (flag === '--controller-arg') args.controllerArgs.push(value());
     else throw new Error(`unknown argument ${argv[i]}`);
   }
@@ -115,10 +119,7 @@ function http2Connection(order: AttackOrder): AttackConnection {
     const s = {
       ended: false,
       write: (req: object) => {
-        const body = encodeMessage(messageType, req);
-        const head = Buffer.alloc(5);
-        head.writeUInt32BE(body.length, 1);
-        return writeWithBackpressure(stream, stream.write(Buffer.concat([head, body])), s);
+        return writeWithBackpressure(stream, stream.write(grpcFrame(encodeMessage(messageType, req))), s);
       },
       close: () => stream.close(),
     };
@@ -175,6 +176,17 @@ interface Sample {
   healthzMs: number | null;
 }
 
+/** The value of one Prometheus sample (`name{labels}` as printed) from `/metrics`, or NaN. */
+async function sampleOf(httpPort: number, sample: string): Promise<number> {
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`, { signal: AbortSignal.timeout(10_000) })).text();
+    const line = text.split('\n').find((l) => l.startsWith(`${sample} `));
+    return line ? Number(line.slice(sample.length + 1)) : Number.NaN;
+  } catch {
+    return Number.NaN;
+  }
+}
+
 function percentile(values: number[], p: number): number {
   if (values.length === 0) return Number.NaN;
   const sorted = [...values].sort((a, b) => a - b);
@@ -189,6 +201,7 @@ async function run(args: Args): Promise<void> {
     stateDir: path.join(work, 'state'),
     logFile: path.join(work, 'controller.log'),
     logLevel: 'warn',
+    ...(args.portBase > 0 ? { ports: [args.portBase, args.portBase + 1, args.portBase + 2] as const } : {}),
     extraArgs: args.controllerArgs,
     readyTimeoutMs: 60_000,
   });
@@ -243,7 +256,7 @@ async function run(args: Args): Promise<void> {
   } finally {
     attacker.kill('SIGKILL');
   }
-  const closedUnread = controller.running ? await controller.metric('trellis_xds_streams_closed_total{reason="unread"') : Number.NaN;
+  const closedUnread = controller.running ? await sampleOf(controller.httpPort, 'trellis_xds_streams_closed_total{reason="unread"}') : Number.NaN;
   const responses = controller.running ? await controller.metric('trellis_xds_responses_total') : Number.NaN;
   await controller.stop(3000);
   const latencies = samples.flatMap((s) => (s.healthzMs === null ? [] : [s.healthzMs]));
