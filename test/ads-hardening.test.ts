@@ -67,6 +67,34 @@ function block(s: RawAdsStream): Promise<void> {
   return new Promise((resolve) => s.session.settings({ initialWindowSize: 0 }, () => resolve()));
 }
 
+/**
+ * Opens a raw `method` stream, sends `first` (with the node) and reads its response, then stops
+ * reading and sends `second`, whose response is written and stays unflushed: every later
+ * response of the stream waits behind it. @returns the stream and the first response.
+ */
+async function stuckStream(method: RawAdsMethod, first: object, second: object): Promise<{ s: RawAdsStream; firstResponse: Record<string, unknown> }> {
+  const s = openRaw(method, 1 << 20);
+  s.send({ node: { id: TEST_NODE_ID }, ...first });
+  await s.until(() => s.responses.length === 1, 'the first response');
+  await block(s);
+  s.send(second);
+  await eventually(async () => (await responsesWritten()) === 2, 'the second response written (and not flushed)');
+  return { s, firstResponse: s.responses[0] };
+}
+
+/**
+ * Once the server has received `requests` requests in all, lets `s` read again until its SDS
+ * response (requested last) arrives. @returns its CDS responses: the first one, the one of the
+ * request whose job had started when the stream stopped, and those of the requests queued since.
+ */
+async function unblockAndReadCds(s: RawAdsStream, requests: number): Promise<Record<string, unknown>[]> {
+  await received(requests);
+  await otherProxyIsServed();
+  s.resume(1 << 24);
+  await s.until(() => s.responses.some((r) => r.type_url === SDS), 'the SDS response');
+  return s.responses.filter((r) => r.type_url === CDS);
+}
+
 /** The other proxy still gets its configuration, start to end, while the slow reader is stuck. */
 async function otherProxyIsServed(): Promise<void> {
   const other = h.open(OTHER);
@@ -101,13 +129,7 @@ describe('ADS server and a proxy that stops reading', () => {
 
   it('SotW: requests queued behind an unread response collapse to the latest per type; the NACK among them is recorded as it arrives', async () => {
     await setup({ unreadTimeoutMs: 60_000 });
-    const s = openRaw('StreamAggregatedResources', 1 << 20);
-    s.send({ node: { id: TEST_NODE_ID }, type_url: CDS, resource_names: [] });
-    await s.until(() => s.responses.length === 1, 'the first CDS response');
-    const first = s.responses[0];
-    await block(s);
-    s.send({ type_url: LDS, resource_names: [] });
-    await eventually(async () => (await responsesWritten()) === 2, 'the LDS response written (and not flushed)');
+    const { s, firstResponse: first } = await stuckStream('StreamAggregatedResources', { type_url: CDS, resource_names: [] }, { type_url: LDS, resource_names: [] });
     s.send({ type_url: CDS, response_nonce: first.nonce, resource_names: [], error_detail: { code: 3, message: 'cluster rejected' } });
     // Recorded while every response of the stream still waits behind the unread one.
     await eventually(() => h.nacks.length === 1, 'the NACK recorded');
@@ -118,12 +140,7 @@ describe('ADS server and a proxy that stops reading', () => {
     for (let round = 0; round < 100; round++) s.send({ type_url: CDS, resource_names: junk(round) });
     s.send({ type_url: CDS, resource_names: ['c1', 'c3'] });
     s.send({ type_url: SDS, resource_names: ['service-cert:bookbuyer/bookbuyer'] }); // answered after every CDS request
-    await received(105);
-    await otherProxyIsServed();
-    s.resume(1 << 24);
-    await s.until(() => s.responses.some((r) => r.type_url === SDS), 'the SDS response');
-    const cds = s.responses.filter((r) => r.type_url === CDS);
-    // The first response, the request whose job had started when the stream stopped, the latest.
+    const cds = await unblockAndReadCds(s, 105);
     assert.ok(cds.length <= 3, `CDS responses: ${cds.length}`);
     const names = ((cds.at(-1)!.resources as { name: string }[] | undefined) ?? []).map((r) => r.name).sort();
     assert.deepEqual(names, ['c1', 'c3'], 'the latest subscription is the one answered');
@@ -132,13 +149,7 @@ describe('ADS server and a proxy that stops reading', () => {
 
   it('delta: subscription changes queued behind an unread response are merged in order, and ACK/NACKs recorded as they arrive', async () => {
     await setup({ unreadTimeoutMs: 60_000 });
-    const s = openRaw('DeltaAggregatedResources', 1 << 20);
-    s.send({ node: { id: TEST_NODE_ID }, type_url: CDS, resource_names_subscribe: ['c1'] });
-    await s.until(() => s.responses.length === 1, 'the first CDS response');
-    const first = s.responses[0];
-    await block(s);
-    s.send({ type_url: EDS, resource_names_subscribe: ['c1'] });
-    await eventually(async () => (await responsesWritten()) === 2, 'the EDS response written (and not flushed)');
+    const { s, firstResponse: first } = await stuckStream('DeltaAggregatedResources', { type_url: CDS, resource_names_subscribe: ['c1'] }, { type_url: EDS, resource_names_subscribe: ['c1'] });
     s.send({ type_url: CDS, response_nonce: first.nonce, error_detail: { code: 3, message: 'cluster rejected' }, resource_names_subscribe: ['c2'] });
     // Recorded while every response of the stream still waits behind the unread one.
     await eventually(() => h.nacks.length === 1, 'the NACK recorded');
@@ -148,12 +159,7 @@ describe('ADS server and a proxy that stops reading', () => {
     for (let round = 0; round < 40; round++) s.send({ type_url: CDS, resource_names_subscribe: junk(round) });
     s.send({ type_url: CDS, resource_names_unsubscribe: Array.from({ length: 40 }, (_, round) => junk(round)).flat() });
     s.send({ type_url: SDS, resource_names_subscribe: ['barrier'] }); // answered after every CDS request
-    await received(47);
-    await otherProxyIsServed();
-    s.resume(1 << 24);
-    await s.until(() => s.responses.some((r) => r.type_url === SDS), 'the SDS response');
-    const cds = s.responses.filter((r) => r.type_url === CDS);
-    // The first response, the request whose job had started when the stream stopped, the rest merged.
+    const cds = await unblockAndReadCds(s, 47);
     assert.ok(cds.length <= 3, `CDS responses: ${cds.length}`);
     const held = new Set<string>();
     for (const r of cds) {
@@ -162,7 +168,8 @@ describe('ADS server and a proxy that stops reading', () => {
     }
     held.delete('c2'); // the client drops what it unsubscribes from (sent before, or not at all)
     assert.deepEqual([...held].sort(), ['c1', 'c3'], 'what sequential requests would have left');
-    assert.deepEqual(h.server.streams()[0].types.find((t) => t.typeUrl === CDS)?.resourceNames, ['c1', 'c3']);
+    const view = h.server.streams().find((x) => x.proxy.commonName === TEST_NODE_ID);
+    assert.deepEqual(view?.types.find((t) => t.typeUrl === CDS)?.resourceNames, ['c1', 'c3']);
   });
 });
 
