@@ -92,6 +92,8 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
   private readonly warm = new Set<string>();
   /** Types a request arrived for (the first request of a type takes no merges). */
   private readonly requested = new Set<TypeUrl>();
+  /** The subscription changes of each queued merged request, as sets. */
+  private readonly mergedChanges = new WeakMap<DeltaDiscoveryRequest__Output, { subscribe: Set<string>; unsubscribe: Set<string> }>();
 
   /** Starts serving `call`: the first request authenticates the proxy. */
   constructor(streamId: number, call: DeltaAdsCall, ctx: DeltaStreamContext) {
@@ -123,19 +125,33 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
    * more than {@link MAX_RESOURCE_NAMES_PER_TYPE}.
    */
   protected mergeRequests(older: DeltaDiscoveryRequest__Output, newer: DeltaDiscoveryRequest__Output): DeltaDiscoveryRequest__Output {
-    const subscribe = new Set(older.resource_names_subscribe ?? []);
-    const unsubscribe = new Set(older.resource_names_unsubscribe ?? []);
+    let merged = older;
+    let changes = this.mergedChanges.get(older);
+    if (!changes) {
+      const sets = { subscribe: new Set(older.resource_names_subscribe ?? []), unsubscribe: new Set(older.resource_names_unsubscribe ?? []) };
+      // Lists made once, when the merged request is handled: a merge costs the newer request's names only.
+      merged = {
+        ...older,
+        get resource_names_subscribe() {
+          return [...sets.subscribe];
+        },
+        get resource_names_unsubscribe() {
+          return [...sets.unsubscribe];
+        },
+      };
+      changes = sets;
+      this.mergedChanges.set(merged, changes);
+    }
     for (const name of newer.resource_names_subscribe ?? []) {
-      unsubscribe.delete(name);
-      subscribe.add(name);
+      changes.unsubscribe.delete(name);
+      changes.subscribe.add(name);
     }
     for (const name of newer.resource_names_unsubscribe ?? []) {
-      subscribe.delete(name);
-      unsubscribe.add(name);
+      changes.subscribe.delete(name);
+      changes.unsubscribe.add(name);
     }
-    const type = (older.type_url ?? '') as TypeUrl;
-    this.endIfTooManyNames(type, subscribe.size);
-    return { ...older, resource_names_subscribe: [...subscribe], resource_names_unsubscribe: [...unsubscribe] };
+    this.endIfTooManyNames((older.type_url ?? '') as TypeUrl, changes.subscribe.size);
+    return merged;
   }
 
   protected async handleRequest(type: TypeUrl, req: DeltaDiscoveryRequest__Output): Promise<void> {
