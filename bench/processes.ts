@@ -157,6 +157,10 @@ export interface ControllerStartOptions {
   readonly nodeOptions?: readonly string[];
   /** The controller's `--warm-up-config` in MiB (default: the controller's own, 64). */
   readonly warmUpConfigMb?: number;
+  /** Ports of the mTLS, plaintext and HTTP listeners (default: free ones). */
+  readonly ports?: readonly [xds: number, plaintext: number, http: number];
+  /** More `trellis controller` flags, after the others (e.g. `--xds-unread-timeout=10s`). */
+  readonly extraArgs?: readonly string[];
   readonly readyTimeoutMs: number;
 }
 
@@ -175,7 +179,7 @@ export class ControllerProcess {
    * @throws Error when it exits or is not ready within `readyTimeoutMs`.
    */
   static async start(options: ControllerStartOptions): Promise<ControllerProcess> {
-    const [xdsPort, plaintextPort, httpPort] = [await freePort(), await freePort(), await freePort()];
+    const [xdsPort, plaintextPort, httpPort] = options.ports ?? [await freePort(), await freePort(), await freePort()];
     const args = [
       ...(options.nodeOptions ?? []),
       ...(options.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`] : []),
@@ -189,6 +193,7 @@ export class ControllerProcess {
       '--resync-interval', '0',
       '--log-level', options.logLevel ?? 'warn',
       ...(options.warmUpConfigMb !== undefined ? ['--warm-up-config', String(options.warmUpConfigMb)] : []),
+      ...(options.extraArgs ?? []),
     ];
     const child = track(spawn(process.execPath, args, { cwd: options.repoDir, stdio: ['ignore', 'pipe', 'pipe'] }));
     const log = createWriteStream(options.logFile, { flags: 'a' });

@@ -3,7 +3,6 @@ import { isIP } from 'node:net';
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { TYPE_SHORT_NAME } from './api/type-urls.js';
 import { formatProblem } from './catalog/problems.js';
 import { formatViolation } from './envoy/validate/index.js';
 import { CertificateAuthority } from './certificate/authority.js';
@@ -50,6 +49,8 @@ export interface ControllerOptions {
   readonly httpAddress: string;
   /** Periodic resync interval, in ms. */
   readonly resyncIntervalMs: number;
+  /** An ADS stream whose response stays unread this long (ms) is closed (default 30 s; 0: never). See `AdsServerOptions.unreadTimeoutMs`. */
+  readonly xdsUnreadTimeoutMs?: number;
   /** Validity of service certificates when no MeshConfig says otherwise, in seconds. */
   readonly certValiditySeconds?: number;
   /** Push debounce quiet period, in ms. */
@@ -270,14 +271,14 @@ export async function runController(options: ControllerOptions): Promise<Running
     watcher: cache,
     logger: logger.child({ component: 'ads' }),
     metrics,
+    unreadTimeoutMs: options.xdsUnreadTimeoutMs,
     hooks: {
       onStreamOpen: async (proxy, streamId, node) => {
         await kube?.whenSynced();
         return controller.onStreamOpen(proxy, streamId, node ?? null);
       },
       onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
-      onNack: (proxy, typeUrl, version, detail) =>
-        logger.warn({ proxy: proxy.uuid, identity: proxy.identity, type: TYPE_SHORT_NAME[typeUrl], version, error: detail.message }, 'NACK'),
+      // NACKs are logged by the ADS server (once, cut, rate-limited per stream and type).
     },
   });
   parts.ads = ads;

@@ -1,11 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import http2 from 'node:http2';
-import { encodeMessage } from '../src/api/codec.js';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { parseCommonName } from '../src/proxy/types.js';
 import { resourceNames, type AdsTestStream } from './helpers/ads-client.js';
 import { snapshot, startAdsHarness, type AdsHarness } from './helpers/ads-harness.js';
+import { RawAdsStream } from './helpers/raw-ads-stream.js';
 import { eventually } from './helpers/wait.js';
 
 const { Cluster: CDS, Listener: LDS, Secret: SDS } = TypeUrl;
@@ -44,7 +43,7 @@ describe('ADS server with a send budget of one byte (every response waits for th
 
 describe('ADS server with a proxy that stops reading', () => {
   let h: AdsHarness<AdsTestStream, [nodeId?: string]>;
-  let session: http2.ClientHttp2Session;
+  let raw: RawAdsStream | undefined;
   const nodeId = '6ba7b810-9dad-11d1-80b4-00c04fd43011.sidecar.stuck.stuck.cluster.local';
   // Each response is several times the 64 KiB HTTP/2 window a client that never reads grants.
   const many = (prefix: string): Record<string, number> => Object.fromEntries(Array.from({ length: 12_000 }, (_, i) => [`${prefix}-${i}`, 1 + (i % 7)]));
@@ -54,30 +53,18 @@ describe('ADS server with a proxy that stops reading', () => {
     h.cache.setSnapshot(parseCommonName(nodeId).uuid, snapshot({ clusters: many('c'), listeners: many('l'), secrets: many('s') }));
   });
   after(async () => {
-    session?.destroy();
+    raw?.destroy();
     h.client.close();
     await h.server.stop(1000);
   });
 
   it('holds at most one response of the send budget at a time', async () => {
-    session = http2.connect(`http://127.0.0.1:${h.port}`);
-    const stream = session.request({
-      ':method': 'POST',
-      ':path': '/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources',
-      'content-type': 'application/grpc',
-      te: 'trailers',
-    });
-    stream.pause(); // never read: the server's writes stop once the stream's window is used up
-    const frame = (message: object): Buffer => {
-      const body = encodeMessage('envoy.service.discovery.v3.DiscoveryRequest', message);
-      const head = Buffer.alloc(5);
-      head.writeUInt32BE(body.length, 1);
-      return Buffer.concat([head, body]);
-    };
+    raw = new RawAdsStream(`http://127.0.0.1:${h.port}`, 'StreamAggregatedResources');
+    raw.pause(); // never read: the server's writes stop once the stream's window is used up
     const sds = Object.keys(many('s'));
-    stream.write(frame({ node: { id: nodeId }, type_url: CDS }));
-    stream.write(frame({ node: { id: nodeId }, type_url: LDS }));
-    stream.write(frame({ node: { id: nodeId }, type_url: SDS, resource_names: sds }));
+    raw.send({ node: { id: nodeId }, type_url: CDS });
+    raw.send({ node: { id: nodeId }, type_url: LDS });
+    raw.send({ node: { id: nodeId }, type_url: SDS, resource_names: sds });
     const written = async (): Promise<number> =>
       (await h.registry.getMetricsAsJSON()).find((x) => x.name === 'trellis_xds_responses_total')?.values.reduce((n, v) => n + v.value, 0) ?? 0;
     await eventually(async () => (await written()) >= 1, 'a response written');

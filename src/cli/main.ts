@@ -50,6 +50,11 @@ export async function main(argv: readonly string[]): Promise<void> {
         .default(60, '60s'),
     )
     .addOption(
+      new Option('--xds-unread-timeout <duration>', 'close an ADS stream whose proxy leaves a response unread this long (e.g. 30s; a bare number is seconds; 0 turns it off)')
+        .argParser(duration)
+        .default(30, '30s'),
+    )
+    .addOption(
       new Option('--warm-up-config <MiB>', 'at start-up, generate the configuration of each identity of the mesh ahead until this many MiB are encoded (0: none)')
         .argParser(mebibytes)
         .default(64),
@@ -66,6 +71,7 @@ export async function main(argv: readonly string[]): Promise<void> {
       insecureAllowRemote: boolean;
       httpAddress: string;
       resyncInterval: number;
+      xdsUnreadTimeout: number;
       warmUpConfig: number;
       logLevel: string;
     }) => {
@@ -81,6 +87,7 @@ export async function main(argv: readonly string[]): Promise<void> {
           insecureAllowRemote: opts.insecureAllowRemote,
           httpAddress: opts.httpAddress,
           resyncIntervalMs: opts.resyncInterval * 1000,
+          xdsUnreadTimeoutMs: opts.xdsUnreadTimeout * 1000,
           warmUpConfigurationBytes: opts.warmUpConfig * 1024 * 1024,
           logger,
         });

@@ -43,4 +43,11 @@ export class RateLimiter {
     w.suppressed = 0;
     return suppressed;
   }
+
+  /** Events taken and suppressed since the last allowed one of their key, over every key remembered. */
+  suppressedSinceAllowed(): number {
+    let n = 0;
+    for (const w of this.windows.values()) n += w.suppressed;
+    return n;
+  }
 }

@@ -5,7 +5,7 @@ import { TypeUrl } from '../../src/api/type-urls.js';
 import { parseCommonName, type Proxy } from '../../src/proxy/types.js';
 import { SnapshotCache, buildProxySnapshot, type NamedResource } from '../../src/xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../../src/xds/cache/types.js';
-import { AdsServer, authenticateFromNodeId, type NackDetail, type TypeStreamInfo } from '../../src/xds/server/ads-server.js';
+import { AdsServer, authenticateFromNodeId, type AdsServerOptions, type NackDetail, type TypeStreamInfo } from '../../src/xds/server/ads-server.js';
 import { AdsTestClient, TEST_NODE_ID } from './ads-client.js';
 
 /** The proxy of {@link TEST_NODE_ID}, the node every test stream says it is. */
@@ -85,7 +85,7 @@ export interface InitialSnapshot {
 export async function startAdsHarness<S, A extends unknown[]>(
   opener: (client: AdsTestClient, ...args: A) => S,
   initial?: InitialSnapshot,
-  serverOptions: { maxBytesInFlight?: number } = {},
+  serverOptions: Pick<AdsServerOptions, 'maxBytesInFlight' | 'unreadTimeoutMs' | 'logger'> = {},
 ): Promise<AdsHarness<S, A>> {
   const cache = new SnapshotCache();
   const registry = new Registry();

@@ -14,6 +14,7 @@ import { RateLimiter } from '../../util/rate-limit.js';
 import type { DeltaDiscoveryRequest__Output, DiscoveryRequest__Output, DiscoveryResponse } from './discovery-types.js';
 import { DeltaStream } from './delta-stream.js';
 import {
+  DEFAULT_UNREAD_TIMEOUT_MS,
   StreamBase,
   createMetrics,
   isCompleteSetType,
@@ -41,7 +42,7 @@ export type {
   StreamMode,
   TypeStreamInfo,
 } from './stream-common.js';
-export { LARGE_RESPONSE_BYTES } from './stream-common.js';
+export { DEFAULT_UNREAD_TIMEOUT_MS, LARGE_RESPONSE_BYTES, MAX_NACK_MESSAGE_CHARS, MAX_RESOURCE_NAMES_PER_TYPE, NACK_LOG_INTERVAL_MS } from './stream-common.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import { typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ResourceMap } from '../cache/types.js';
@@ -68,6 +69,12 @@ export interface AdsServerOptions {
    * wait (default {@link DEFAULT_MAX_BYTES_IN_FLIGHT}, 64 MiB). See {@link SendBudget}.
    */
   readonly maxBytesInFlight?: number;
+  /**
+   * A stream whose response stays unflushed this long, in ms (the proxy stopped reading), is
+   * closed and its HTTP/2 stream reset (default {@link DEFAULT_UNREAD_TIMEOUT_MS}, 30 s; 0: never).
+   * Counted in `trellis_xds_streams_closed_total{reason="unread"}`.
+   */
+  readonly unreadTimeoutMs?: number;
 }
 
 /**
@@ -169,6 +176,36 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
     super(streamId, call, ctx, 'sotw');
   }
 
+  /**
+   * A request answering the latest response of its type is recorded as its ACK or NACK as it
+   * arrives (whatever is still queued: its nonce names a response already written). NACK
+   * (xds_protocol "ACK and NACK semantics summary"): the client keeps its last good config (gRPC
+   * clients also apply the valid part of this response). It is recorded, but the same thing is
+   * not resent, which would loop ("When to send an update"): the per-resource `sent` state stays
+   * as sent, so only a changed snapshot sends again. The version rejected is the one sent with
+   * the nonce (the request's own `version_info` is the last one the client accepted). A request
+   * with more than `MAX_RESOURCE_NAMES_PER_TYPE` names ends the stream.
+   */
+  protected override arrive(type: TypeUrl, req: DiscoveryRequest__Output): { req: DiscoveryRequest__Output; mergeable: boolean } | undefined {
+    if (this.endIfTooManyNames(type, req.resource_names?.length ?? 0)) return undefined;
+    const nonce = req.response_nonce ?? '';
+    const st = this.types.get(type);
+    if (st && nonce !== '' && nonce === st.lastNonceSent) {
+      if (req.error_detail) this.recordNack(type, st, st.lastVersionSent ?? '', req.error_detail);
+      else this.recordAck(type, st, req.version_info ?? '');
+    }
+    return { req, mergeable: true };
+  }
+
+  /**
+   * The newer request supersedes the older (its `resource_names` are the whole subscription,
+   * xds_protocol "How the client specifies what resources to return"; the older one's ACK or
+   * NACK was recorded as it arrived).
+   */
+  protected mergeRequests(_older: DiscoveryRequest__Output, newer: DiscoveryRequest__Output): DiscoveryRequest__Output {
+    return newer;
+  }
+
   protected async handleRequest(type: TypeUrl, req: DiscoveryRequest__Output): Promise<void> {
     const names = req.resource_names ?? [];
     const nonce = req.response_nonce ?? '';
@@ -183,20 +220,9 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
         this.log.debug({ type: TYPE_SHORT_NAME[type], nonce }, 'stale nonce ignored');
         return;
       }
-      if (req.error_detail) {
-        // NACK (xds_protocol "ACK and NACK semantics summary"): the client keeps its last good
-        // config (gRPC clients also apply the valid part of this response). Record it, but do
-        // not resend the same thing, which would loop ("When to send an update"): the
-        // per-resource `sent` state stays as sent, so only a changed snapshot sends again.
-        // The version rejected is the one sent with the nonce (the request's own version_info
-        // is the last one the client accepted).
-        this.recordNack(type, existing, existing.lastVersionSent ?? '', req.error_detail);
-      } else {
-        // ACK of the latest response.
-        this.recordAck(type, existing, req.version_info ?? '');
-      }
-      // The request also carries the (possibly changed) subscription: answer newly added names.
-      // LDS/CDS answer a newly added name even when it does not exist: the complete set without
+      // An ACK or NACK of the latest response (recorded as it arrived, see `arrive`); a NACK
+      // sends nothing again by itself. The request also carries the (possibly changed)
+      // subscription: answer newly added names. LDS/CDS answer a newly added name even when it does not exist: the complete set without
       // it tells the client so (gRPC clients request listeners and clusters by name; C-core
       // takes a name missing from a response as not existing, instead of waiting for its 15 s
       // does-not-exist timer; xds_protocol "Knowing When a Requested Resource Does Not Exist").
@@ -367,8 +393,12 @@ interface Listener {
  * mesh. A response over {@link LARGE_RESPONSE_BYTES} is logged as a warning. Metrics: `trellis_xds_connected_proxies`,
  * `trellis_xds_responses_total{type}`, `trellis_xds_nacks_total{type}`,
  * `trellis_xds_push_duration_seconds`, `trellis_xds_response_bytes_total{type}`,
- * `trellis_xds_send_bytes_in_flight`, `trellis_xds_connections_refused_total{reason}`. Responses
- * written and not yet flushed are bounded server-wide by a {@link SendBudget}.
+ * `trellis_xds_requests_total{type}`, `trellis_xds_send_bytes_in_flight`,
+ * `trellis_xds_streams_closed_total{reason}`, `trellis_xds_connections_refused_total{reason}`.
+ * Responses written and not yet flushed are bounded server-wide by a {@link SendBudget}; a stream
+ * holds at most two queued requests per type (newer ones merge into them), at most
+ * `MAX_RESOURCE_NAMES_PER_TYPE` names per type, and is closed when a response stays unread for
+ * `unreadTimeoutMs`.
  *
  * Admission: one stream per proxy UUID. A stream authenticated as a UUID that another stream
  * holds replaces it when it is the same identity and at least as verified (a reconnect: the
@@ -393,10 +423,12 @@ export class AdsServer {
   private readonly refusalLog = new RateLimiter(REFUSAL_LOG_LIMIT, REFUSAL_LOG_WINDOW_MS);
 
   /**
-   * @throws Error when the metrics are already registered in `options.metrics`, or
-   *   `maxBytesInFlight` is not a positive integer.
+   * @throws Error when the metrics are already registered in `options.metrics`,
+   *   `maxBytesInFlight` is not a positive integer, or `unreadTimeoutMs` is negative.
    */
   constructor(private readonly options: AdsServerOptions) {
+    const unread = options.unreadTimeoutMs ?? DEFAULT_UNREAD_TIMEOUT_MS;
+    if (!Number.isFinite(unread) || unread < 0) throw new Error(`AdsServer: unreadTimeoutMs must be 0 or more, got ${unread}`);
     this.logger = options.logger ?? pino({ level: 'silent' });
     this.sendBudget = new SendBudget(options.maxBytesInFlight ?? DEFAULT_MAX_BYTES_IN_FLIGHT);
     const registry = options.metrics ?? new Registry();
@@ -596,6 +628,7 @@ export class AdsServer {
       listener: listen.address,
       authenticate: listen.authenticate,
       sendBudget: this.sendBudget,
+      unreadTimeoutMs: this.options.unreadTimeoutMs ?? DEFAULT_UNREAD_TIMEOUT_MS,
       admit: (s) => this.admit(s),
       refused: (r) => this.onRefused(r, listen.address),
       unregister: (s) => {

@@ -70,7 +70,10 @@ function removalsGoLast(type: TypeUrl): boolean {
  *   nonce (a delta request is never stale for them); the nonce only decides ACK/NACK: a
  *   request with the nonce of a response not yet ACKed and no `error_detail` ACKs it, with
  *   `error_detail` NACKs it (recorded, not resent: what was sent counts as held, so only a
- *   change sends again). Unknown or already-answered nonces record nothing.
+ *   change sends again). Unknown or already-answered nonces record nothing. ACKs and NACKs
+ *   are recorded as requests arrive; their subscription changes queue, merged per type while
+ *   they wait (in order: the net change), so a client sending faster than it is answered holds
+ *   at most two queued requests per type.
  * - Pushes send only what changed, in make-before-break order: CDS, EDS, LDS, RDS, SDS
  *   updates, then CDS and EDS removals last; after a cluster is added or changed its
  *   ClusterLoadAssignment (the EDS resource of the same name) is sent again even if unchanged,
@@ -87,10 +90,68 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
    * already holds them).
    */
   private readonly warm = new Set<string>();
+  /** Types a request arrived for (the first request of a type takes no merges). */
+  private readonly requested = new Set<TypeUrl>();
+  /** The subscription changes of each queued merged request, as sets. */
+  private readonly mergedChanges = new WeakMap<DeltaDiscoveryRequest__Output, { subscribe: Set<string>; unsubscribe: Set<string> }>();
 
   /** Starts serving `call`: the first request authenticates the proxy. */
   constructor(streamId: number, call: DeltaAdsCall, ctx: DeltaStreamContext) {
     super(streamId, call, ctx, 'delta');
+  }
+
+  /**
+   * A request's ACK or NACK is recorded as it arrives (its nonce names a response already
+   * written, whatever is still queued); what is queued is its subscription change, with no
+   * nonce. The first request of a type takes no merges (its empty subscribe list is the legacy
+   * wildcard, its `initial_resource_versions` count only there).
+   */
+  protected override arrive(type: TypeUrl, req: DeltaDiscoveryRequest__Output): { req: DeltaDiscoveryRequest__Output; mergeable: boolean } | undefined {
+    const nonce = req.response_nonce ?? '';
+    const st = this.types.get(type);
+    if (nonce !== '') {
+      if (st) this.ackOrNack(type, st, nonce, req);
+      else this.log.debug({ type: TYPE_SHORT_NAME[type], nonce }, 'nonce of a type not requested yet: no ACK/NACK recorded');
+    }
+    if (this.endIfTooManyNames(type, req.resource_names_subscribe?.length ?? 0)) return undefined;
+    const first = !this.requested.has(type);
+    this.requested.add(type);
+    return { req: { ...req, response_nonce: '', error_detail: undefined }, mergeable: !first };
+  }
+
+  /**
+   * Subscription changes add up in order: a name subscribed then unsubscribed is unsubscribed,
+   * and the other way round (`*` alike). Ends the stream when the names subscribed add up to
+   * more than {@link MAX_RESOURCE_NAMES_PER_TYPE}.
+   */
+  protected mergeRequests(older: DeltaDiscoveryRequest__Output, newer: DeltaDiscoveryRequest__Output): DeltaDiscoveryRequest__Output {
+    let merged = older;
+    let changes = this.mergedChanges.get(older);
+    if (!changes) {
+      const sets = { subscribe: new Set(older.resource_names_subscribe ?? []), unsubscribe: new Set(older.resource_names_unsubscribe ?? []) };
+      // Lists made once, when the merged request is handled: a merge costs the newer request's names only.
+      merged = {
+        ...older,
+        get resource_names_subscribe() {
+          return [...sets.subscribe];
+        },
+        get resource_names_unsubscribe() {
+          return [...sets.unsubscribe];
+        },
+      };
+      changes = sets;
+      this.mergedChanges.set(merged, changes);
+    }
+    for (const name of newer.resource_names_subscribe ?? []) {
+      changes.unsubscribe.delete(name);
+      changes.subscribe.add(name);
+    }
+    for (const name of newer.resource_names_unsubscribe ?? []) {
+      changes.subscribe.delete(name);
+      changes.unsubscribe.add(name);
+    }
+    this.endIfTooManyNames((older.type_url ?? '') as TypeUrl, changes.subscribe.size);
+    return merged;
   }
 
   protected async handleRequest(type: TypeUrl, req: DeltaDiscoveryRequest__Output): Promise<void> {
@@ -100,11 +161,11 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
       st = newTypeState();
       this.types.set(type, st);
     }
-    const nonce = req.response_nonce ?? '';
-    if (nonce !== '') this.ackOrNack(type, st, nonce, req);
-    // Subscription changes count whatever the nonce: unlike SotW, a delta request carries only
-    // changes, so ignoring an "old" one would lose them for good.
+    // Subscription changes count whatever the nonce (its ACK/NACK was recorded on arrival):
+    // unlike SotW, a delta request carries only changes, so ignoring an "old" one would lose
+    // them for good.
     this.applySubscription(type, st, req, first);
+    if (this.endIfTooManyNames(type, st.names.size)) return;
     await this.sync();
   }
 

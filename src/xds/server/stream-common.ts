@@ -6,6 +6,7 @@
  * server import it without importing each other in a circle.
  */
 import { randomBytes } from 'node:crypto';
+import http2 from 'node:http2';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
@@ -14,6 +15,7 @@ import { ProxyRefusedError } from '../../proxy/refusal.js';
 import type { Proxy } from '../../proxy/types.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../cache/types.js';
+import { RateLimiter } from '../../util/rate-limit.js';
 import type { Release, SendBudget } from './send-budget.js';
 import type {
   DeltaDiscoveryRequest__Output,
@@ -134,13 +136,25 @@ export interface ServedStream {
   fail(code: grpc.status, details: string): void;
 }
 
+/**
+ * Why a stream ended, the `reason` of `trellis_xds_streams_closed_total`: `unread` (the server
+ * closed it because the proxy left a response unread past the unread timeout), `server` (the
+ * server ended it otherwise: authentication or setup failed, too many names, an internal error,
+ * shutdown), `client` (the client half-closed or cancelled it, or its connection ended).
+ */
+export type CloseCause = 'unread' | 'server' | 'client';
+
+const CLOSE_CAUSES: readonly CloseCause[] = ['unread', 'server', 'client'];
+
 /** The `trellis_xds_*` metrics, shared by every stream of a server. */
 export interface AdsMetrics {
   readonly connectedProxies: Gauge;
   readonly responses: Counter<'type'>;
+  readonly requests: Counter<'type'>;
   readonly nacks: Counter<'type'>;
   readonly pushDuration: Histogram;
   readonly responseBytes: Counter<'type'>;
+  readonly streamsClosed: Counter<'reason'>;
 }
 
 /**
@@ -157,6 +171,12 @@ export function createMetrics(registry: Registry): AdsMetrics {
     responses: new Counter({
       name: 'trellis_xds_responses_total',
       help: 'DiscoveryResponses sent, by xDS type',
+      labelNames: ['type'],
+      registers: [registry],
+    }),
+    requests: new Counter({
+      name: 'trellis_xds_requests_total',
+      help: 'DiscoveryRequests received (SotW and delta), by xDS type; requests of unknown types are not counted',
       labelNames: ['type'],
       registers: [registry],
     }),
@@ -178,9 +198,16 @@ export function createMetrics(registry: Registry): AdsMetrics {
       labelNames: ['type'],
       registers: [registry],
     }),
+    streamsClosed: new Counter({
+      name: 'trellis_xds_streams_closed_total',
+      help: 'ADS streams ended, by reason: unread (closed by the server: a response left unread past the unread timeout), server, client',
+      labelNames: ['reason'],
+      registers: [registry],
+    }),
   };
   // Every type's series exists from the start (at 0), so a query or an alert finds it before the first event.
-  for (const type of PUSH_ORDER) for (const counter of [metrics.responses, metrics.nacks, metrics.responseBytes]) counter.inc({ type: TYPE_SHORT_NAME[type] }, 0);
+  for (const type of PUSH_ORDER) for (const counter of [metrics.responses, metrics.requests, metrics.nacks, metrics.responseBytes]) counter.inc({ type: TYPE_SHORT_NAME[type] }, 0);
+  for (const reason of CLOSE_CAUSES) metrics.streamsClosed.inc({ reason }, 0);
   return metrics;
 }
 
@@ -197,6 +224,33 @@ export function isCompleteSetType(typeUrl: TypeUrl): boolean {
  * limit, which many xDS clients keep) is logged as a warning with its type, proxy and size.
  */
 export const LARGE_RESPONSE_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Default of the unread timeout, in ms: a stream whose response stays unflushed this long (the
+ * proxy stopped reading) is closed (`--xds-unread-timeout`).
+ */
+export const DEFAULT_UNREAD_TIMEOUT_MS = 30_000;
+
+/**
+ * Most names a stream may subscribe to explicitly per type (a SotW request's `resource_names`,
+ * a delta stream's subscription). A stream asking for more ends with `RESOURCE_EXHAUSTED`.
+ */
+export const MAX_RESOURCE_NAMES_PER_TYPE = 100_000;
+
+/** A NACK's `error_detail.message` is kept (logged, in `/debug/proxies`, given to `onNack`) up to this many characters. */
+export const MAX_NACK_MESSAGE_CHARS = 4096;
+
+/** A stream logs at most one NACK line per type per this many ms; the next line counts the NACKs not logged. */
+export const NACK_LOG_INTERVAL_MS = 60_000;
+
+/**
+ * `message` cut to {@link MAX_NACK_MESSAGE_CHARS} characters, with how much was cut
+ * (`… [N more characters cut]`); unchanged when it fits.
+ */
+export function truncateNackMessage(message: string): string {
+  if (message.length <= MAX_NACK_MESSAGE_CHARS) return message;
+  return `${message.slice(0, MAX_NACK_MESSAGE_CHARS)}… [${message.length - MAX_NACK_MESSAGE_CHARS} more characters cut]`;
+}
 
 /** The message of an error, a gRPC status-like object, or anything else. */
 export function errorMessage(err: unknown): string {
@@ -217,6 +271,8 @@ export interface StreamContext {
   readonly authenticate: Authenticate;
   /** Bytes of responses in flight, shared by every stream of the server. */
   readonly sendBudget: SendBudget;
+  /** A stream whose response stays unflushed this long (ms) is closed; 0: never. */
+  readonly unreadTimeoutMs: number;
   /**
    * The stream is authenticated as `stream.proxy`: admits it (synchronously, so that no other
    * stream of the same UUID is admitted meanwhile) and lists it in the server's streams.
@@ -293,6 +349,18 @@ export abstract class StreamBase<
   private pendingSnapshot?: { snapshot: ProxySnapshot; receivedAt: bigint };
   private pushQueued = false;
   private readonly jobs: Array<() => Promise<void>> = [];
+  /**
+   * Per type, the request whose job is queued and not started yet: a newer request of the type
+   * is merged into it ({@link mergeRequests}) unless it takes no merges, so the queue holds at
+   * most two requests per type however fast the client sends.
+   */
+  private readonly queuedRequests = new Map<TypeUrl, { req: Req; readonly mergeable: boolean }>();
+  /** Unknown type URLs already logged (the first {@link MAX_LOGGED_UNKNOWN_TYPES}, cut to 200 characters). */
+  private readonly unknownTypesLogged = new Set<string>();
+  /** NACK log lines: one per type per {@link NACK_LOG_INTERVAL_MS} (monotonic clock). */
+  private readonly nackLog = new RateLimiter(1, NACK_LOG_INTERVAL_MS, () => performance.now());
+  /** Closes the stream if the response in flight is not flushed within the unread timeout. */
+  private unreadTimer?: NodeJS.Timeout;
   private running = false;
   private started = false;
   private opened = false;
@@ -346,6 +414,32 @@ export abstract class StreamBase<
    */
   protected abstract pushSnapshot(): Promise<boolean>;
 
+  /**
+   * The one request that has the effect of `older` then `newer` (two requests of the same type,
+   * `older` queued and not handled yet). May end the stream (e.g. too many names).
+   */
+  protected abstract mergeRequests(older: Req, newer: Req): Req;
+
+  /**
+   * What a request of a known type does as it arrives, before it is queued: returns the request
+   * to queue and whether later requests of its type may be merged into it, or `undefined` to
+   * queue nothing. Default: all of it, mergeable.
+   */
+  protected arrive(_type: TypeUrl, req: Req): { req: Req; mergeable: boolean } | undefined {
+    return { req, mergeable: true };
+  }
+
+  /**
+   * Ends the stream with `RESOURCE_EXHAUSTED` when `count` names of `type` are more than
+   * {@link MAX_RESOURCE_NAMES_PER_TYPE}. @returns whether it did.
+   */
+  protected endIfTooManyNames(type: TypeUrl, count: number): boolean {
+    if (count <= MAX_RESOURCE_NAMES_PER_TYPE) return false;
+    this.log.warn({ type: TYPE_SHORT_NAME[type], names: count, max: MAX_RESOURCE_NAMES_PER_TYPE }, `${this.logPrefix}ADS stream subscribes to too many names`);
+    this.fail(grpc.status.RESOURCE_EXHAUSTED, `more than ${MAX_RESOURCE_NAMES_PER_TYPE} resource names of ${TYPE_SHORT_NAME[type]}`);
+    return true;
+  }
+
   /** {@inheritDoc ServedStream.info} */
   info(): StreamInfo | undefined {
     if (!this.proxy) return undefined;
@@ -378,20 +472,28 @@ export abstract class StreamBase<
   fail(code: grpc.status, details: string): void {
     if (this.closed) return;
     this.log.info({ code: grpc.status[code], details }, `ending ${this.logPrefix}ADS stream`);
-    this.end(code, details);
+    this.end(code, details, 'server');
   }
 
   /** Ends the stream as refused; the server counts and logs it (rate-limited), the stream does not. */
   private refuse(code: grpc.status, reason: string, details: string): void {
     if (this.closed) return;
     this.ctx.refused({ reason, details, peer: this.call.getPeer(), proxy: this.proxy, streamId: this.streamId });
-    this.end(code, details);
+    this.end(code, details, 'server');
   }
 
-  private end(code: grpc.status, details: string): void {
+  /**
+   * Ends the stream with a status, counted as `cause`. When a response is still unflushed, the
+   * status could only follow it: the HTTP/2 stream is reset instead, dropping both.
+   */
+  private end(code: grpc.status, details: string, cause: CloseCause): void {
+    if (this.closed) return;
+    const stuck = this.unflushed !== undefined;
+    // Closed first, so the 'error' listener below does not count it as the client's doing.
+    this.close(details, cause);
     // ServerDuplexStream turns an 'error' event into the call's final status.
     this.call.emit('error', { code, details });
-    this.close(details);
+    if (stuck) resetHttp2Stream(this.call);
   }
 
   /** A fresh nonce for the next response. */
@@ -413,13 +515,19 @@ export abstract class StreamBase<
     this.callHook('onAck', () => this.ctx.hooks.onAck?.(this.proxy!, type, version));
   }
 
-  /** Records a NACK of the response of `type` at `version`: debug view, metric, log, onNack hook. */
+  /**
+   * Records a NACK of the response of `type` at `version`: debug view, metric, log, onNack hook
+   * (the message was cut to {@link MAX_NACK_MESSAGE_CHARS} as the request arrived). The log
+   * has at most one line per type per {@link NACK_LOG_INTERVAL_MS}, which counts the NACKs not
+   * logged before it (`notLogged`).
+   */
   protected recordNack(type: TypeUrl, st: S, version: string, error: { code?: number; message?: string }): void {
     const short = TYPE_SHORT_NAME[type];
     const detail: NackDetail = { code: error.code ?? 0, message: error.message ?? '' };
     st.lastNack = { version, code: detail.code, message: detail.message, at: new Date() };
     this.ctx.metrics.nacks.inc({ type: short });
-    this.log.warn({ type: short, version, error: detail.message }, 'NACK');
+    const notLogged = this.nackLog.take(type);
+    if (notLogged !== undefined) this.log.warn({ type: short, version, error: detail.message, ...(notLogged ? { notLogged } : {}) }, 'NACK');
     this.callHook('onNack', () => this.ctx.hooks.onNack?.(this.proxy!, type, version, detail));
   }
 
@@ -448,8 +556,15 @@ export abstract class StreamBase<
     this.ctx.metrics.responses.inc({ type: short });
     this.ctx.metrics.responseBytes.inc({ type: short }, bytes);
     this.log.debug({ type: short, ...what, bytes }, `${this.logPrefix}response sent`);
+    if (this.ctx.unreadTimeoutMs > 0) {
+      this.unreadTimer = setTimeout(() => this.closeUnread(short, bytes), this.ctx.unreadTimeoutMs);
+      this.unreadTimer.unref();
+    }
     const flushed = this.call.write(response, () => {
-      if (this.unflushed === release) this.unflushed = undefined;
+      if (this.unflushed === release) {
+        this.unflushed = undefined;
+        clearTimeout(this.unreadTimer);
+      }
       release();
       wakeAll(this.flushWaiters);
     });
@@ -465,13 +580,64 @@ export abstract class StreamBase<
     }
   }
 
+  /**
+   * The response in flight stayed unflushed for the unread timeout: the proxy stopped reading.
+   * Ends the stream (its HTTP/2 stream reset, which drops what it could not send).
+   */
+  private closeUnread(type: string, bytes: number): void {
+    if (this.closed) return;
+    const ms = this.ctx.unreadTimeoutMs;
+    this.log.warn({ type, bytes, unreadTimeoutMs: ms }, `closing ${this.logPrefix}ADS stream: the proxy has not read its ${type} response for ${ms / 1000} s`);
+    this.end(grpc.status.UNAVAILABLE, `response not read within ${ms} ms`, 'unread');
+  }
+
   private onRequest(req: Req): void {
     if (this.closed) return;
     if (!this.started) {
       this.started = true;
       this.enqueue(() => this.open(req));
     }
-    this.enqueue(() => this.request(req));
+    this.queueRequest(req);
+  }
+
+  /**
+   * Queues the job of a request, bounded whatever the client sends: a request of an unknown
+   * type is dropped (logged once per type); its `error_detail.message` is cut to
+   * {@link MAX_NACK_MESSAGE_CHARS}; one of a type whose queued request has not started yet is
+   * merged into it (xds_protocol: a newer request of a type supersedes an older one).
+   */
+  private queueRequest(received: Req): void {
+    const typeUrl = received.type_url ?? '';
+    if (!KNOWN_TYPES.has(typeUrl)) {
+      this.logUnknownType(typeUrl);
+      return;
+    }
+    const type = typeUrl as TypeUrl;
+    this.ctx.metrics.requests.inc({ type: TYPE_SHORT_NAME[type] });
+    if (received.error_detail?.message) received.error_detail.message = truncateNackMessage(received.error_detail.message);
+    const arrived = this.arrive(type, received);
+    if (!arrived || this.closed) return;
+    const waiting = this.queuedRequests.get(type);
+    if (waiting?.mergeable) {
+      waiting.req = this.mergeRequests(waiting.req, arrived.req);
+      return;
+    }
+    const slot = { req: arrived.req, mergeable: arrived.mergeable };
+    this.queuedRequests.set(type, slot);
+    this.enqueue(() => {
+      if (this.queuedRequests.get(type) === slot) this.queuedRequests.delete(type);
+      return this.request(type, slot.req);
+    });
+  }
+
+  /** Logs a request for an unknown type URL: once per type, for the first {@link MAX_LOGGED_UNKNOWN_TYPES} types. */
+  private logUnknownType(typeUrl: string): void {
+    const shown = typeUrl.slice(0, 200);
+    if (this.unknownTypesLogged.has(shown) || this.unknownTypesLogged.size >= MAX_LOGGED_UNKNOWN_TYPES) return;
+    this.unknownTypesLogged.add(shown);
+    // Nothing to serve (e.g. RTDS, ECDS, or resource locators only). Ignored rather than ending
+    // the stream, so a client asking for an optional type keeps its other subscriptions.
+    this.log.warn({ typeUrl: shown }, `${this.logPrefix}requests for an unknown type URL ignored`);
   }
 
   private onSnapshot(snapshot: ProxySnapshot): void {
@@ -547,18 +713,10 @@ export abstract class StreamBase<
     this.snapshot = this.pendingSnapshot?.snapshot ?? this.ctx.watcher.getSnapshot(proxy.uuid);
   }
 
-  /** The job of one request: requests before authentication, or of an unknown type, are not answered. */
-  private async request(req: Req): Promise<void> {
+  /** The job of one request (of a known type): not answered when the stream is not authenticated. */
+  private async request(type: TypeUrl, req: Req): Promise<void> {
     if (!this.proxy) return;
-    const typeUrl = req.type_url ?? '';
-    if (!KNOWN_TYPES.has(typeUrl)) {
-      // Unknown type URL: nothing to serve (e.g. RTDS, ECDS, or resource locators only). Ignore
-      // rather than end the stream, so a client asking for an optional type keeps its other
-      // subscriptions.
-      this.log.warn({ typeUrl }, `${this.logPrefix}request for an unknown type URL ignored`);
-      return;
-    }
-    await this.handleRequest(typeUrl as TypeUrl, req);
+    await this.handleRequest(type, req);
   }
 
   /** The push job of a new snapshot: sends its changes, times the push when anything went out. */
@@ -577,11 +735,17 @@ export abstract class StreamBase<
     return new Promise((resolve) => this.drainWaiters.push(resolve));
   }
 
-  /** Cleans up once, whatever ended the stream; calls onStreamClose if onStreamOpen was called. */
-  close(reason: string): void {
+  /**
+   * Cleans up once, whatever ended the stream; calls onStreamClose if onStreamOpen was called.
+   * @param cause counted in `trellis_xds_streams_closed_total` (default `client`).
+   */
+  close(reason: string, cause: CloseCause = 'client'): void {
     if (this.closed) return;
     this.closed = true;
+    this.ctx.metrics.streamsClosed.inc({ reason: cause });
     this.jobs.length = 0;
+    this.queuedRequests.clear();
+    clearTimeout(this.unreadTimer);
     wakeAll(this.drainWaiters);
     // A write that never completes (the call was cancelled) must not keep its share of the budget.
     this.unflushed?.();
@@ -595,10 +759,28 @@ export abstract class StreamBase<
       return;
     }
     this.ctx.metrics.connectedProxies.dec();
-    this.log.info({ reason }, `${this.logPrefix}ADS stream closed`);
+    const nacksNotLogged = this.nackLog.suppressedSinceAllowed();
+    this.log.info({ reason, ...(nacksNotLogged > 0 ? { nacksNotLogged } : {}) }, `${this.logPrefix}ADS stream closed`);
     const proxy = this.proxy;
     this.callHook('onStreamClose', () => this.ctx.hooks.onStreamClose?.(proxy, this.streamId));
   }
+}
+
+/** How many unknown type URLs a stream logs (each once); requests for others are ignored silently. */
+const MAX_LOGGED_UNKNOWN_TYPES = 8;
+
+/**
+ * Resets (`RST_STREAM` CANCEL) the HTTP/2 stream under a grpc-js server call, dropping what it
+ * could not send: grpc-js sends a call's status only once every message written is flushed,
+ * which never happens on a stream the client does not read, and has no public way to reset a
+ * call. Its call object keeps the HTTP/2 stream as `call.stream` (grpc-js 1.10 to 1.14; the
+ * test "closes a stream left unread" notices a change). @returns whether it was found.
+ */
+function resetHttp2Stream(call: object): boolean {
+  const stream = (call as { call?: { stream?: { close?: unknown; destroyed?: unknown } } }).call?.stream;
+  if (!stream || typeof stream.close !== 'function' || typeof stream.destroyed !== 'boolean') return false;
+  if (!stream.destroyed) (stream as { close(code: number): void }).close(http2.constants.NGHTTP2_CANCEL);
+  return true;
 }
 
 /** Resolves every waiter in `waiters` and empties it. */
