@@ -348,7 +348,7 @@ export class ManifestsSource {
         read.status === 'not-regular'
           ? `is ${read.type}, not a regular file: not read${keeping}`
           : read.status === 'too-large'
-            ? `is ${read.grew ? 'more than ' : ''}${formatBytes(read.size)}, larger than the limit of ${formatBytes(this.#maxFileBytes)} (--max-manifest-size): not read${keeping}`
+            ? `is ${read.grew ? `more than ${formatBytes(this.#maxFileBytes)}` : formatBytes(read.size)}, larger than the limit of ${formatBytes(this.#maxFileBytes)} (--max-manifest-size): not read${keeping}`
             : read.status === 'unsettled'
               ? `is still being written (it changed at every re-read): not read yet${keeping}`
               : `cannot read the file (${read.code})${keeping}`;
