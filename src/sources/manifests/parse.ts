@@ -1,4 +1,4 @@
-import { Composer, LineCounter, Parser, isMap, isScalar, isSeq } from 'yaml';
+import { Composer, Lexer, LineCounter, Parser, isMap, isScalar, isSeq } from 'yaml';
 import type { CST, Document, Node as YamlNode } from 'yaml';
 import { OBJECT_API_VERSIONS, isNamespacedKind, isObjectKind, isPrintableName, nameViolations, objectKey, printableName } from '../../store/objects.js';
 import type { KubeObject, ObjectKind } from '../../store/objects.js';
@@ -84,6 +84,9 @@ export function formatFieldPath(path: FieldPath): string {
 
 let sharedValidator: SchemaValidator | undefined;
 
+/** {@link parseManifestSteps} yields every this many lexical tokens too (a large document's lexing and parsing). */
+const LEXEMES_PER_STEP = 1024;
+
 /**
  * How deeply mappings and sequences may nest in a manifest document. Kubernetes objects nest
  * a dozen levels or so; the YAML composer and the validators recurse once per level, so a
@@ -116,8 +119,9 @@ export function parseManifests(fileName: string, text: string): ParsedManifests 
 
 /**
  * {@link parseManifests} one document (or `List` item) at a time: the generator yields after
- * each, and returns the result, so that a caller can give the event loop a turn between
- * documents of a large file.
+ * each (and every {@link LEXEMES_PER_STEP} lexical tokens while reading one), and returns the
+ * result, so that a caller can give the event loop a turn while parsing a large file. Composing
+ * one document's tree from its parsed tokens is the one step that does not yield.
  */
 export function* parseManifestSteps(fileName: string, text: string): Generator<void, ParsedManifests, void> {
   sharedValidator ??= new SchemaValidator();
@@ -134,20 +138,27 @@ export function* parseManifestSteps(fileName: string, text: string): Generator<v
   const tooDeep: (number | undefined)[] = [];
   let documentIndex = 0;
 
-  for (const token of parser.parse(text)) {
-    if (token.type === 'document') {
-      const deepAt = offsetBeyondDepth(token, MAX_NESTING_DEPTH);
-      tooDeep.push(deepAt);
-      for (const doc of composer.next(deepAt === undefined ? token : { ...token, value: undefined })) {
-        yield* acceptYamlDocument(doc, tooDeep[documentIndex++]);
-      }
-    } else {
-      for (const doc of composer.next(token)) yield* acceptYamlDocument(doc, tooDeep[documentIndex++]);
-    }
+  // Parser.parse, a lexeme at a time: lexing and parsing a large document yields too.
+  lineCounter.addNewLine(0);
+  let lexemes = 0;
+  for (const lexeme of new Lexer().lex(text)) {
+    for (const token of parser.next(lexeme)) yield* composeToken(token);
+    if (++lexemes % LEXEMES_PER_STEP === 0) yield;
   }
+  for (const token of parser.end()) yield* composeToken(token);
   for (const doc of composer.end()) yield* acceptYamlDocument(doc, tooDeep[documentIndex++]);
   result.rejectedKeys = [...rejectedKeys];
   return result;
+
+  function* composeToken(token: CST.Token): Generator<void, void, void> {
+    let composed = token;
+    if (token.type === 'document') {
+      const deepAt = offsetBeyondDepth(token, MAX_NESTING_DEPTH);
+      tooDeep.push(deepAt);
+      if (deepAt !== undefined) composed = { ...token, value: undefined };
+    }
+    for (const doc of composer.next(composed)) yield* acceptYamlDocument(doc, tooDeep[documentIndex++]);
+  }
 
   function* acceptYamlDocument(doc: Document.Parsed, deepAt: number | undefined): Generator<void, void, void> {
     const docLine = lineAt(doc.contents?.range[0] ?? doc.range[0]);
