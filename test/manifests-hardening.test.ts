@@ -1,15 +1,13 @@
-import * as grpc from '@grpc/grpc-js';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import pino from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
-import { writeProxyBootstrap } from '../src/cli/bootstrap-command.js';
-import { runController, type RunningController } from '../src/main.js';
-import { AdsTestClient } from './helpers/ads-client.js';
+import { runController } from '../src/main.js';
+import { AdsTestClient, TEST_NODE_ID } from './helpers/ads-client.js';
 import { SimulatedSidecar } from './helpers/sidecar.js';
 
 type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -47,55 +45,37 @@ spec:
 `;
 
 describe('manifests with names that are not Kubernetes names', () => {
-  let dir: string;
-  let stateDir: string;
-  let running: RunningController;
-  const clients: AdsTestClient[] = [];
-  const sidecars: SimulatedSidecar[] = [];
-
-  before(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-names-'));
-    stateDir = path.join(dir, 'state');
-    await cp(EXAMPLE, path.join(dir, 'manifests'), { recursive: true });
-    await writeFile(path.join(dir, 'manifests', 'names.yaml'), BAD_NAMES);
-    running = await runController({
-      manifests: path.join(dir, 'manifests'),
-      meshName: 'osm',
-      stateDir,
-      xdsAddress: '127.0.0.1:0',
-      httpAddress: '127.0.0.1:0',
-      resyncIntervalMs: 60_000,
-      debounceQuietMs: 20,
-      logger: pino({ level: 'silent' }),
-    });
-  });
-
-  after(async () => {
-    for (const s of sidecars) s.stop();
-    for (const c of clients) c.close();
-    await running.stop();
-    await rm(dir, { recursive: true, force: true });
-  });
-
   it('are reported with file and line and skipped; a new bookbuyer proxy gets its full, valid configuration', async () => {
-    const result = await writeProxyBootstrap({ namespace: 'bookbuyer', serviceAccount: 'bookbuyer', out: path.join(dir, 'bookbuyer'), stateDir, xdsAddress: `127.0.0.1:${running.xdsPort}` });
-    const credentials = grpc.credentials.createSsl(await readFile(result.files.ca), await readFile(result.files.key), await readFile(result.files.cert));
-    const client = new AdsTestClient(`127.0.0.1:${running.xdsPort}`, credentials);
-    clients.push(client);
-    const buyer = new SimulatedSidecar(client.openStream(result.commonName)).start();
-    sidecars.push(buyer);
-    await buyer.until((s) => s.get(TypeUrl.RouteConfiguration, 'rds-outbound.14001') !== undefined, 'RDS rds-outbound.14001', 10_000);
-    assert.deepEqual(buyer.names(TypeUrl.Listener), ['outbound-listener']);
-    assert.ok(buyer.get(TypeUrl.Cluster, 'bookstore/bookstore-v1|14001'));
-    assert.ok(!buyer.names(TypeUrl.Cluster).some((n) => /[\u0000\u202e]/.test(n)), buyer.names(TypeUrl.Cluster).join(', '));
-    const policies = (await (await fetch(`http://127.0.0.1:${running.httpPort}/debug/policies`)).json()) as Decoded;
-    assert.deepEqual(policies.configValidationFailures, []);
-    const file = path.join(dir, 'manifests', 'names.yaml');
-    assert.deepEqual(policies.manifestErrors.map((e: Decoded) => (e.text as string).replace(/ is not .*| holds .*/, '')), [
-      `${file}:4: Service bookstore/"book\\u0000store": metadata.name: "book\\u0000store"`,
-      `${file}:13: Service bookstore/"bookstore\\u202e": metadata.name: "bookstore\\u202e"`,
-      `${file}:25: TrafficTarget bookstore/bookstore-nul: spec.sources[0].name: "book\\u0000buyer"`,
-    ]);
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-names-'));
+    const manifests = path.join(dir, 'manifests');
+    await cp(EXAMPLE, manifests, { recursive: true });
+    await writeFile(path.join(manifests, 'names.yaml'), BAD_NAMES);
+    const running = await runController({
+      manifests, meshName: 'osm', stateDir: path.join(dir, 'state'), resyncIntervalMs: 0, logger: pino({ level: 'silent' }),
+      xdsAddress: '127.0.0.1:0', xdsPlaintextAddress: '127.0.0.1:0', httpAddress: '127.0.0.1:0',
+    });
+    // The plaintext listener takes the identity from node.id (here bookbuyer/bookbuyer).
+    const client = new AdsTestClient(`127.0.0.1:${running.xdsPlaintextPort}`);
+    const buyer = new SimulatedSidecar(client.openStream(TEST_NODE_ID)).start();
+    try {
+      await buyer.until((s) => s.get(TypeUrl.RouteConfiguration, 'rds-outbound.14001') !== undefined, 'RDS rds-outbound.14001', 10_000);
+      assert.deepEqual(buyer.names(TypeUrl.Listener), ['outbound-listener']);
+      assert.ok(buyer.get(TypeUrl.Cluster, 'bookstore/bookstore-v1|14001'));
+      assert.ok(!buyer.names(TypeUrl.Cluster).some((n) => /[\u0000\u202e]/.test(n)), buyer.names(TypeUrl.Cluster).join(', '));
+      const policies = (await (await fetch(`http://127.0.0.1:${running.httpPort}/debug/policies`)).json()) as Decoded;
+      assert.deepEqual(policies.configValidationFailures, []);
+      const file = path.join(manifests, 'names.yaml');
+      assert.deepEqual(policies.manifestErrors.map((e: Decoded) => (e.text as string).replace(/ is not .*| holds .*/, '')), [
+        `${file}:4: Service bookstore/"book\\u0000store": metadata.name: "book\\u0000store"`,
+        `${file}:13: Service bookstore/"bookstore\\u202e": metadata.name: "bookstore\\u202e"`,
+        `${file}:25: TrafficTarget bookstore/bookstore-nul: spec.sources[0].name: "book\\u0000buyer"`,
+      ]);
+    } finally {
+      buyer.stop();
+      client.close();
+      await running.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
 
