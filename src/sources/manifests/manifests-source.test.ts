@@ -155,6 +155,9 @@ describe('ManifestsSource', () => {
     assert.ok(store.get('ServiceAccount', 'bookstore', 'sa'), 'the previous objects stay');
     assert.equal(store.get('ServiceAccount', 'bookstore', 'sa2'), undefined);
     assert.ok(store.get('ServiceAccount', 'bookstore', 'other'));
+    await writeFile(file, withAnnotation('sa', 100)); // back as it was: the error is over
+    await source.rescan();
+    assert.deepEqual(source.errors(), []);
     await writeFile(file, withAnnotation('sa2', 100));
     await source.rescan();
     assert.deepEqual(source.errors(), []);

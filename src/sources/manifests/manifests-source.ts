@@ -356,7 +356,10 @@ export class ManifestsSource {
       return { ...(previous ?? { text: undefined, parsed: undefined, objects: [], lines: [] }), errors: [readError] };
     }
     const text = read.text;
-    if (previous && previous.text === text && previous.parsed) return previous;
+    if (previous && previous.text === text && previous.parsed) {
+      // Unchanged; but a read error reported since (a FIFO or an oversized file in between) is over.
+      return previous.errors === previous.parsed.errors ? previous : { ...previous, errors: previous.parsed.errors };
+    }
 
     const parsed = await parseYielding(file, text);
     if (parsed.syntaxError && previous && previous.text !== undefined) {
