@@ -70,6 +70,8 @@ export interface ControllerOptions {
    * (default `DEFAULT_WARM_UP_CONFIGURATION_BYTES`, 64 MiB; 0: none). See `MeshController.warmUp`.
    */
   readonly warmUpConfigurationBytes?: number;
+  /** Manifests mode: the largest manifest file read, in bytes (default 4 MiB); a larger one is a manifest error. */
+  readonly maxManifestBytes?: number;
   readonly logger?: Logger;
 }
 
@@ -228,7 +230,7 @@ export async function runController(options: ControllerOptions): Promise<Running
         watchTimeoutSeconds: options.kubernetes.watchTimeoutSeconds,
       })
     : undefined;
-  const source = kube ?? new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }) });
+  const source = kube ?? new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }), maxFileBytes: options.maxManifestBytes });
   parts.source = source;
   parts.kube = kube;
   await orStopOps(Promise.resolve(source.start()));

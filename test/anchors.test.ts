@@ -43,6 +43,13 @@ function meshCompletion(objects: readonly KubeObject[]): KubeObject[] {
   return extra;
 }
 
+/** The shell variables OSM's doc pages have the reader set before `kubectl apply` (envsubst-style), with the docs' values: a literal `$osm_namespace` is not a Kubernetes name. */
+const DOC_VARIABLES: Readonly<Record<string, string>> = { osm_namespace: 'osm-system', nginx_ingress_namespace: 'ingress-nginx', nginx_ingress_service: 'ingress-nginx-controller' };
+
+function substituteDocVariables(text: string): string {
+  return text.replace(/\$([a-z_]+)/g, (whole, name: string) => DOC_VARIABLES[name] ?? whole);
+}
+
 interface CheckResult {
   manifestErrors: string[];
   violations: string[];
@@ -61,7 +68,7 @@ function checkSet(files: readonly string[], mode: 'smi' | 'permissive', steps = 
     let i = 0;
     for (const f of files) {
       const docs = steps ? readFileSync(f, 'utf8').split(/^---\s*$/m).filter((d) => d.trim() !== '') : [readFileSync(f, 'utf8')];
-      for (const doc of docs) writeFileSync(path.join(dir, `${String(i++).padStart(3, '0')}-${path.basename(f)}`), doc);
+      for (const doc of docs) writeFileSync(path.join(dir, `${String(i++).padStart(3, '0')}-${path.basename(f)}`), substituteDocVariables(doc));
     }
     const result: CheckResult = { manifestErrors: [], violations: [], identities: 0 };
     const current = new Map<string, KubeObject>();

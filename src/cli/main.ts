@@ -18,6 +18,12 @@ function mebibytes(value: string): number {
   return n;
 }
 
+function positiveMebibytes(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`"${value}" is not a size in MiB above 0, such as 4 or 0.5`);
+  return n;
+}
+
 function address(value: string): string {
   const { host, port } = splitHostPort(value);
   if (host === '' || !Number.isInteger(port) || port < 0 || port > 65535) throw new InvalidArgumentError(`"${value}" is not HOST:PORT`);
@@ -59,6 +65,11 @@ export async function main(argv: readonly string[]): Promise<void> {
         .argParser(mebibytes)
         .default(64),
     )
+    .addOption(
+      new Option('--max-manifest-size <MiB>', 'the largest manifest file read; a larger one is reported as a manifest error and not read')
+        .argParser(positiveMebibytes)
+        .default(4),
+    )
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']).default('info'))
     .action(async (opts: {
       manifests: string;
@@ -73,6 +84,7 @@ export async function main(argv: readonly string[]): Promise<void> {
       resyncInterval: number;
       xdsUnreadTimeout: number;
       warmUpConfig: number;
+      maxManifestSize: number;
       logLevel: string;
     }) => {
       const logger = pino({ level: opts.logLevel });
@@ -89,6 +101,7 @@ export async function main(argv: readonly string[]): Promise<void> {
           resyncIntervalMs: opts.resyncInterval * 1000,
           xdsUnreadTimeoutMs: opts.xdsUnreadTimeout * 1000,
           warmUpConfigurationBytes: opts.warmUpConfig * 1024 * 1024,
+          maxManifestBytes: Math.floor(opts.maxManifestSize * 1024 * 1024),
           logger,
         });
       } catch (err) {

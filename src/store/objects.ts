@@ -355,3 +355,173 @@ export function isObjectKind(kind: unknown): kind is ObjectKind {
 export function isNamespacedKind(kind: ObjectKind): boolean {
   return kind !== 'Namespace';
 }
+
+/**
+ * The name rules of the Kubernetes API server (apimachinery `IsDNS1123Label`,
+ * `IsDNS1123Subdomain`, `IsDNS1035Label`): `dns1123-label` at most 63 characters of `a-z`,
+ * `0-9` and `-`, starting and ending with a letter or digit; `dns1035-label` the same but
+ * starting with a letter; `dns1123-subdomain` at most 253 characters, dot-separated DNS-1123
+ * labels.
+ */
+export type NameRule = 'dns1123-label' | 'dns1035-label' | 'dns1123-subdomain';
+
+const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS1035_LABEL = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/**
+ * The rule `metadata.name` of each kind follows, as the API server validates it: Namespace a
+ * DNS-1123 label, Service an RFC 1035 label, every other kind here (Pod, ServiceAccount,
+ * Endpoints, EndpointSlice, Deployment, Ingress, and custom resources) a DNS-1123 subdomain.
+ * `metadata.namespace` is always a DNS-1123 label (a Namespace's name).
+ */
+export const NAME_RULES: Readonly<Record<ObjectKind, NameRule>> = {
+  Namespace: 'dns1123-label',
+  Service: 'dns1035-label',
+  Endpoints: 'dns1123-subdomain',
+  EndpointSlice: 'dns1123-subdomain',
+  Pod: 'dns1123-subdomain',
+  ServiceAccount: 'dns1123-subdomain',
+  Deployment: 'dns1123-subdomain',
+  TrafficTarget: 'dns1123-subdomain',
+  HTTPRouteGroup: 'dns1123-subdomain',
+  TCPRoute: 'dns1123-subdomain',
+  TrafficSplit: 'dns1123-subdomain',
+  MeshConfig: 'dns1123-subdomain',
+  Ingress: 'dns1123-subdomain',
+  IngressBackend: 'dns1123-subdomain',
+  Egress: 'dns1123-subdomain',
+  Retry: 'dns1123-subdomain',
+  UpstreamTrafficSetting: 'dns1123-subdomain',
+};
+
+/**
+ * Why `value` breaks `rule`, e.g. `must be a DNS-1123 label: …`; undefined if it meets it.
+ * The message quotes the value JSON-escaped, so a NUL, newline or bidi control shows as an escape.
+ */
+export function nameRuleViolation(rule: NameRule, value: string): string | undefined {
+  const max = rule === 'dns1123-subdomain' ? 253 : 63;
+  const pattern = rule === 'dns1123-label' ? DNS1123_LABEL : rule === 'dns1035-label' ? DNS1035_LABEL : DNS1123_SUBDOMAIN;
+  if (value.length <= max && pattern.test(value)) return undefined;
+  const shown = printableName(value.length > 300 ? `${value.slice(0, 300)}…` : value);
+  const what =
+    rule === 'dns1123-label'
+      ? 'a DNS-1123 label (lower-case letters, digits and "-", starting and ending with a letter or digit'
+      : rule === 'dns1035-label'
+        ? 'an RFC 1035 label (lower-case letters, digits and "-", starting with a letter and ending with a letter or digit'
+        : 'a DNS-1123 subdomain (dot-separated DNS-1123 labels: lower-case letters, digits, "-" and "."';
+  return `${shown} is not ${what}, at most ${max} characters)`;
+}
+
+/** Control, format (bidi overrides, zero-width) and line/paragraph separator characters. */
+const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u;
+
+/** True if `value` holds no control, format (bidi, zero-width) or line-separator character. */
+export function isPrintableName(value: string): boolean {
+  return !UNPRINTABLE.test(value);
+}
+
+/** `value` JSON-quoted, with every non-printable character escaped (`"a\u0000b"`). */
+export function printableName(value: string): string {
+  return JSON.stringify(value).replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+/** One place in an object that names an object (or an SMI match), and the rule it follows. */
+export interface NameReference {
+  /** Field path from the object's root, e.g. `['spec', 'sources', 0, 'name']`. */
+  readonly path: readonly (string | number)[];
+  readonly value: string;
+  /** The rule, or `printable` for free-form names (SMI match names): no control or format characters. */
+  readonly rule: NameRule | 'printable';
+}
+
+/**
+ * Every name `object` holds that the API server (or Trellis's configuration) requires to be a
+ * Kubernetes name: `metadata.name` (per {@link NAME_RULES}) and `metadata.namespace`, then the
+ * references to other objects: service account names of Pods and Deployments; TrafficTarget
+ * destination, sources and rules (and their match names); HTTPRouteGroup match names;
+ * TrafficSplit apex and backend services; Ingress backend services; IngressBackend backends,
+ * `Service` sources and matches; Egress sources and matches; Retry source and destinations.
+ * Only string values are listed (a value of another type is the schema's to report).
+ */
+export function nameReferences(object: KubeObject): NameReference[] {
+  const out: NameReference[] = [];
+  const add = (path: readonly (string | number)[], value: unknown, rule: NameReference['rule']): void => {
+    if (typeof value === 'string') out.push({ path, value, rule });
+  };
+  const list = (value: unknown): unknown[] => (Array.isArray(value) ? value : []);
+  const record = (value: unknown): Record<string, unknown> => (typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : {});
+  /** A `{kind, name, namespace}` subject: ServiceAccount or Service by kind (others are not names). */
+  const subject = (path: readonly (string | number)[], value: unknown, kinds: Partial<Record<string, NameRule>>): void => {
+    const s = record(value);
+    const rule = typeof s.kind === 'string' ? kinds[s.kind] : undefined;
+    if (rule === undefined) return;
+    add([...path, 'name'], s.name, rule);
+    add([...path, 'namespace'], s.namespace, 'dns1123-label');
+  };
+  const SA = { ServiceAccount: NAME_RULES.ServiceAccount };
+  const metadata = record(object.metadata);
+  add(['metadata', 'name'], metadata.name, NAME_RULES[object.kind]);
+  add(['metadata', 'namespace'], metadata.namespace, 'dns1123-label');
+  const spec = record(object.spec);
+  switch (object.kind) {
+    case 'Pod':
+      add(['spec', 'serviceAccountName'], spec.serviceAccountName, NAME_RULES.ServiceAccount);
+      break;
+    case 'Deployment':
+      add(['spec', 'template', 'spec', 'serviceAccountName'], record(record(spec.template).spec).serviceAccountName, NAME_RULES.ServiceAccount);
+      break;
+    case 'TrafficTarget':
+      subject(['spec', 'destination'], spec.destination, SA);
+      list(spec.sources).forEach((s, i) => subject(['spec', 'sources', i], s, SA));
+      list(spec.rules).forEach((r, i) => {
+        add(['spec', 'rules', i, 'name'], record(r).name, NAME_RULES.HTTPRouteGroup);
+        list(record(r).matches).forEach((m, j) => add(['spec', 'rules', i, 'matches', j], m, 'printable'));
+      });
+      break;
+    case 'HTTPRouteGroup':
+      list(spec.matches).forEach((m, i) => add(['spec', 'matches', i, 'name'], record(m).name, 'printable'));
+      break;
+    case 'TCPRoute':
+      add(['spec', 'matches', 'name'], record(spec.matches).name, 'printable');
+      break;
+    case 'TrafficSplit':
+      add(['spec', 'service'], spec.service, 'dns1123-subdomain');
+      list(spec.backends).forEach((b, i) => add(['spec', 'backends', i, 'service'], record(b).service, NAME_RULES.Service));
+      break;
+    case 'Ingress':
+      add(['spec', 'defaultBackend', 'service', 'name'], record(record(spec.defaultBackend).service).name, NAME_RULES.Service);
+      list(spec.rules).forEach((r, i) =>
+        list(record(record(r).http).paths).forEach((p, j) =>
+          add(['spec', 'rules', i, 'http', 'paths', j, 'backend', 'service', 'name'], record(record(record(p).backend).service).name, NAME_RULES.Service),
+        ),
+      );
+      break;
+    case 'IngressBackend':
+      list(spec.backends).forEach((b, i) => add(['spec', 'backends', i, 'name'], record(b).name, NAME_RULES.Service));
+      list(spec.sources).forEach((s, i) => subject(['spec', 'sources', i], s, { Service: NAME_RULES.Service }));
+      list(spec.matches).forEach((m, i) => add(['spec', 'matches', i, 'name'], record(m).name, NAME_RULES.UpstreamTrafficSetting));
+      break;
+    case 'Egress':
+      list(spec.sources).forEach((s, i) => subject(['spec', 'sources', i], s, SA));
+      list(spec.matches).forEach((m, i) => add(['spec', 'matches', i, 'name'], record(m).name, NAME_RULES.HTTPRouteGroup));
+      break;
+    case 'Retry':
+      subject(['spec', 'source'], spec.source, SA);
+      list(spec.destinations).forEach((d, i) => subject(['spec', 'destinations', i], d, { Service: NAME_RULES.Service }));
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+/** The violations of {@link nameReferences}' rules in `object`: field path and message. */
+export function nameViolations(object: KubeObject): { path: readonly (string | number)[]; message: string }[] {
+  const out: { path: readonly (string | number)[]; message: string }[] = [];
+  for (const ref of nameReferences(object)) {
+    const message = ref.rule === 'printable' ? (isPrintableName(ref.value) ? undefined : `${printableName(ref.value)} holds a control or format character`) : nameRuleViolation(ref.rule, ref.value);
+    if (message !== undefined) out.push({ path: ref.path, message });
+  }
+  return out;
+}

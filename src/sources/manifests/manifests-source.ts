@@ -1,13 +1,15 @@
-import { readFile, readdir, stat } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { watch } from 'chokidar';
 import type { FSWatcher } from 'chokidar';
 import type { Logger } from 'pino';
 import { objectKeyOf } from '../../store/objects.js';
 import type { KubeObject } from '../../store/objects.js';
 import type { StoreWriter } from '../../store/store.js';
-import { formatManifestError, parseManifests } from './parse.js';
+import { formatManifestError, parseManifestSteps } from './parse.js';
 import type { ManifestError, ManifestWarning, ParsedManifests } from './parse.js';
+import { DEFAULT_MAX_MANIFEST_BYTES, readSettledManifestFile } from './read-file.js';
 
 /** File name endings read as manifests. */
 export const MANIFEST_EXTENSIONS: readonly string[] = ['.yaml', '.yml', '.json'];
@@ -17,6 +19,9 @@ const FULL_RESCAN_EVERY_CHECKS = 30;
 
 /** How many files a scan reads at once. */
 const READ_BATCH = 64;
+
+/** How long parsing may hold the event loop before it lets other work run, in ms. */
+const PARSE_SLICE_MS = 10;
 
 /** How often the source checks that its root directory is still the one it watches, in ms. */
 export const ROOT_CHECK_INTERVAL_MS = 1000;
@@ -32,6 +37,16 @@ export interface ManifestsSourceOptions {
   debounceMs?: number;
   /** Watch the directory for changes after the initial load (default true). */
   watch?: boolean;
+  /**
+   * The largest file read, in bytes (default {@link DEFAULT_MAX_MANIFEST_BYTES}, 4 MiB): a larger
+   * one is a manifest error and is not read (it keeps the objects it had).
+   */
+  maxFileBytes?: number;
+  /**
+   * A file modified less than this long ago is read again this long after, until two reads
+   * agree, so a file being written is not taken half written; in ms (default 200; 0: off).
+   */
+  settleMs?: number;
 }
 
 /** What one file contributes, and the text it was parsed from. */
@@ -49,7 +64,8 @@ interface FileState {
 /**
  * The manifests-directory source, Trellis's embedded default: every `*.yaml`, `*.yml` and
  * `*.json` file below `dir` (recursively; names starting with `.` are skipped, as are editor
- * temp files) is parsed with {@link parseManifests}, and the union of their valid objects
+ * temp files) is parsed with `parseManifests` (a turn for the event loop every few ms
+ * between documents), and the union of their valid objects
  * replaces this source's contribution to the store (`store.replaceAll('manifests:'+dir, …)`).
  * The directory is watched with chokidar; any add/change/unlink (including an editor's atomic
  * save: write a temp file, rename it over the original) triggers, after a short quiet period,
@@ -60,6 +76,10 @@ interface FileState {
  *   unchanged (a half-written file is not taken as a deletion). A file never loaded before
  *   contributes the valid documents it has.
  * - A file that cannot be read (other than "no longer exists") keeps its previous objects.
+ *   So does a file larger than `maxFileBytes`, or one that is not a regular file (a FIFO,
+ *   socket or device, or a symbolic link to one: never opened in a way that could block).
+ * - A file modified less than `settleMs` ago is read again until two reads agree: a file being
+ *   written (truncated, then written in chunks) is not taken half written.
  * - A document rejected by validation is skipped; if the same kind/namespace/name was loaded
  *   from this file before, that previous version is kept.
  * - A file that was deleted contributes nothing any more.
@@ -79,6 +99,8 @@ export class ManifestsSource {
   readonly #logger: Logger;
   readonly #debounceMs: number;
   readonly #watch: boolean;
+  readonly #maxFileBytes: number;
+  readonly #settleMs: number;
   #files = new Map<string, FileState>();
   #errors: readonly ManifestError[] = [];
   #warnings: readonly ManifestWarning[] = [];
@@ -106,6 +128,8 @@ export class ManifestsSource {
     this.#logger = options.logger.child({ source: 'manifests', dir: options.dir });
     this.#debounceMs = options.debounceMs ?? 50;
     this.#watch = options.watch ?? true;
+    this.#maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
+    this.#settleMs = options.settleMs ?? 200;
     this.sourceId = `manifests:${options.dir}`;
   }
 
@@ -316,21 +340,28 @@ export class ManifestsSource {
 
   async #loadFile(relative: string, previous: FileState | undefined): Promise<FileState | undefined> {
     const file = this.#displayName(relative);
-    let text: string;
-    try {
-      text = await readFile(path.join(this.#absoluteDir, relative), 'utf8');
-    } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT') return undefined; // deleted (or renamed away) since listed
-      const readError: ManifestError = {
-        file, line: 1, kind: undefined, namespace: undefined, name: undefined, field: undefined,
-        message: `cannot read the file (${code ?? (err as Error).message})${previous ? '; keeping its previous objects' : ''}`,
-      };
+    const read = await readSettledManifestFile(path.join(this.#absoluteDir, relative), this.#maxFileBytes, this.#settleMs);
+    if (read.status === 'missing') return undefined; // deleted (or renamed away) since listed
+    if (read.status !== 'ok') {
+      const keeping = previous && previous.objects.length > 0 ? '; keeping its previous objects' : '';
+      const message =
+        read.status === 'not-regular'
+          ? `is ${read.type}, not a regular file: not read${keeping}`
+          : read.status === 'too-large'
+            ? `is ${read.grew ? `more than ${formatBytes(this.#maxFileBytes)}` : formatBytes(read.size)}, larger than the limit of ${formatBytes(this.#maxFileBytes)} (--max-manifest-size): not read${keeping}`
+            : read.status === 'unsettled'
+              ? `is still being written (it changed at every re-read): not read yet${keeping}`
+              : `cannot read the file (${read.code})${keeping}`;
+      const readError: ManifestError = { file, line: 1, kind: undefined, namespace: undefined, name: undefined, field: undefined, message };
       return { ...(previous ?? { text: undefined, parsed: undefined, objects: [], lines: [] }), errors: [readError] };
     }
-    if (previous && previous.text === text && previous.parsed) return previous;
+    const text = read.text;
+    if (previous && previous.text === text && previous.parsed) {
+      // Unchanged; but a read error reported since (a FIFO or an oversized file in between) is over.
+      return previous.errors === previous.parsed.errors ? previous : { ...previous, errors: previous.parsed.errors };
+    }
 
-    const parsed = parseManifests(file, text);
+    const parsed = await parseYielding(file, text);
     if (parsed.syntaxError && previous && previous.text !== undefined) {
       // Keep everything the file contributed before: a half-saved file is not a deletion.
       if (previous.objects.length > 0) {
@@ -374,6 +405,31 @@ export class ManifestsSource {
   }
 }
 
+/**
+ * Runs {@link parseManifestSteps} to its end, giving the event loop a turn whenever it has
+ * held it for {@link PARSE_SLICE_MS} (between documents), so that a large file does not stall
+ * health checks and xDS streams.
+ */
+async function parseYielding(file: string, text: string): Promise<ParsedManifests> {
+  const steps = parseManifestSteps(file, text);
+  let sliceStart = performance.now();
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+    if (performance.now() - sliceStart >= PARSE_SLICE_MS) {
+      await yieldToEventLoop();
+      sliceStart = performance.now();
+    }
+  }
+}
+
+/** `n` bytes in the largest binary unit that keeps it at least 1 (`52428800` → `50 MiB`). */
+function formatBytes(n: number): string {
+  if (n < 1024) return `${n} bytes`;
+  const [value, unit] = n < 1024 * 1024 ? [n / 1024, 'KiB'] : n < 1024 ** 3 ? [n / 1024 / 1024, 'MiB'] : [n / 1024 ** 3, 'GiB'];
+  return `${Number.isInteger(value) ? value : value.toFixed(1)} ${unit}`;
+}
+
 /** True for a file name with a manifest extension (`.yaml`, `.yml`, `.json`). */
 function isManifestFileName(name: string): boolean {
   return MANIFEST_EXTENSIONS.some((ext) => name.endsWith(ext));
@@ -381,7 +437,8 @@ function isManifestFileName(name: string): boolean {
 
 /**
  * The manifest files below `root`, as paths relative to it, sorted. Entries whose name starts
- * with `.` are skipped; symbolic links to files are followed, to directories not.
+ * with `.` are skipped; symbolic links to files are followed, to directories not. Entries that
+ * are not regular files (FIFOs, sockets, devices) are listed too: reading them reports them.
  * @throws the file system's error if `root` itself cannot be read.
  */
 export async function listManifestFiles(root: string): Promise<string[]> {
@@ -400,10 +457,10 @@ export async function listManifestFiles(root: string): Promise<string[]> {
       if (entry.isDirectory()) {
         await walk(relative);
       } else if (isManifestFileName(entry.name)) {
-        if (entry.isFile()) found.push(relative);
-        else if (entry.isSymbolicLink()) {
+        if (!entry.isSymbolicLink()) found.push(relative);
+        else {
           const target = await stat(path.join(root, relative)).catch(() => undefined);
-          if (target?.isFile()) found.push(relative);
+          if (target && !target.isDirectory()) found.push(relative);
         }
       }
     }

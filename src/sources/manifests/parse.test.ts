@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { OBJECT_KINDS } from '../../store/objects.js';
-import { formatManifestError, parseManifests } from './parse.js';
+import { MAX_NESTING_DEPTH, formatManifestError, parseManifestSteps, parseManifests } from './parse.js';
 
 const SPLIT = `apiVersion: split.smi-spec.io/v1alpha2
 kind: TrafficSplit
@@ -187,6 +187,66 @@ describe('parseManifests', () => {
     assert.ok(parsed.errors.length >= 1);
     assert.ok(parsed.errors.every((e) => e.file === 'f.yaml' && e.line >= 7 && e.line <= 8 && /YAML syntax error/.test(e.message)), JSON.stringify(parsed.errors));
     assert.deepEqual(parsed.objects.map((o) => o.metadata.name), ['a', 'c']);
+  });
+
+  it('reports a document nested too deeply as such, with its file and line, and still loads the others', () => {
+    const deep = `${'['.repeat(10_000)}${']'.repeat(10_000)}`;
+    const text = `apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: a, namespace: x}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: b\n  annotations:\n    deep: ${deep}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: c, namespace: x}\n`;
+    const parsed = parseManifests('deep.yaml', text);
+    assert.deepEqual(parsed.errors.map(formatManifestError), [
+      `deep.yaml:10: too deeply nested: more than ${MAX_NESTING_DEPTH} levels of mappings and sequences; the document is skipped`,
+    ]);
+    assert.equal(parsed.syntaxError, true, 'its objects are unknown: the file keeps what it had');
+    assert.deepEqual(parsed.objects.map((o) => o.metadata.name), ['a', 'c']);
+    // Block mappings count too; a document just within the limit loads.
+    const block = (levels: number): string => `apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: d, namespace: x}\nspec:\n${Array.from({ length: levels }, (_, i) => `${'  '.repeat(i + 1)}k:`).join('\n')} 1\n`;
+    assert.deepEqual(parseManifests('ok.yaml', block(MAX_NESTING_DEPTH - 1)).errors, []);
+    assert.match(formatManifestError(parseManifests('block.yaml', block(3000)).errors[0]), /^block\.yaml:\d+: too deeply nested/);
+  });
+
+  it('rejects names that are not Kubernetes names, per kind, with file, line and field, and loads the rest', () => {
+    const service = (name: string): string => `apiVersion: v1\nkind: Service\nmetadata:\n  name: ${JSON.stringify(name)}\n  namespace: bookstore\n`;
+    const bad = ['book\u0000store', 'book\nstore', 'book\u202estore', 'BookStore', 'book|store', 'book/store', '..', '1bookstore', 'a'.repeat(64)];
+    const others = [
+      'apiVersion: v1\nkind: Namespace\nmetadata: {name: Bookstore}\n',
+      'apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sa, namespace: "book\\0store"}\n',
+      'apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: v1.sa, namespace: bookstore}\n',
+      'apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: bookstore}\nspec: {serviceAccountName: "sa|x"}\n',
+      'apiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: t, namespace: bookstore}\nspec:\n  destination: {kind: ServiceAccount, name: bookstore, namespace: bookstore}\n  sources:\n  - {kind: ServiceAccount, name: "book\\0buyer", namespace: bookbuyer}\n  rules: [{kind: HTTPRouteGroup, name: routes, matches: ["all\\n"]}]\n',
+      'apiVersion: split.smi-spec.io/v1alpha2\nkind: TrafficSplit\nmetadata: {name: s, namespace: bookstore}\nspec:\n  service: bookstore.bookstore\n  backends:\n  - {service: bookstore-v1, weight: 50}\n  - {service: "bookstore\\0v2", weight: 50}\n',
+      'apiVersion: v1\nkind: Service\nmetadata: {name: bookstore, namespace: bookstore}\n',
+    ];
+    const docs = [...bad.map(service), ...others];
+    const parsed = parseManifests('names.yaml', docs.join('---\n'));
+    const lineOf = (doc: number, offset: number): number => docs.slice(0, doc).reduce((n, d) => n + d.split('\n').length, 1) + offset;
+    const errors = parsed.errors.map(formatManifestError);
+    bad.forEach((_, i) => assert.ok(errors[i].startsWith(`names.yaml:${lineOf(i, 3)}: Service bookstore/`), errors[i]));
+    assert.ok(errors.slice(0, bad.length).every((e) => /: metadata\.name: ".*" is not an RFC 1035 label/.test(e)), errors.join('\n'));
+    assert.ok(!errors.some((e) => /[\u0000\n\u202e]/.test(e)), 'messages escape control and bidi characters');
+    const n = bad.length;
+    assert.deepEqual(errors.slice(n).map((e) => e.replace(/ is not .*/, '')), [
+      `names.yaml:${lineOf(n, 2)}: Namespace Bookstore: metadata.name: "Bookstore"`,
+      `names.yaml:${lineOf(n + 1, 2)}: ServiceAccount "book\\u0000store"/sa: metadata.namespace: "book\\u0000store"`,
+      `names.yaml:${lineOf(n + 3, 3)}: Pod bookstore/p: spec.serviceAccountName: "sa|x"`,
+      `names.yaml:${lineOf(n + 4, 6)}: TrafficTarget bookstore/t: spec.sources[0].name: "book\\u0000buyer"`,
+      `names.yaml:${lineOf(n + 4, 7)}: TrafficTarget bookstore/t: spec.rules[0].matches[0]: "all\\n" holds a control or format character`,
+      `names.yaml:${lineOf(n + 5, 7)}: TrafficSplit bookstore/s: spec.backends[1].service: "bookstore\\u0000v2"`,
+    ]);
+    assert.deepEqual(parsed.objects.map((o) => `${o.kind} ${o.metadata.name}`), ['ServiceAccount v1.sa', 'Service bookstore']);
+  });
+
+  it('yields after each document, so a caller can let the event loop run while parsing a large file', () => {
+    const text = Array.from({ length: 50 }, (_, i) => `apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sa-${i}, namespace: x}\n`).join('---\n');
+    const steps = parseManifestSteps('many.yaml', text);
+    let yields = 0;
+    for (let step = steps.next(); ; step = steps.next()) {
+      if (step.done) {
+        assert.equal(step.value.objects.length, 50);
+        break;
+      }
+      yields++;
+    }
+    assert.ok(yields >= 50, `${yields} yields`);
   });
 
   it('warns about fields the CRD does not declare (typos), and still loads the object', () => {

@@ -1,6 +1,6 @@
-import { LineCounter, isMap, isScalar, isSeq, parseAllDocuments } from 'yaml';
-import type { Document, Node as YamlNode } from 'yaml';
-import { OBJECT_API_VERSIONS, isNamespacedKind, isObjectKind, objectKey } from '../../store/objects.js';
+import { Composer, Lexer, LineCounter, Parser, isMap, isScalar, isSeq } from 'yaml';
+import type { CST, Document, Node as YamlNode } from 'yaml';
+import { OBJECT_API_VERSIONS, isNamespacedKind, isObjectKind, isPrintableName, nameViolations, objectKey, printableName } from '../../store/objects.js';
 import type { KubeObject, ObjectKind } from '../../store/objects.js';
 import { SchemaValidator } from './schemas.js';
 import type { FieldPath } from './schemas.js';
@@ -64,8 +64,9 @@ export interface ParsedManifests {
 export function formatManifestError(error: ManifestError): string {
   let text = `${error.file}:${error.line}: `;
   if (error.kind !== undefined) {
-    const name = error.name ?? '<unnamed>';
-    text += `${error.kind} ${error.namespace !== undefined ? `${error.namespace}/` : ''}${name}: `;
+    const shown = (value: string): string => (isPrintableName(value) ? value : printableName(value));
+    const name = error.name !== undefined ? shown(error.name) : '<unnamed>';
+    text += `${shown(error.kind)} ${error.namespace !== undefined ? `${shown(error.namespace)}/` : ''}${name}: `;
   }
   if (error.field !== undefined) text += `${error.field}: `;
   return text + error.message;
@@ -83,121 +84,203 @@ export function formatFieldPath(path: FieldPath): string {
 
 let sharedValidator: SchemaValidator | undefined;
 
+/** {@link parseManifestSteps} yields every this many lexical tokens too (a large document's lexing and parsing). */
+const LEXEMES_PER_STEP = 1024;
+
+/**
+ * How deeply mappings and sequences may nest in a manifest document. Kubernetes objects nest
+ * a dozen levels or so; the YAML composer and the validators recurse once per level, so a
+ * document nested thousands of levels deep would exhaust the stack.
+ */
+export const MAX_NESTING_DEPTH = 100;
+
 /**
  * Parses the text of one manifest file (YAML, possibly multi-document, or JSON; a `v1` `List`
  * is flattened to its items) into store objects.
  *
- * Every document is judged on its own: a document with a YAML syntax error, a known kind with
- * an unsupported `apiVersion`, a schema violation, a missing `metadata.name`, or the same
- * kind/namespace/name as an earlier document of the file is reported in `errors` and skipped;
- * the file's other documents still load. Documents of kinds Trellis does not read are listed
- * in `ignored`. Pure: no I/O besides reading the bundled CRD schemas once.
+ * Every document is judged on its own: a document with a YAML syntax error, nested deeper than
+ * {@link MAX_NESTING_DEPTH}, a known kind with an unsupported `apiVersion`, a schema violation,
+ * a name (or a reference to an object by name) that is not a Kubernetes name
+ * (`nameViolations`), a missing `metadata.name`, or the same kind/namespace/name as an earlier
+ * document of the file is reported in `errors` and skipped; the file's other documents still
+ * load. Documents of kinds Trellis does not read are listed in `ignored`. Pure: no I/O besides
+ * reading the bundled CRD schemas once. Runs {@link parseManifestSteps} to its end.
  *
  * @param fileName used in errors only.
  * @param text the file's content.
  */
 export function parseManifests(fileName: string, text: string): ParsedManifests {
+  const steps = parseManifestSteps(fileName, text);
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+  }
+}
+
+/**
+ * {@link parseManifests} one document (or `List` item) at a time: the generator yields after
+ * each (and every {@link LEXEMES_PER_STEP} lexical tokens while reading one), and returns the
+ * result, so that a caller can give the event loop a turn while parsing a large file. Composing
+ * one document's tree from its parsed tokens is the one step that does not yield.
+ */
+export function* parseManifestSteps(fileName: string, text: string): Generator<void, ParsedManifests, void> {
   sharedValidator ??= new SchemaValidator();
   const validator = sharedValidator;
   const result: ParsedManifests = { objects: [], lines: [], errors: [], warnings: [], ignored: [], syntaxError: false, rejectedKeys: [] };
+  const rejectedKeys = new Set<string>();
   const lineCounter = new LineCounter();
-  const documents = parseAllDocuments(text, { lineCounter, prettyErrors: false, merge: true });
-  if (!Array.isArray(documents)) return result; // an empty stream
   const lineAt = (offset: number): number => lineCounter.linePos(offset).line;
   const seen = new Map<string, number>();
+  const parser = new Parser(lineCounter.addNewLine);
+  const composer = new Composer({ prettyErrors: false, merge: true });
+  // The composer hands out each document when the next one starts (or at the end); a document
+  // too deeply nested is given to it without its content, and reported here.
+  const tooDeep: (number | undefined)[] = [];
+  let documentIndex = 0;
 
-  for (const doc of documents) {
+  // Parser.parse, a lexeme at a time: lexing and parsing a large document yields too.
+  lineCounter.addNewLine(0);
+  let lexemes = 0;
+  for (const lexeme of new Lexer().lex(text)) {
+    for (const token of parser.next(lexeme)) yield* composeToken(token);
+    if (++lexemes % LEXEMES_PER_STEP === 0) yield;
+  }
+  for (const token of parser.end()) yield* composeToken(token);
+  for (const doc of composer.end()) yield* acceptYamlDocument(doc, tooDeep[documentIndex++]);
+  result.rejectedKeys = [...rejectedKeys];
+  return result;
+
+  function* composeToken(token: CST.Token): Generator<void, void, void> {
+    let composed = token;
+    if (token.type === 'document') {
+      const deepAt = offsetBeyondDepth(token, MAX_NESTING_DEPTH);
+      tooDeep.push(deepAt);
+      if (deepAt !== undefined) composed = { ...token, value: undefined };
+    }
+    for (const doc of composer.next(composed)) yield* acceptYamlDocument(doc, tooDeep[documentIndex++]);
+  }
+
+  function* acceptYamlDocument(doc: Document.Parsed, deepAt: number | undefined): Generator<void, void, void> {
     const docLine = lineAt(doc.contents?.range[0] ?? doc.range[0]);
+    if (deepAt !== undefined) {
+      result.syntaxError = true;
+      result.errors.push({ ...noObject(fileName, lineAt(deepAt)), message: `too deeply nested: more than ${MAX_NESTING_DEPTH} levels of mappings and sequences; the document is skipped` });
+      yield;
+      return;
+    }
     if (doc.errors.length > 0) {
       result.syntaxError = true;
       for (const error of doc.errors) {
         result.errors.push({ ...noObject(fileName, lineAt(error.pos[0])), message: `YAML syntax error: ${firstLine(error.message)}` });
       }
-      continue;
+      yield;
+      return;
     }
-    if (doc.contents === null) continue; // an empty document (only comments, or a trailing ---)
+    if (doc.contents === null) return; // an empty document (only comments, or a trailing ---)
     let value: unknown;
     try {
       value = doc.toJS({ maxAliasCount: 100 });
     } catch (err) {
       result.errors.push({ ...noObject(fileName, docLine), message: `YAML error: ${firstLine((err as Error).message)}` });
       result.syntaxError = true;
-      continue;
+      return;
     }
-    if (value === null || value === undefined) continue;
+    if (value === null || value === undefined) return;
     if (!isRecord(value)) {
       result.errors.push({ ...noObject(fileName, docLine), message: 'a manifest must be a mapping (apiVersion, kind, metadata, ...)' });
-      continue;
+      return;
     }
     if (value.kind === 'List' && Array.isArray(value.items)) {
-      value.items.forEach((item, i) => {
+      for (const [i, item] of value.items.entries()) {
         const basePath = ['items', i];
-        acceptDocument(item, basePath, lineOfPath(doc, basePath, lineAt, docLine));
-      });
+        acceptDocument(doc, item, basePath, lineOfPath(doc, basePath, lineAt, docLine));
+        yield;
+      }
     } else {
-      acceptDocument(value, [], docLine);
-    }
-
-    function acceptDocument(candidate: unknown, basePath: FieldPath, line: number): void {
-      const where = (path: FieldPath): number => lineOfPath(doc, [...basePath, ...path], lineAt, line);
-      if (!isRecord(candidate)) {
-        result.errors.push({ ...noObject(fileName, line), message: 'a manifest must be a mapping (apiVersion, kind, metadata, ...)' });
-        return;
-      }
-      const kind = candidate.kind;
-      const apiVersion = typeof candidate.apiVersion === 'string' ? candidate.apiVersion : undefined;
-      const metadata = isRecord(candidate.metadata) ? candidate.metadata : {};
-      const name = typeof metadata.name === 'string' ? metadata.name : undefined;
-      const givenNamespace = typeof metadata.namespace === 'string' ? metadata.namespace : undefined;
-      if (typeof kind !== 'string' || kind === '') {
-        result.errors.push({ ...noObject(fileName, where(['kind'])), name, namespace: givenNamespace, field: 'kind', message: 'is required' });
-        return;
-      }
-      if (!isObjectKind(kind)) {
-        result.ignored.push({ file: fileName, line, apiVersion, kind, namespace: givenNamespace, name });
-        return;
-      }
-      const namespace = isNamespacedKind(kind) ? (givenNamespace ?? 'default') : undefined;
-      const identity = { file: fileName, kind, namespace, name };
-      const key = name !== undefined ? objectKey(kind, namespace, name) : undefined;
-      const reject = (error: ManifestError): void => {
-        result.errors.push(error);
-        if (key !== undefined && !result.rejectedKeys.includes(key)) result.rejectedKeys.push(key);
-      };
-
-      const accepted = OBJECT_API_VERSIONS[kind];
-      if (apiVersion === undefined || !accepted.includes(apiVersion)) {
-        reject({
-          ...identity,
-          line: where(['apiVersion']),
-          field: 'apiVersion',
-          message: apiVersion === undefined ? `is required (${accepted.join(' or ')})` : `${JSON.stringify(apiVersion)} is not supported for ${kind}; use ${accepted.join(' or ')}`,
-        });
-        return;
-      }
-      warnAmbiguousScalars(doc, basePath, text, (path, message) => {
-        result.warnings.push({ ...identity, line: where(path), field: formatFieldPath(path), message });
-      });
-      for (const path of validator.unknownFields(kind, apiVersion, candidate)) {
-        result.warnings.push({ ...identity, line: where(path), field: formatFieldPath(path), message: `unknown field for ${kind} ${apiVersion}: it is ignored (a typo?)` });
-      }
-      const violations = validator.validate(kind, apiVersion, candidate);
-      if (violations.length > 0) {
-        for (const v of violations) reject({ ...identity, line: where(v.path), field: formatFieldPath(v.path), message: v.message });
-        return;
-      }
-      const objectKeyText = key as string; // the schema requires metadata.name
-      const firstLineSeen = seen.get(objectKeyText);
-      if (firstLineSeen !== undefined) {
-        result.errors.push({ ...identity, line, field: undefined, message: `duplicate object: already defined at line ${firstLineSeen}` });
-        return;
-      }
-      seen.set(objectKeyText, line);
-      result.objects.push(toObject(candidate, kind, namespace));
-      result.lines.push(line);
+      acceptDocument(doc, value, [], docLine);
+      yield;
     }
   }
-  return result;
+
+  function acceptDocument(doc: Document.Parsed, candidate: unknown, basePath: FieldPath, line: number): void {
+    const where = (path: FieldPath): number => lineOfPath(doc, [...basePath, ...path], lineAt, line);
+    if (!isRecord(candidate)) {
+      result.errors.push({ ...noObject(fileName, line), message: 'a manifest must be a mapping (apiVersion, kind, metadata, ...)' });
+      return;
+    }
+    const kind = candidate.kind;
+    const apiVersion = typeof candidate.apiVersion === 'string' ? candidate.apiVersion : undefined;
+    const metadata = isRecord(candidate.metadata) ? candidate.metadata : {};
+    const name = typeof metadata.name === 'string' ? metadata.name : undefined;
+    const givenNamespace = typeof metadata.namespace === 'string' ? metadata.namespace : undefined;
+    if (typeof kind !== 'string' || kind === '') {
+      result.errors.push({ ...noObject(fileName, where(['kind'])), name, namespace: givenNamespace, field: 'kind', message: 'is required' });
+      return;
+    }
+    if (!isObjectKind(kind)) {
+      result.ignored.push({ file: fileName, line, apiVersion, kind, namespace: givenNamespace, name });
+      return;
+    }
+    const namespace = isNamespacedKind(kind) ? (givenNamespace ?? 'default') : undefined;
+    const identity = { file: fileName, kind, namespace, name };
+    const key = name !== undefined ? objectKey(kind, namespace, name) : undefined;
+    const reject = (error: ManifestError): void => {
+      result.errors.push(error);
+      if (key !== undefined) rejectedKeys.add(key);
+    };
+
+    const accepted = OBJECT_API_VERSIONS[kind];
+    if (apiVersion === undefined || !accepted.includes(apiVersion)) {
+      reject({
+        ...identity,
+        line: where(['apiVersion']),
+        field: 'apiVersion',
+        message: apiVersion === undefined ? `is required (${accepted.join(' or ')})` : `${JSON.stringify(apiVersion)} is not supported for ${kind}; use ${accepted.join(' or ')}`,
+      });
+      return;
+    }
+    warnAmbiguousScalars(doc, basePath, text, (path, message) => {
+      result.warnings.push({ ...identity, line: where(path), field: formatFieldPath(path), message });
+    });
+    for (const path of validator.unknownFields(kind, apiVersion, candidate)) {
+      result.warnings.push({ ...identity, line: where(path), field: formatFieldPath(path), message: `unknown field for ${kind} ${apiVersion}: it is ignored (a typo?)` });
+    }
+    const violations = [
+      ...validator.validate(kind, apiVersion, candidate),
+      ...nameViolations(toObject(candidate, kind, namespace)),
+    ];
+    if (violations.length > 0) {
+      for (const v of violations) reject({ ...identity, line: where(v.path), field: formatFieldPath(v.path), message: v.message });
+      return;
+    }
+    const objectKeyText = key as string; // the schema requires metadata.name
+    const firstLineSeen = seen.get(objectKeyText);
+    if (firstLineSeen !== undefined) {
+      result.errors.push({ ...identity, line, field: undefined, message: `duplicate object: already defined at line ${firstLineSeen}` });
+      return;
+    }
+    seen.set(objectKeyText, line);
+    result.objects.push(toObject(candidate, kind, namespace));
+    result.lines.push(line);
+  }
+}
+
+/**
+ * The offset of the first node of `document` nested more than `maxDepth` mappings or sequences
+ * deep, or undefined if there is none. Walks the CST with a stack of its own (no recursion).
+ */
+function offsetBeyondDepth(document: CST.Document, maxDepth: number): number | undefined {
+  const stack: [CST.Token, number][] = document.value ? [[document.value, 0]] : [];
+  for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+    const [token, depth] = next;
+    if (token.type !== 'block-map' && token.type !== 'block-seq' && token.type !== 'flow-collection') continue;
+    if (depth + 1 > maxDepth) return token.offset;
+    for (const item of token.items) {
+      if (item.value) stack.push([item.value, depth + 1]);
+      if (item.key) stack.push([item.key, depth + 1]);
+    }
+  }
+  return undefined;
 }
 
 function toObject(candidate: Record<string, unknown>, kind: ObjectKind, namespace: string | undefined): KubeObject {

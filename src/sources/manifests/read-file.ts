@@ -1,0 +1,97 @@
+import { constants } from 'node:fs';
+import { open } from 'node:fs/promises';
+import { setTimeout as delay } from 'node:timers/promises';
+
+/** The default largest manifest file read, in bytes (4 MiB; the API server caps one object at about 1.5 MB). */
+export const DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
+
+/** What reading one manifest file found. */
+export type ManifestRead =
+  /** The file's content (UTF-8), and its size and modification time when it was read. */
+  | { readonly status: 'ok'; readonly text: string; readonly size: number; readonly mtimeMs: number }
+  /** There is no such file (any more). */
+  | { readonly status: 'missing' }
+  /** Not a regular file (a FIFO, socket, device or directory, or a symbolic link to one): not read. */
+  | { readonly status: 'not-regular'; readonly type: string }
+  /** Larger than the limit: `size` is its size, or at least the bytes read when it grew while read. */
+  | { readonly status: 'too-large'; readonly size: number; readonly grew: boolean }
+  /** Reading failed with this error code (`EACCES`, `EIO`, …). */
+  | { readonly status: 'error'; readonly code: string }
+  /** Its content still changed after every re-read ({@link readSettledManifestFile}). */
+  | { readonly status: 'unsettled' };
+
+/** The kind of a non-regular file, for messages. */
+function fileType(info: { isDirectory(): boolean; isFIFO(): boolean; isSocket(): boolean; isCharacterDevice(): boolean; isBlockDevice(): boolean }): string {
+  if (info.isDirectory()) return 'a directory';
+  if (info.isFIFO()) return 'a FIFO';
+  if (info.isSocket()) return 'a socket';
+  if (info.isCharacterDevice()) return 'a character device';
+  if (info.isBlockDevice()) return 'a block device';
+  return 'not a regular file';
+}
+
+/**
+ * Reads a manifest file without ever blocking on it and with a bound: opens it with
+ * `O_NONBLOCK` (opening a FIFO does not wait for a writer; a symbolic link is followed), then
+ * checks the open descriptor (`fstat`, so the check and the read concern the same file): only
+ * a regular file of at most `maxBytes` bytes is read, and at most `maxBytes + 1` bytes are read
+ * from it, so a file that grows after the check is still bounded. Never rejects.
+ * @param file the path to read.
+ * @param maxBytes the largest size read, in bytes.
+ */
+export async function readManifestFile(file: string, maxBytes: number): Promise<ManifestRead> {
+  let handle;
+  try {
+    handle = await open(file, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0));
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? String(err);
+    if (code === 'ENOENT' || code === 'ENOTDIR') return { status: 'missing' };
+    // Opening a Unix socket fails with ENXIO.
+    if (code === 'ENXIO') return { status: 'not-regular', type: 'a socket' };
+    return { status: 'error', code };
+  }
+  try {
+    const info = await handle.stat();
+    if (!info.isFile()) return { status: 'not-regular', type: fileType(info) };
+    if (info.size > maxBytes) return { status: 'too-large', size: info.size, grew: false };
+    const limit = maxBytes + 1;
+    const chunks: Buffer[] = [];
+    let total = 0;
+    let chunkSize = Math.min(Math.max(info.size + 1, 64 * 1024), limit);
+    while (total < limit) {
+      const buffer = Buffer.allocUnsafe(Math.min(chunkSize, limit - total));
+      const { bytesRead } = await handle.read(buffer, 0, buffer.length, total);
+      if (bytesRead === 0) break;
+      chunks.push(bytesRead === buffer.length ? buffer : buffer.subarray(0, bytesRead));
+      total += bytesRead;
+      chunkSize *= 2;
+    }
+    if (total > maxBytes) return { status: 'too-large', size: total, grew: true };
+    return { status: 'ok', text: Buffer.concat(chunks, total).toString('utf8'), size: total, mtimeMs: info.mtimeMs };
+  } catch (err) {
+    return { status: 'error', code: (err as NodeJS.ErrnoException).code ?? String(err) };
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+/**
+ * {@link readManifestFile}, waiting until a file being written is written: when the file was
+ * modified less than `settleMs` ago, it is read again `settleMs` later, until two reads find
+ * the same content, size and modification time (a write in several chunks, or truncate then
+ * write, is not taken half done). After `attempts` re-reads that all differ: `unsettled`.
+ * @param settleMs the quiet period, in ms (0: read once).
+ * @param attempts how many times to re-read at most.
+ * @param now the clock, in ms since the epoch (tests).
+ */
+export async function readSettledManifestFile(file: string, maxBytes: number, settleMs: number, attempts = 10, now: () => number = Date.now): Promise<ManifestRead> {
+  let read = await readManifestFile(file, maxBytes);
+  for (let i = 0; read.status === 'ok' && now() - read.mtimeMs < settleMs; i++) {
+    if (i === attempts) return { status: 'unsettled' };
+    await delay(settleMs);
+    const again = await readManifestFile(file, maxBytes);
+    if (again.status === 'ok' && again.text === read.text && again.size === read.size && again.mtimeMs === read.mtimeMs) break;
+    read = again;
+  }
+  return read;
+}
