@@ -143,6 +143,9 @@ describe('buildMeshSnapshot', () => {
         { name: 'empty-header', headers: [{ 'x-user': '' }] },
         { name: 'open-paren', pathRegex: '/books([' },
         { name: 'fine', pathRegex: '/fine' },
+        { name: 'too-many', pathRegex: '/x{1001}' },
+        { name: 'end-of-text', pathRegex: '/books\\Z' },
+        { name: 'named-backreference', pathRegex: '(?P<n>a)\\k<n>' },
       ]),
     );
     objects.push(
@@ -156,6 +159,9 @@ describe('buildMeshSnapshot', () => {
         'HTTPRouteGroup bookstore-service-routes spec.matches[1].headers.client app',
         'HTTPRouteGroup bookstore-service-routes spec.matches[2].headers.x-user',
         'HTTPRouteGroup bookstore-service-routes spec.matches[3].pathRegex',
+        'HTTPRouteGroup bookstore-service-routes spec.matches[5].pathRegex',
+        'HTTPRouteGroup bookstore-service-routes spec.matches[6].pathRegex',
+        'HTTPRouteGroup bookstore-service-routes spec.matches[7].pathRegex',
       ],
     );
     const allRoutes = snapshot.trafficTargets.find((t) => t.name === 'bookstore/all-routes')!;
