@@ -50,8 +50,13 @@ export interface BuildOptions {
   readonly meshName: string;
   /** Generation number to stamp on the snapshot. */
   readonly generation: number;
-  /** The previous snapshot: policies that now have problems keep their version from it ({@link keepLastGood}). */
+  /**
+   * The previous snapshot: policies that now have problems keep their version from it
+   * ({@link keepLastGood}), and so do the mesh settings when the MeshConfig was deleted.
+   */
   readonly previous?: MeshSnapshot;
+  /** The MeshConfig to read (default {@link DEFAULT_MESH_CONFIG}: `osm-system/osm-mesh-config`). */
+  readonly meshConfig?: { readonly namespace: string; readonly name: string };
 }
 
 /** The result of {@link buildMeshSnapshot}: the snapshot, and the policies it had to skip. */
@@ -94,10 +99,52 @@ const DEFAULT_SETTINGS: MeshSettings = {
   configResyncIntervalSeconds: undefined,
 };
 
-function meshSettings(store: StoreReader, problems: PolicyProblem[]): MeshSettings {
+/** The MeshConfig OSM's controller reads: `osm-mesh-config` in its namespace. */
+export const DEFAULT_MESH_CONFIG = { namespace: 'osm-system', name: 'osm-mesh-config' } as const;
+
+/**
+ * The mesh settings and where they come from. The MeshConfig read is `wanted`'s; another one is
+ * reported and ignored. When it is gone but the previous snapshot's settings came from it, those
+ * settings stay in force (a deletion never opens the mesh); only a mesh that has had no
+ * MeshConfig since the controller started gets {@link DEFAULT_SETTINGS}.
+ */
+function meshSettings(
+  store: StoreReader,
+  wanted: { readonly namespace: string; readonly name: string },
+  previous: MeshSnapshot | undefined,
+  problems: PolicyProblem[],
+): { settings: MeshSettings; meshConfig: MeshSnapshot['meshConfig'] } {
   const configs = store.list<MeshConfig>('MeshConfig');
-  const config = configs.find((c) => c.metadata.name === 'osm-mesh-config') ?? configs[0];
-  if (!config) return DEFAULT_SETTINGS;
+  const wantedKey = `${wanted.namespace}/${wanted.name}`;
+  const config = configs.find((c) => c.metadata.name === wanted.name && (c.metadata.namespace ?? 'default') === wanted.namespace);
+  for (const other of configs) {
+    if (other === config) continue;
+    problems.push({
+      kind: 'MeshConfig',
+      namespace: other.metadata.namespace,
+      name: other.metadata.name,
+      field: 'metadata',
+      message: `is not the MeshConfig this controller reads (${wantedKey}); ignored`,
+    });
+  }
+  if (!config) {
+    if (previous?.meshConfig) {
+      problems.push({
+        kind: 'MeshConfig',
+        namespace: wanted.namespace,
+        name: wanted.name,
+        field: 'metadata',
+        message: `was deleted; its last settings stay in force (permissive mode ${previous.settings.permissiveTrafficPolicyMode ? 'on' : 'off'}) until it is created again (a controller started without it uses the defaults)`,
+      });
+      return { settings: previous.settings, meshConfig: { name: wantedKey, deleted: true } };
+    }
+    return { settings: DEFAULT_SETTINGS, meshConfig: undefined };
+  }
+  return { settings: settingsOf(config, problems), meshConfig: { name: wantedKey, deleted: false } };
+}
+
+/** The settings of one MeshConfig; impossible values are reported and replaced by the defaults. */
+function settingsOf(config: MeshConfig, problems: PolicyProblem[]): MeshSettings {
   const report = (field: string, message: string): void => {
     problems.push({ kind: 'MeshConfig', namespace: config.metadata.namespace, name: config.metadata.name, field, message });
   };
@@ -399,10 +446,11 @@ function resolveTrafficSplits(
  * MeshService per Service port (UDP ports skipped), endpoints (from Endpoints or
  * EndpointSlices, else from the Pods the selector matches), service identities (the service
  * accounts of those Pods, and of Deployments' pod templates), resolved TrafficTargets and
- * TrafficSplits, and MeshConfig settings (permissive mode when there is no MeshConfig),
+ * TrafficSplits, and MeshConfig settings (OSM's defaults, permissive mode on, while no
+ * MeshConfig was seen; the last ones seen, kept in `previous`, once it is deleted),
  * IngressBackends with their Ingress routes (`ingress.ts`) and Egress policies (`egress.ts`).
  *
- * Pure: reads only `store`. Policies that reference something missing or impossible are
+ * Pure: reads only `store` and `options.previous`. Policies that reference something missing or impossible are
  * left out and listed in `problems`; nothing throws.
  */
 export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): BuildResult {
@@ -413,7 +461,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
       .filter((n) => n.metadata.labels?.[MONITORED_BY_LABEL] === options.meshName)
       .map((n) => n.metadata.name),
   );
-  const settings = meshSettings(store, problems);
+  const { settings, meshConfig } = meshSettings(store, options.meshConfig ?? DEFAULT_MESH_CONFIG, options.previous, problems);
 
   const { services, endpoints, identitiesByService, servicesByIdentity } = buildServices(store, namespaces, problems);
 
@@ -463,6 +511,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
     generation: options.generation,
     meshName: options.meshName,
     settings: sameOrPrevious(prev?.settings, settings),
+    meshConfig,
     namespaces,
     services,
     endpoints,
