@@ -201,6 +201,9 @@ describe('buildMeshSnapshot', () => {
         'HTTPRouteGroup bookstore-service-routes spec.matches[5].pathRegex',
         'HTTPRouteGroup bookstore-service-routes spec.matches[6].pathRegex',
         'HTTPRouteGroup bookstore-service-routes spec.matches[7].pathRegex',
+        // Their only matches (buy-a-book, books-bought) are the invalid ones: they grant nothing.
+        'TrafficTarget bookstore spec.rules',
+        'TrafficTarget bookstore-v2 spec.rules',
       ],
     );
     const allRoutes = snapshot.trafficTargets.find((t) => t.name === 'bookstore/all-routes')!;
