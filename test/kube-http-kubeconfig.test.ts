@@ -5,6 +5,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
 import { namespaceList } from '../src/cli/kube-commands.js';
+import { loadOrCreateCaSecret, secretApiFor } from '../src/certificate/secret-store.js';
 import { runController, type RunningController } from '../src/main.js';
 import { loadKubeConfig } from '../src/sources/kubernetes/kubernetes-source.js';
 import { bookstoreMesh } from './fixtures/mesh.js';
@@ -37,7 +38,16 @@ describe('a --kubeconfig whose server is http:// (kubectl proxy)', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  it('reads and creates the CA Secret, holds the Lease and gets ready', async () => {
+  it('reads and creates the CA Secret through client-node', async () => {
+    const result = await loadOrCreateCaSecret({ api: secretApiFor(loadKubeConfig(kubeconfig)), namespace: 'osm-system', name: 'http-ca' });
+    assert.equal(result.created, true);
+    const again = await loadOrCreateCaSecret({ api: secretApiFor(loadKubeConfig(kubeconfig)), namespace: 'osm-system', name: 'http-ca' });
+    assert.equal(again.created, false);
+    assert.equal(again.ca.caPem, result.ca.caPem);
+  });
+
+  // The controller retries an unreadable CA Secret for ever: bound the wait.
+  it('reads and creates the CA Secret, holds the Lease and gets ready', { timeout: 60_000 }, async () => {
     running = await runController({
       kubernetes: { kubeconfig, backoff: { initialMs: 50, maxMs: 500 } },
       meshName: 'osm',
@@ -51,7 +61,7 @@ describe('a --kubeconfig whose server is http:// (kubectl proxy)', () => {
     });
     const port = running.httpPort;
     await eventually(async () => (await fetch(`http://127.0.0.1:${port}/readyz`)).status === 200, 'readyz', 20_000, 50);
-    assert.equal(server.objects('Secret', 'osm-system').length, 1, 'the CA Secret was created');
+    assert.ok(server.objects('Secret', 'osm-system').some((o) => o.metadata.name === 'trellis-ca'), 'the CA Secret was created');
     await eventually(() => server.objects('Lease', 'osm-system').length === 1, 'the Lease', 20_000, 50);
   });
 
