@@ -43,15 +43,16 @@ export function compileRe2(pattern: string): Re2 | Error {
   const program = compile(pattern);
   let out: Re2 | Error;
   if (program.ok()) {
-    const full = compile(`^(?:${pattern})$`);
+    // The anchored program is compiled on first use: most patterns are only checked.
+    let full: Program | undefined;
     out = {
       source: pattern,
       test: (input) => program.match(input, 0, false).index >= 0,
-      fullMatch: (input) => full.match(input, 0, false).index >= 0,
+      fullMatch: (input) => (full ??= compile(`^(?:${pattern})$`)).match(input, 0, false).index >= 0,
     };
     forget.set(out, () => {
       program.delete();
-      full.delete();
+      full?.delete();
     });
   } else {
     out = new Error(program.error());
@@ -75,15 +76,30 @@ const forget = new WeakMap<Re2, () => void>();
  * a lookaround or backreference, a repeat count above RE2's limit of 1000), with RE2's own
  * message. Not checked: Envoy's program-size limit (runtime `re2.max_program_size.error_level`,
  * 100 by default), as `re2-wasm` does not expose the program size; a proxy that rejects such a
- * pattern NACKs and keeps its last configuration.
+ * pattern NACKs and keeps its last configuration. Verdicts are cached (at most
+ * {@link MAX_VERDICTS}); a first check costs about 0.1 ms (RE2 compiles in WebAssembly).
  */
 export function re2Problem(pattern: string): string | undefined {
   if (pattern === '') return 'is an empty regular expression';
-  const compiled = compileRe2(pattern);
-  if (!(compiled instanceof Error)) return undefined;
-  const hint = RE2_UNSUPPORTED.test(pattern) ? ' (RE2 has no lookaround or backreference)' : '';
-  return `${JSON.stringify(pattern)} is not a valid RE2 regular expression: ${compiled.message}${hint}`;
+  const known = verdicts.get(pattern);
+  if (known !== undefined) return known || undefined;
+  // Only the verdict is kept (a short string), not the program: a mesh checks many patterns
+  // and matches with few.
+  const program = compile(pattern);
+  let verdict = '';
+  if (!program.ok()) {
+    const hint = RE2_UNSUPPORTED.test(pattern) ? ' (RE2 has no lookaround or backreference)' : '';
+    verdict = `${JSON.stringify(pattern)} is not a valid RE2 regular expression: ${program.error()}${hint}`;
+  }
+  program.delete();
+  if (verdicts.size >= MAX_VERDICTS) verdicts.delete(verdicts.keys().next().value as string);
+  verdicts.set(pattern, verdict);
+  return verdict || undefined;
 }
+
+/** Most {@link re2Problem} verdicts kept (`''` = valid); the oldest is dropped past it. */
+const MAX_VERDICTS = 65_536;
+const verdicts = new Map<string, string>();
 
 /** A lookaround or backreference (`(?=`, `(?!`, `(?<=`, `(?<!`, `\1`, `\k<name>`): syntax of other engines that RE2 does not have. */
 export const RE2_UNSUPPORTED = /\(\?<?[=!]|\\[1-9]|\\k</;
