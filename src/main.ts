@@ -162,6 +162,7 @@ export async function runController(options: ControllerOptions): Promise<Running
         return {
         meshName: options.meshName,
         settings: controller.snapshot.settings,
+        meshConfig: controller.snapshot.meshConfig ?? null,
         generation: controller.snapshot.generation,
         trafficTargets: controller.snapshot.trafficTargets,
         trafficSplits: controller.snapshot.trafficSplits,
@@ -243,6 +244,7 @@ export async function runController(options: ControllerOptions): Promise<Running
     logger: logger.child({ component: 'controller' }),
     metrics,
     meshName: options.meshName,
+    meshConfigNamespace: options.controllerNamespace ?? defaultControllerNamespace(),
     resyncIntervalMs: options.resyncIntervalMs,
     debounceQuietMs: options.debounceQuietMs,
     verifyPodIdentity: options.kubernetes !== undefined,

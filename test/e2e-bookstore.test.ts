@@ -143,6 +143,34 @@ describe('controller end to end on examples/bookstore over mTLS', () => {
     thief.stop();
   });
 
+  it('keeps the last MeshConfig settings in force when the MeshConfig is deleted, and says so', async () => {
+    const { sidecar: thief } = await connect('bookthief', 'bookthief');
+    await thief.until((s) => s.names(TypeUrl.Cluster).length > 0, 'bookthief CDS');
+    const file = path.join(manifests, 'meshconfig.yaml');
+    const original = await readFile(file, 'utf8');
+    await rm(file);
+    let policies: Decoded = {};
+    const deleted = (p: Decoded) => p.problems?.find((x: Decoded) => x.kind === 'MeshConfig' && /was deleted; its last settings stay in force/.test(x.message));
+    for (let i = 0; i < 200 && !deleted(policies); i++) {
+      await new Promise((r) => setTimeout(r, 25));
+      policies = await getJson('/debug/policies');
+    }
+    assert.ok(deleted(policies), `the deletion is reported in /debug/policies: ${JSON.stringify(policies.problems)}`);
+    assert.equal(deleted(policies).text, 'MeshConfig osm-system/osm-mesh-config: metadata: was deleted; its last settings stay in force (permissive mode off) until it is created again (a controller started without it uses the defaults)');
+    assert.equal(policies.settings.permissiveTrafficPolicyMode, false);
+    assert.deepEqual(policies.meshConfig, { name: 'osm-system/osm-mesh-config', deleted: true });
+    await running.controller.flush();
+    assert.deepEqual(thief.names(TypeUrl.Cluster), ['envoy-metrics-cluster'], 'bookthief got no bookstore, bookwarehouse or mysql cluster');
+    assert.deepEqual(thief.names(TypeUrl.Listener), [], 'bookthief has no outbound listener');
+    await writeFile(file, original);
+    for (let i = 0; i < 200 && policies.meshConfig?.deleted !== false; i++) {
+      await new Promise((r) => setTimeout(r, 25));
+      policies = await getJson('/debug/policies');
+    }
+    assert.deepEqual(policies.problems, [], 'the warning is gone once the MeshConfig is back');
+    thief.stop();
+  });
+
   it('pushes new RDS to bookbuyer within 2 s of the split file changing to 100/0', async () => {
     const buyer = sidecars[0];
     const file = path.join(manifests, 'split.yaml');

@@ -97,7 +97,46 @@ describe('buildMeshSnapshot', () => {
   it('is permissive without a MeshConfig, and SMI with permissive mode off', () => {
     const none = build(bookstoreMesh().filter((o) => o.kind !== 'MeshConfig')).snapshot;
     assert.equal(none.settings.permissiveTrafficPolicyMode, true);
+    assert.equal(none.meshConfig, undefined, 'OSM defaults: no MeshConfig seen');
     assert.equal(build(bookstoreMesh()).snapshot.settings.permissiveTrafficPolicyMode, false);
+  });
+
+  it('keeps the last MeshConfig settings when the MeshConfig is deleted: a deletion never opens the mesh', () => {
+    const first = build(bookstoreMesh()).snapshot;
+    assert.deepEqual(first.meshConfig, { name: 'osm-system/osm-mesh-config', deleted: false });
+    const without = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
+    const { snapshot, problems } = buildMeshSnapshot(memoryStore(without), { meshName: 'osm', generation: 8, previous: first });
+    assert.equal(snapshot.settings.permissiveTrafficPolicyMode, false);
+    assert.equal(snapshot.settings, first.settings);
+    assert.deepEqual(snapshot.meshConfig, { name: 'osm-system/osm-mesh-config', deleted: true });
+    assert.deepEqual(problems.map((p) => `${p.kind} ${p.namespace}/${p.name} ${p.field}`), ['MeshConfig osm-system/osm-mesh-config metadata']);
+    assert.match(problems[0].message, /^was deleted; its last settings stay in force \(permissive mode off\)/);
+    assert.deepEqual(outboundServices(snapshot, serviceIdentity('bookthief', 'bookthief')), [], 'bookthief still reaches nothing');
+    // Still deleted at the next build (carried snapshot to snapshot), and back once it is created again.
+    const later = buildMeshSnapshot(memoryStore(without), { meshName: 'osm', generation: 9, previous: snapshot });
+    assert.equal(later.snapshot.settings.permissiveTrafficPolicyMode, false);
+    assert.equal(later.problems.length, 1);
+    const back = buildMeshSnapshot(memoryStore(bookstoreMesh().map((o) => (o.kind === 'MeshConfig' ? k8s.meshConfig(true) : o))), { meshName: 'osm', generation: 10, previous: later.snapshot });
+    assert.equal(back.snapshot.settings.permissiveTrafficPolicyMode, true);
+    assert.deepEqual(back.problems, []);
+  });
+
+  it('reads only the MeshConfig of its name and namespace, and reports another one', () => {
+    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
+    const elsewhere = { ...k8s.meshConfig(true), metadata: { name: 'osm-mesh-config', namespace: 'default' } };
+    const renamed = { ...k8s.meshConfig(true), metadata: { name: 'my-mesh-config', namespace: 'osm-system' } };
+    const { snapshot, problems } = build([...objects, elsewhere, renamed, k8s.meshConfig(false)]);
+    assert.equal(snapshot.settings.permissiveTrafficPolicyMode, false, 'the others are ignored');
+    assert.deepEqual(
+      problems.map((p) => `${p.kind} ${p.namespace}/${p.name}: ${p.message}`),
+      [
+        'MeshConfig default/osm-mesh-config: is not the MeshConfig this controller reads (osm-system/osm-mesh-config); ignored',
+        'MeshConfig osm-system/my-mesh-config: is not the MeshConfig this controller reads (osm-system/osm-mesh-config); ignored',
+      ],
+    );
+    const own = buildMeshSnapshot(memoryStore([...objects, elsewhere]), { meshName: 'osm', generation: 1, meshConfig: { namespace: 'default', name: 'osm-mesh-config' } });
+    assert.equal(own.snapshot.settings.permissiveTrafficPolicyMode, true, 'a controller in namespace default reads that one');
+    assert.deepEqual(own.problems, []);
   });
 
   it('lets a source reach only what TrafficTargets allow', () => {
@@ -143,6 +182,9 @@ describe('buildMeshSnapshot', () => {
         { name: 'empty-header', headers: [{ 'x-user': '' }] },
         { name: 'open-paren', pathRegex: '/books([' },
         { name: 'fine', pathRegex: '/fine' },
+        { name: 'too-many', pathRegex: '/x{1001}' },
+        { name: 'end-of-text', pathRegex: '/books\\Z' },
+        { name: 'named-backreference', pathRegex: '(?P<n>a)\\k<n>' },
       ]),
     );
     objects.push(
@@ -156,6 +198,12 @@ describe('buildMeshSnapshot', () => {
         'HTTPRouteGroup bookstore-service-routes spec.matches[1].headers.client app',
         'HTTPRouteGroup bookstore-service-routes spec.matches[2].headers.x-user',
         'HTTPRouteGroup bookstore-service-routes spec.matches[3].pathRegex',
+        'HTTPRouteGroup bookstore-service-routes spec.matches[5].pathRegex',
+        'HTTPRouteGroup bookstore-service-routes spec.matches[6].pathRegex',
+        'HTTPRouteGroup bookstore-service-routes spec.matches[7].pathRegex',
+        // Their only matches (buy-a-book, books-bought) are the invalid ones: they grant nothing.
+        'TrafficTarget bookstore spec.rules',
+        'TrafficTarget bookstore-v2 spec.rules',
       ],
     );
     const allRoutes = snapshot.trafficTargets.find((t) => t.name === 'bookstore/all-routes')!;

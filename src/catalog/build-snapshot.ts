@@ -34,7 +34,7 @@ import { clusterName, serviceKey } from './names.js';
 import { parseGoDuration } from './duration.js';
 import { HTTP_HEADER_NAME, re2Problem } from '../util/re2.js';
 import { resolveRetryPolicies, resolveUpstreamTrafficSettings } from './upstream-policies.js';
-import { keepLastGood } from './last-good.js';
+import { keepLastGood, type KeptPolicies } from './last-good.js';
 import { sameElements, sameSet } from '../util/same.js';
 import { resolveIngressBackends } from './ingress.js';
 import { resolveEgressPolicies } from './egress.js';
@@ -50,8 +50,13 @@ export interface BuildOptions {
   readonly meshName: string;
   /** Generation number to stamp on the snapshot. */
   readonly generation: number;
-  /** The previous snapshot: policies that now have problems keep their version from it ({@link keepLastGood}). */
+  /**
+   * The previous snapshot: policies that now have problems keep their version from it
+   * ({@link keepLastGood}), and so do the mesh settings when the MeshConfig was deleted.
+   */
   readonly previous?: MeshSnapshot;
+  /** The MeshConfig to read (default {@link DEFAULT_MESH_CONFIG}: `osm-system/osm-mesh-config`). */
+  readonly meshConfig?: { readonly namespace: string; readonly name: string };
 }
 
 /** The result of {@link buildMeshSnapshot}: the snapshot, and the policies it had to skip. */
@@ -94,10 +99,52 @@ const DEFAULT_SETTINGS: MeshSettings = {
   configResyncIntervalSeconds: undefined,
 };
 
-function meshSettings(store: StoreReader, problems: PolicyProblem[]): MeshSettings {
+/** The MeshConfig OSM's controller reads: `osm-mesh-config` in its namespace. */
+export const DEFAULT_MESH_CONFIG = { namespace: 'osm-system', name: 'osm-mesh-config' } as const;
+
+/**
+ * The mesh settings and where they come from. The MeshConfig read is `wanted`'s; another one is
+ * reported and ignored. When it is gone but the previous snapshot's settings came from it, those
+ * settings stay in force (a deletion never opens the mesh); only a mesh that has had no
+ * MeshConfig since the controller started gets {@link DEFAULT_SETTINGS}.
+ */
+function meshSettings(
+  store: StoreReader,
+  wanted: { readonly namespace: string; readonly name: string },
+  previous: MeshSnapshot | undefined,
+  problems: PolicyProblem[],
+): { settings: MeshSettings; meshConfig: MeshSnapshot['meshConfig'] } {
   const configs = store.list<MeshConfig>('MeshConfig');
-  const config = configs.find((c) => c.metadata.name === 'osm-mesh-config') ?? configs[0];
-  if (!config) return DEFAULT_SETTINGS;
+  const wantedKey = `${wanted.namespace}/${wanted.name}`;
+  const config = configs.find((c) => c.metadata.name === wanted.name && (c.metadata.namespace ?? 'default') === wanted.namespace);
+  for (const other of configs) {
+    if (other === config) continue;
+    problems.push({
+      kind: 'MeshConfig',
+      namespace: other.metadata.namespace,
+      name: other.metadata.name,
+      field: 'metadata',
+      message: `is not the MeshConfig this controller reads (${wantedKey}); ignored`,
+    });
+  }
+  if (!config) {
+    if (previous?.meshConfig) {
+      problems.push({
+        kind: 'MeshConfig',
+        namespace: wanted.namespace,
+        name: wanted.name,
+        field: 'metadata',
+        message: `was deleted; its last settings stay in force (permissive mode ${previous.settings.permissiveTrafficPolicyMode ? 'on' : 'off'}) until it is created again (a controller started without it uses the defaults)`,
+      });
+      return { settings: previous.settings, meshConfig: { name: wantedKey, deleted: true } };
+    }
+    return { settings: DEFAULT_SETTINGS, meshConfig: undefined };
+  }
+  return { settings: settingsOf(config, problems), meshConfig: { name: wantedKey, deleted: false } };
+}
+
+/** The settings of one MeshConfig; impossible values are reported and replaced by the defaults. */
+function settingsOf(config: MeshConfig, problems: PolicyProblem[]): MeshSettings {
   const report = (field: string, message: string): void => {
     problems.push({ kind: 'MeshConfig', namespace: config.metadata.namespace, name: config.metadata.name, field, message });
   };
@@ -253,7 +300,7 @@ function resolveTrafficTargets(store: StoreReader, namespaces: ReadonlySet<strin
     }
     const sources: ServiceIdentity[] = [];
     (tt.spec.sources ?? []).forEach((s, i) => {
-      if (s.kind !== 'ServiceAccount') report(`spec.sources[${i}].kind`, `"${s.kind}" is not ServiceAccount`);
+      if (s.kind !== 'ServiceAccount') report(`spec.sources[${i}].kind`, `"${s.kind}" is not ServiceAccount; the TrafficTarget applies without this source`);
       else sources.push(serviceIdentity(s.namespace ?? ns, s.name));
     });
     const httpMatches: HttpRouteMatch[] = [];
@@ -270,7 +317,7 @@ function resolveTrafficTargets(store: StoreReader, namespaces: ReadonlySet<strin
         const wanted = rule.matches && rule.matches.length > 0 ? new Set(rule.matches) : undefined;
         const groupMatches = group.spec.matches ?? [];
         for (const name of wanted ?? []) {
-          if (!groupMatches.some((m) => m.name === name)) report(`spec.rules[${i}].matches`, `HTTPRouteGroup ${ns}/${rule.name} has no match "${name}"`);
+          if (!groupMatches.some((m) => m.name === name)) report(`spec.rules[${i}].matches`, `HTTPRouteGroup ${ns}/${rule.name} has no match "${name}"; the TrafficTarget applies without match "${name}"`);
         }
         groupMatches.forEach((m, index) => {
           if (wanted && !wanted.has(m.name)) return;
@@ -280,7 +327,13 @@ function resolveTrafficTargets(store: StoreReader, namespaces: ReadonlySet<strin
           const bad = httpMatchProblem(m.pathRegex, headers);
           if (bad) {
             // The match could never be sent to Envoy: skip it (the rest of the group still applies).
-            problems.push({ kind: 'HTTPRouteGroup', namespace: ns, name: rule.name, field: `spec.matches[${index}].${bad.field}`, message: bad.message });
+            problems.push({
+              kind: 'HTTPRouteGroup',
+              namespace: ns,
+              name: rule.name,
+              field: `spec.matches[${index}].${bad.field}`,
+              message: `${bad.message}; TrafficTargets apply without match "${m.name}"`,
+            });
             return;
           }
           const methods = (m.methods ?? []).includes('*') ? [] : [...(m.methods ?? [])];
@@ -297,10 +350,20 @@ function resolveTrafficTargets(store: StoreReader, namespaces: ReadonlySet<strin
         if (ports.length === 0 || tcpPorts === 'any') tcpPorts = 'any';
         else tcpPorts = [...(tcpPorts ?? []), ...ports];
       } else {
-        report(`spec.rules[${i}].kind`, `"${rule.kind}" is not HTTPRouteGroup or TCPRoute`);
+        report(`spec.rules[${i}].kind`, `"${rule.kind}" is not HTTPRouteGroup or TCPRoute; the TrafficTarget applies without this rule`);
       }
     });
     if (!valid) continue;
+    // What is left must grant something: a TrafficTarget with no source, or no match or port
+    // left, is not in force (never "no matches" read as "everything").
+    if (sources.length === 0) {
+      report('spec.sources', 'no valid source: the TrafficTarget grants nothing');
+      continue;
+    }
+    if (httpMatches.length === 0 && tcpPorts === undefined) {
+      report('spec.rules', 'no valid HTTPRouteGroup match or TCPRoute: the TrafficTarget grants nothing');
+      continue;
+    }
     out.push({
       name: `${ns}/${tt.metadata.name}`,
       destination: serviceIdentity(ns, dest.name),
@@ -399,10 +462,11 @@ function resolveTrafficSplits(
  * MeshService per Service port (UDP ports skipped), endpoints (from Endpoints or
  * EndpointSlices, else from the Pods the selector matches), service identities (the service
  * accounts of those Pods, and of Deployments' pod templates), resolved TrafficTargets and
- * TrafficSplits, and MeshConfig settings (permissive mode when there is no MeshConfig),
+ * TrafficSplits, and MeshConfig settings (OSM's defaults, permissive mode on, while no
+ * MeshConfig was seen; the last ones seen, kept in `previous`, once it is deleted),
  * IngressBackends with their Ingress routes (`ingress.ts`) and Egress policies (`egress.ts`).
  *
- * Pure: reads only `store`. Policies that reference something missing or impossible are
+ * Pure: reads only `store` and `options.previous`. Policies that reference something missing or impossible are
  * left out and listed in `problems`; nothing throws.
  */
 export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): BuildResult {
@@ -413,7 +477,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
       .filter((n) => n.metadata.labels?.[MONITORED_BY_LABEL] === options.meshName)
       .map((n) => n.metadata.name),
   );
-  const settings = meshSettings(store, problems);
+  const { settings, meshConfig } = meshSettings(store, options.meshConfig ?? DEFAULT_MESH_CONFIG, options.previous, problems);
 
   const { services, endpoints, identitiesByService, servicesByIdentity } = buildServices(store, namespaces, problems);
 
@@ -422,6 +486,8 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
   // previous build, its resolution (and problems) stand.
   const trafficTargetInputs = [store.list('TrafficTarget'), store.list('HTTPRouteGroup'), store.list('TCPRoute')] as const;
   const previousBuild = options.previous ? builds.get(options.previous) : undefined;
+  const previousPartial = previousBuild?.partial ?? new Set<string>();
+  const partial = new Set<string>();
   let trafficTargets: TrafficTargetPolicy[];
   let trafficTargetProblems: PolicyProblem[];
   if (
@@ -432,27 +498,43 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
   ) {
     trafficTargets = [...options.previous.trafficTargets];
     trafficTargetProblems = [...previousBuild.trafficTargetProblems];
+    for (const key of previousPartial) if (key.startsWith('TrafficTarget ')) partial.add(key);
   } else {
     trafficTargetProblems = [];
-    trafficTargets = keepLastGood('TrafficTarget', resolveTrafficTargets(store, namespaces, trafficTargetProblems), options.previous?.trafficTargets, names('TrafficTarget'), (name) => {
+    trafficTargets = kept(keepLastGood('TrafficTarget', resolveTrafficTargets(store, namespaces, trafficTargetProblems), options.previous?.trafficTargets, previousPartial, names('TrafficTarget'), (name) => {
       const [ns, n] = name.split('/');
       const tt = store.get<TrafficTarget>('TrafficTarget', ns, n);
       return (tt?.spec.rules ?? []).map((r) => `${r.kind} ${ns}/${r.name}`);
-    }, trafficTargetProblems);
+    }, trafficTargetProblems));
   }
   problems.push(...trafficTargetProblems);
   const serviceNames = new Set(services.map(serviceKey));
   const none = () => [];
-  const trafficSplits = keepLastGood('TrafficSplit', resolveTrafficSplits(store, namespaces, serviceNames, problems), options.previous?.trafficSplits, names('TrafficSplit'), none, problems);
-  const retryPolicies = keepLastGood('Retry', resolveRetryPolicies(store, namespaces, problems), options.previous?.retryPolicies, names('Retry'), none, problems);
-  const upstreamTrafficSettings = keepLastGood(
+  function kept<T>(result: KeptPolicies<T>): T[] {
+    for (const key of result.partial) partial.add(key);
+    return result.policies;
+  }
+  const trafficSplits = kept(keepLastGood('TrafficSplit', resolveTrafficSplits(store, namespaces, serviceNames, problems), options.previous?.trafficSplits, previousPartial, names('TrafficSplit'), none, problems));
+  const retryPolicies = kept(keepLastGood('Retry', resolveRetryPolicies(store, namespaces, problems), options.previous?.retryPolicies, previousPartial, names('Retry'), none, problems));
+  const upstreamTrafficSettings = kept(keepLastGood(
     'UpstreamTrafficSetting',
     resolveUpstreamTrafficSettings(store, namespaces, serviceNames, problems),
     options.previous?.upstreamTrafficSettings,
+    previousPartial,
     names('UpstreamTrafficSetting'),
     none,
     problems,
-  );
+  ));
+  problems.push(...unknownServiceAccounts(store, trafficTargets, identitiesByService));
+  if (namespaces.size === 0) {
+    problems.push({
+      kind: 'Mesh',
+      namespace: undefined,
+      name: options.meshName,
+      field: '--mesh-name',
+      message: `no namespace is labelled ${MONITORED_BY_LABEL}=${options.meshName}: the mesh has no services (label one with \`trellis namespace add NS --mesh-name ${options.meshName}\`)`,
+    });
+  }
   const ingressBackends = resolveIngressBackends(store, namespaces, services, problems);
   const egressPolicies = resolveEgressPolicies(store, namespaces, problems);
 
@@ -463,6 +545,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
     generation: options.generation,
     meshName: options.meshName,
     settings: sameOrPrevious(prev?.settings, settings),
+    meshConfig,
     namespaces,
     services,
     endpoints,
@@ -475,7 +558,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
     ingressBackends: sameOrPrevious(prev?.ingressBackends, ingressBackends),
     egressPolicies: sameOrPrevious(prev?.egressPolicies, egressPolicies),
   };
-  builds.set(snapshot, { trafficTargetInputs, trafficTargetProblems });
+  builds.set(snapshot, { trafficTargetInputs, trafficTargetProblems, partial });
   return { snapshot, problems };
 }
 
@@ -485,6 +568,33 @@ interface BuildRecord {
   readonly trafficTargetInputs: readonly (readonly unknown[])[];
   /** The problems of that resolution (keep-last-good notes included). */
   readonly trafficTargetProblems: readonly PolicyProblem[];
+  /** `Kind <namespace>/<name>` of the policies in force applied in part ({@link KeptPolicies.partial}). */
+  readonly partial: ReadonlySet<string>;
+}
+
+/**
+ * Warnings for the ServiceAccounts the TrafficTargets in force name that exist nowhere: no
+ * ServiceAccount object and no workload behind a service runs as them (a typo, most likely).
+ * The TrafficTarget stays in force (it grants nothing to a name no workload has).
+ */
+function unknownServiceAccounts(
+  store: StoreReader,
+  trafficTargets: readonly TrafficTargetPolicy[],
+  identitiesByService: ReadonlyMap<string, readonly ServiceIdentity[]>,
+): PolicyProblem[] {
+  if (trafficTargets.length === 0) return [];
+  const known = new Set<string>(store.list('ServiceAccount').map((o) => serviceIdentity(o.metadata.namespace ?? 'default', o.metadata.name)));
+  for (const ids of identitiesByService.values()) for (const id of ids) known.add(id);
+  const out: PolicyProblem[] = [];
+  for (const tt of trafficTargets) {
+    const [namespace, name] = tt.name.split('/');
+    const warn = (field: string, id: ServiceIdentity, role: string): void => {
+      if (!known.has(id)) out.push({ kind: 'TrafficTarget', namespace, name, field, message: `ServiceAccount ${id} exists nowhere (no ServiceAccount object, no workload runs as it); the ${role} applies once it does` });
+    };
+    warn('spec.destination.name', tt.destination, 'TrafficTarget');
+    for (const source of new Set(tt.sources)) warn('spec.sources', source, 'source');
+  }
+  return out;
 }
 
 const builds = new WeakMap<MeshSnapshot, BuildRecord>();

@@ -4,6 +4,7 @@ import type { StoreReader } from '../store/store.js';
 import { hostCidr, parseCidr } from './cidr.js';
 import { SERVICE_NAME_LABEL, selectorMatches } from './labels.js';
 import type { PolicyProblem } from './problems.js';
+import { re2Problem } from '../util/re2.js';
 import type { IngressBackendPolicy, IngressPathMatch, IngressRoute, MeshService } from './types.js';
 
 /**
@@ -12,9 +13,6 @@ import type { IngressBackendPolicy, IngressPathMatch, IngressRoute, MeshService 
  * one: it is common in literal paths (`/robots.txt`).
  */
 const REGEX_CHARS = /[\^$*+?()[\]{}|\\]/;
-
-/** RE2 rejects these (look-around, back-references) although JavaScript accepts them. */
-const NOT_RE2 = /\(\?[=!]|\(\?<[=!]|\\[1-9]/;
 
 /**
  * Resolves one Ingress path (networking.k8s.io/v1 `HTTPIngressPath`) into a match:
@@ -39,12 +37,8 @@ export function ingressPathMatch(path: HTTPIngressPath): IngressPathMatch | stri
       if (!REGEX_CHARS.test(text)) {
         return text.startsWith('/') ? { kind: 'string-prefix', path: text } : `"${text}" does not start with "/"`;
       }
-      if (NOT_RE2.test(text)) return `"${text}" uses look-around or back-references, which RE2 does not support`;
-      try {
-        new RegExp(text);
-      } catch (err) {
-        return `"${text}" is not a valid regular expression: ${(err as Error).message}`;
-      }
+      const problem = re2Problem(text);
+      if (problem) return problem;
       return { kind: 'regex', path: text };
     }
     default:

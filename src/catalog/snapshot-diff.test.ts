@@ -78,6 +78,7 @@ describe('diffMeshSnapshots', () => {
       'generation',
       'identitiesByService',
       'ingressBackends',
+      'meshConfig',
       'meshName',
       'namespaces',
       'retryPolicies',

@@ -35,7 +35,8 @@ export interface MeshChange {
  * change can alter what any proxy gets (mesh settings, namespaces, Retry, Ingress, Egress, an
  * UpstreamTrafficSetting for a host outside the mesh, a service added or removed in permissive
  * mode), else a {@link MeshChange} naming the services and identities it touches. Only proxies
- * whose configuration depends on one of those need regenerating.
+ * whose configuration depends on one of those need regenerating. `meshConfig` (where the
+ * settings come from) is not compared: no generator reads it, only `settings`.
  */
 export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'all' | MeshChange {
   const same = sameContent;

@@ -102,6 +102,12 @@ export interface MeshSnapshot {
   readonly generation: number;
   readonly meshName: string;
   readonly settings: MeshSettings;
+  /**
+   * The MeshConfig `settings` come from (`<namespace>/<name>`); `deleted` when it is gone and
+   * its last settings stay in force. Undefined when the controller has seen none since it
+   * started: `settings` are OSM's defaults then.
+   */
+  readonly meshConfig?: { readonly name: string; readonly deleted: boolean };
   /** Names of the namespaces monitored by this mesh. */
   readonly namespaces: ReadonlySet<string>;
   /** Every MeshService, sorted by namespace, name, port. */

@@ -3,6 +3,7 @@ import type { StoreReader } from '../store/store.js';
 import { serviceIdentity, type ServiceIdentity } from '../proxy/types.js';
 import { parseGoDuration } from './duration.js';
 import type { PolicyProblem } from './problems.js';
+import { re2Problem } from '../util/re2.js';
 
 /** A Retry policy, resolved (OSM policy.openservicemesh.io/v1alpha1 `Retry`). */
 export interface RetryPolicy {
@@ -110,14 +111,6 @@ function httpRateLimit(spec: HTTPLocalRateLimitSpec, field: string, report: Repo
   };
 }
 
-function isValidRegex(text: string): boolean {
-  try {
-    new RegExp(text);
-    return text.length > 0;
-  } catch {
-    return false;
-  }
-}
 
 /**
  * Resolves the Retry policies of monitored namespaces. A Retry whose source is not a
@@ -217,7 +210,8 @@ export function resolveUpstreamTrafficSettings(
     const httpLimit = rateLimit?.local?.http ? httpRateLimit(rateLimit.local.http, 'spec.rateLimit.local.http', report) : undefined;
     const routes: { path: string; rateLimit: LocalRateLimit }[] = [];
     (httpRoutes ?? []).forEach((r, i) => {
-      if (!isValidRegex(r.path)) report(`spec.httpRoutes[${i}].path`, `"${r.path}" is not a valid regular expression`);
+      const regexProblem = re2Problem(r.path);
+      if (regexProblem) report(`spec.httpRoutes[${i}].path`, regexProblem);
       const limit = r.rateLimit?.local ? httpRateLimit(r.rateLimit.local, `spec.httpRoutes[${i}].rateLimit.local`, report) : undefined;
       if (limit) routes.push({ path: r.path, rateLimit: limit });
     });

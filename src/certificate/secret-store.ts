@@ -1,6 +1,6 @@
 import { CoreV1Api, type KubeConfig, type V1Secret } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { apiErrorMessage, apiStatusCode } from '../util/kube-api.js';
+import { apiClientConfig, apiErrorMessage, apiStatusCode } from '../util/kube-api.js';
 import { CA_CERT_FILE, CA_KEY_FILE, CertificateAuthority, type CertificateAuthorityOptions } from './authority.js';
 
 /** Default name of the Secret holding the mesh CA, in the controller's namespace. */
@@ -32,9 +32,9 @@ export interface CaSecretResult {
   readonly created: boolean;
 }
 
-/** The Secrets API of a kubeconfig. */
+/** The Secrets API of a kubeconfig (an `http://` server too, see {@link apiClientConfig}). */
 export function secretApiFor(kubeConfig: KubeConfig): SecretApi {
-  return kubeConfig.makeApiClient(CoreV1Api);
+  return apiClientConfig(kubeConfig).makeApiClient(CoreV1Api);
 }
 
 /**

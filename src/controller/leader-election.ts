@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { REAL_TIMERS, type Timers } from '../messaging/debouncer.js';
-import { apiErrorMessage, apiStatusCode } from '../util/kube-api.js';
+import { apiClientConfig, apiErrorMessage, apiStatusCode } from '../util/kube-api.js';
 
 /** Default name of the controller's Lease, in its namespace. */
 export const DEFAULT_LEASE_NAME = 'trellis-controller-leader';
@@ -23,7 +23,7 @@ export interface LeaseApi {
 
 /** The Lease API of a kubeconfig. */
 export function leaseApiFor(kubeConfig: KubeConfig): LeaseApi {
-  return kubeConfig.makeApiClient(CoordinationV1Api);
+  return apiClientConfig(kubeConfig).makeApiClient(CoordinationV1Api);
 }
 
 /** The identity a replica holds the Lease under: `$POD_NAME` in a pod, else `<hostname>_<pid>`. */

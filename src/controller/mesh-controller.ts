@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { TYPE_SHORT_NAME, TypeUrl } from '../api/type-urls.js';
-import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
+import { buildMeshSnapshot, DEFAULT_MESH_CONFIG } from '../catalog/build-snapshot.js';
 import { diffMeshSnapshots, onlyEndpointsChanged, onlySplitWeightsChanged, type MeshChange } from '../catalog/snapshot-diff.js';
 import { serviceKey } from '../catalog/names.js';
 import { sharedClusterLoadAssignment } from '../envoy/eds/eds.js';
@@ -77,6 +77,8 @@ export interface MeshControllerOptions {
   readonly metrics: Registry;
   /** Mesh name matched against namespaces' `openservicemesh.io/monitored-by` label. */
   readonly meshName: string;
+  /** Namespace of the MeshConfig `osm-mesh-config` the controller reads (default `osm-system`). */
+  readonly meshConfigNamespace?: string;
   /** Quiet period of the push debouncer, in ms (default 100). */
   readonly debounceQuietMs?: number;
   /** Longest a change waits for a push, in ms (default 1000). */
@@ -383,13 +385,14 @@ export class MeshController {
     this.storeChanged = false;
     const { snapshot, problems } = buildMeshSnapshot(this.options.store, {
       meshName: this.options.meshName,
+      meshConfig: this.options.meshConfigNamespace === undefined ? undefined : { ...DEFAULT_MESH_CONFIG, namespace: this.options.meshConfigNamespace },
       generation: ++this.generation,
       previous: this.generation > 1 ? this.mesh : undefined,
     });
     const before = new Set(this.problems.map(formatProblem));
     for (const p of problems) {
       const text = formatProblem(p);
-      if (!before.has(text)) this.options.logger.warn({ problem: p }, `policy skipped: ${text}`);
+      if (!before.has(text)) this.options.logger.warn({ problem: p }, `policy problem: ${text}`);
     }
     this.problems = problems;
     this.metrics?.problems.set(problems.length);

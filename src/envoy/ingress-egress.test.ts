@@ -10,6 +10,7 @@ import type { KubeObject } from '../store/objects.js';
 import { generateProxyResources } from './generate.js';
 import { filterChainLeaves } from './lds/filter-chain-match.js';
 import { validateProxyResources, formatViolation } from './validate/index.js';
+import { compileRe2, type Re2 } from '../util/re2.js';
 
 const CERTS = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
 
@@ -78,7 +79,7 @@ function envoyMatches(match: Decoded, requestPath: string): boolean {
   if (match.path !== undefined) return path === match.path;
   if (match.prefix !== undefined) return path.startsWith(match.prefix);
   if (match.path_separated_prefix !== undefined) return path === match.path_separated_prefix || path.startsWith(`${match.path_separated_prefix}/`);
-  if (match.safe_regex !== undefined) return new RegExp(`^(?:${match.safe_regex.regex})$`).test(path);
+  if (match.safe_regex !== undefined) return (compileRe2(match.safe_regex.regex) as Re2).fullMatch(path);
   throw new Error(`unknown path specifier ${JSON.stringify(match)}`);
 }
 

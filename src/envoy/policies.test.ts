@@ -260,9 +260,9 @@ describe('UpstreamTrafficSetting', () => {
     ];
     const { snapshot, problems } = build(objects);
     assert.deepEqual(problems.map((p) => `${p.name} ${p.field}: ${p.message}`), [
-      'bucket spec.rateLimit.local.tcp.burst: 1 is not an integer from 0 that keeps the bucket (4294967295 + burst) up to 4294967295',
-      'limits spec.connectionSettings.tcp.maxConnections: 4294967296 is not a positive integer up to 4294967295',
-      'limits spec.connectionSettings.http.maxRequests: 10000000000 is not a positive integer up to 4294967295',
+      'bucket spec.rateLimit.local.tcp.burst: 1 is not an integer from 0 that keeps the bucket (4294967295 + burst) up to 4294967295; it is not in force',
+      'limits spec.connectionSettings.tcp.maxConnections: 4294967296 is not a positive integer up to 4294967295; it is not in force',
+      'limits spec.connectionSettings.http.maxRequests: 10000000000 is not a positive integer up to 4294967295; it is not in force',
     ]);
     assert.deepEqual(snapshot.upstreamTrafficSettings, []);
   });

@@ -16,7 +16,7 @@
  * Pure: no I/O.
  */
 import { TypeUrl } from '../../api/type-urls.js';
-import { compileRe2 } from '../../util/re2.js';
+import { RE2_UNSUPPORTED, re2Problem } from '../../util/re2.js';
 import { canonicalJson, ipVersion } from './proto-rules.js';
 
 /** A decoded resource with its xDS name. */
@@ -191,9 +191,9 @@ function findReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>): Res
  * against the rest of its configuration), which references may name.
  * `safe_regex.regex` being empty is left to the `string.min_len` annotation on
  * `RegexMatcher.regex`, and a virtual host without domains to `repeated.min_items` on
- * `VirtualHost.domains` (both checked by `proto-rules.ts`); here regexes are compiled as
- * JavaScript RegExps, an approximation of RE2 (lookarounds and backreferences, which RE2
- * rejects, are reported as `regex.re2_unsupported`).
+ * `VirtualHost.domains` (both checked by `proto-rules.ts`); here regexes are compiled with
+ * RE2 itself (`re2-wasm`): what RE2 rejects is `regex.compile`, or `regex.re2_unsupported` for
+ * a lookaround or backreference.
  * @returns the violations, grouped by resource in the order given.
  */
 export function validateCrossResource(resources: DecodedResources, others?: ReadonlyMap<TypeUrl, Iterable<string>>): CrossViolation[] {
@@ -370,7 +370,7 @@ function formatSteps(steps: readonly Step[], last: string): string {
 /**
  * Walks every nested object and `Any` of `value`: adds to `refs` (unless undefined) every
  * `SdsSecretConfig` fetched over ADS (the secrets the resource names; not walked further), and
- * reports regexes (`safe_regex`, `pattern`, `google_re2`) that RE2 or a JavaScript RegExp reject.
+ * reports regexes (`safe_regex`, `pattern`, `google_re2`) that RE2 rejects.
  * `steps` is the path so far (restored on return).
  */
 function walkNested(value: unknown, steps: Step[], parentKey: string, refs: ResourceReference[] | undefined, add: Add): void {
@@ -394,9 +394,8 @@ function walkNested(value: unknown, steps: Step[], parentKey: string, refs: Reso
   const regex = o['regex'];
   if (typeof regex === 'string' && (parentKey === 'safe_regex' || parentKey === 'pattern' || 'google_re2' in o) && regex !== '') {
     const at = formatSteps(steps, 'regex');
-    if (/\(\?<?[=!]|\\[1-9]/.test(regex)) add(at, 'regex.re2_unsupported', `RE2 has no lookaround or backreference: ${JSON.stringify(regex)}`);
-    const compiled = compileRe2(regex);
-    if (compiled instanceof Error) add(at, 'regex.compile', `does not compile (as a JavaScript RegExp, approximating RE2): ${compiled.message}`);
+    const problem = re2Problem(regex);
+    if (problem) add(at, RE2_UNSUPPORTED.test(regex) ? 'regex.re2_unsupported' : 'regex.compile', problem);
   }
   const suffix = anySuffix(o);
   if (suffix) steps.push(suffix);

@@ -176,6 +176,8 @@ const CASES: Case[] = [
     path: 'endpoints[0].lb_endpoints[0].endpoint.address.socket_address.address',
   },
   { name: 'regex that does not compile', mutate: (s) => (RC(s).virtual_hosts[1].routes[0].match.safe_regex.regex = '/books(['), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'regex.compile', path: 'virtual_hosts[1].routes[0].match.safe_regex.regex' },
+  { name: 'regex over RE2\'s repeat limit', mutate: (s) => (RC(s).virtual_hosts[1].routes[0].match.safe_regex.regex = '/x{1001}'), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'regex.compile', path: 'virtual_hosts[1].routes[0].match.safe_regex.regex' },
+  { name: 'regex with an escape RE2 does not have (\\Z)', mutate: (s) => (RC(s).virtual_hosts[1].routes[0].match.safe_regex.regex = '/books\\Z'), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'regex.compile', path: 'virtual_hosts[1].routes[0].match.safe_regex.regex' },
   { name: 'regex RE2 rejects (lookahead)', mutate: (s) => (RC(s).virtual_hosts[1].routes[0].match.safe_regex.regex = '/(?!admin)'), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'regex.re2_unsupported', path: 'virtual_hosts[1].routes[0].match.safe_regex.regex' },
   { name: 'empty regex (annotation)', mutate: (s) => (RC(s).virtual_hosts[1].routes[0].match.safe_regex.regex = ''), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'string.min_len', path: 'virtual_hosts[1].routes[0].match.safe_regex.regex' },
   { name: 'virtual host with no domains (annotation)', mutate: (s) => (RC(s).virtual_hosts[1].domains = []), typeUrl: TypeUrl.RouteConfiguration, resource: 'rds-outbound.80', rule: 'repeated.min_items', path: 'virtual_hosts[1].domains' },

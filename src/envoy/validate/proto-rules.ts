@@ -270,7 +270,7 @@ function stringRules(r: Rules, raw: unknown, path: string, out: RuleViolation[])
   if (ruleNumber(r, 'max_bytes') !== undefined && bytes > ruleNumber(r, 'max_bytes')!) violation(out, path, 'string.max_bytes', `must be at most ${ruleNumber(r, 'max_bytes')} bytes long, got ${bytes}`);
   if (typeof r['pattern'] === 'string') {
     const re = compileRe2(r['pattern']);
-    if (re instanceof RegExp && !re.test(s)) violation(out, path, 'string.pattern', `must match ${show(r['pattern'])}, got ${show(s)}`);
+    if (!(re instanceof Error) && !re.test(s)) violation(out, path, 'string.pattern', `must match ${show(r['pattern'])}, got ${show(s)}`);
   }
   if (typeof r['prefix'] === 'string' && !s.startsWith(r['prefix'])) violation(out, path, 'string.prefix', `must start with ${show(r['prefix'])}, got ${show(s)}`);
   if (typeof r['suffix'] === 'string' && !s.endsWith(r['suffix'])) violation(out, path, 'string.suffix', `must end with ${show(r['suffix'])}, got ${show(s)}`);

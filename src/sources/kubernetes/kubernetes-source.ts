@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { ObjectStore } from '../../store/object-store.js';
 import type { ObjectKind } from '../../store/objects.js';
+import { apiClientConfig } from '../../util/kube-api.js';
 import { Reflector, type BackoffOptions } from './reflector.js';
 import { WATCHED_RESOURCES, type WatchedResource } from './resources.js';
 
@@ -32,7 +33,7 @@ export function loadKubeConfig(file?: string): KubeConfig {
     kc.loadFromDefault();
   }
   if (!kc.getCurrentCluster()) throw new Error(`no current cluster in the kubeconfig${file ? ` ${file}` : ''}`);
-  return kc;
+  return apiClientConfig(kc);
 }
 
 /** Options of {@link KubernetesSource}. */

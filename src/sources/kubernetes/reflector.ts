@@ -3,6 +3,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type { Logger } from 'pino';
 import type { KubeObject } from '../../store/objects.js';
+import { apiClientConfig } from '../../util/kube-api.js';
 import { normalizeObject } from './normalize.js';
 import { collectionPath, type WatchedResource } from './resources.js';
 
@@ -88,6 +89,8 @@ class HttpStatusError extends Error {
 export class Reflector {
   readonly #options: ReflectorOptions;
   readonly #watch: Watch;
+  /** `options.kubeConfig`, with an `http://` server accepted ({@link apiClientConfig}). */
+  readonly #kubeConfig: KubeConfig;
   readonly #logger: Logger;
   #resourceVersion = '';
   #synced = false;
@@ -106,7 +109,8 @@ export class Reflector {
   /** Creates a stopped reflector; call {@link Reflector.start}. */
   constructor(options: ReflectorOptions) {
     this.#options = options;
-    this.#watch = new Watch(options.kubeConfig);
+    this.#kubeConfig = apiClientConfig(options.kubeConfig);
+    this.#watch = new Watch(this.#kubeConfig);
     this.#logger = options.logger;
   }
 
@@ -314,11 +318,11 @@ export class Reflector {
   }
 
   async #getJson(urlPath: string): Promise<{ status: number; body: unknown }> {
-    const cluster = this.#options.kubeConfig.getCurrentCluster();
+    const cluster = this.#kubeConfig.getCurrentCluster();
     if (!cluster) throw new Error('the kubeconfig has no current cluster');
     const url = new URL(cluster.server.replace(/\/+$/, '') + urlPath);
     const opts: https.RequestOptions = {};
-    await this.#options.kubeConfig.applyToHTTPSOptions(opts);
+    await this.#kubeConfig.applyToHTTPSOptions(opts);
     opts.method = 'GET';
     opts.headers = { ...(opts.headers ?? {}), Accept: 'application/json' };
     const timeoutMs = this.#options.listTimeoutMs ?? 60_000;
