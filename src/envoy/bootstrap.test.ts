@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { decodeMessage, encodeMessage } from '../api/codec.js';
 import { proxyCommonName } from '../proxy/types.js';
+import { parse, stringify } from 'yaml';
+import { MAX_RE2_PROGRAM_SIZE } from '../util/re2.js';
 import { envoyBootstrap, isIpLiteral } from './bootstrap.js';
 
 const BOOTSTRAP = 'envoy.config.bootstrap.v3.Bootstrap';
@@ -96,6 +98,13 @@ describe('envoyBootstrap', () => {
     assert.equal(at(roundTrip(envoyBootstrap({ ...opts, nodeCluster: 'custom' })), 'node', 'cluster'), 'custom');
     assert.throws(() => envoyBootstrap({ ...opts, nodeId: 'not-a-cn' as typeof nodeId }), /CommonName "not-a-cn"/);
     assert.throws(() => envoyBootstrap({ ...opts, xdsPort: 70000 }), /xdsPort 70000/);
+  });
+  it('raises Envoy\'s RE2 program-size limit to the one the controller checks, in the YAML Envoy reads', () => {
+    const yaml = parse(stringify(envoyBootstrap(opts))) as Obj;
+    assert.deepEqual(at(yaml, 'layered_runtime', 'layers'), [
+      { name: 'static', static_layer: { 're2.max_program_size.error_level': MAX_RE2_PROGRAM_SIZE } },
+      { name: 'admin', admin_layer: {} },
+    ]);
   });
 });
 

@@ -2,8 +2,10 @@ import type { Bootstrap } from '../api/generated/envoy/config/bootstrap/v3/Boots
 import type { Cluster } from '../api/generated/envoy/config/cluster/v3/Cluster.js';
 import type { ConfigSource } from '../api/generated/envoy/config/core/v3/ConfigSource.js';
 import type { HttpProtocolOptions } from '../api/generated/envoy/extensions/upstreams/http/v3/HttpProtocolOptions.js';
+import type { Struct } from '../api/generated/google/protobuf/Struct.js';
 import type { UpstreamTlsContext } from '../api/generated/envoy/extensions/transport_sockets/tls/v3/UpstreamTlsContext.js';
 import { identityParts, parseCommonName, type CommonName } from '../proxy/types.js';
+import { MAX_RE2_PROGRAM_SIZE } from '../util/re2.js';
 
 /** Name of the static cluster through which Envoy reaches the controller's ADS server (as in OSM). */
 export const XDS_CLUSTER_NAME = 'osm-controller';
@@ -49,6 +51,12 @@ function checkPort(name: string, port: number): number {
 }
 
 /**
+ * The bootstrap's static runtime layer, in proto3's JSON mapping of `google.protobuf.Struct`
+ * (a plain object: what Envoy reads from a YAML bootstrap), not protobufjs's `fields` form.
+ */
+const RUNTIME_STATIC_LAYER = { 're2.max_program_size.error_level': MAX_RE2_PROGRAM_SIZE } as unknown as Struct;
+
+/**
  * Builds the Envoy v3 bootstrap (`envoy.config.bootstrap.v3.Bootstrap`, snake_case field names as
  * in Envoy's YAML) of a sidecar, modelled on OSM's bootstrap:
  *
@@ -60,7 +68,10 @@ function checkPort(name: string, port: number): number {
  *   HTTP/2 via `typed_extension_protocol_options` (`HttpProtocolOptions.explicit_http_config`),
  *   mTLS via an `UpstreamTlsContext` whose `common_tls_context` names the certificate, key and
  *   CA files inline (OSM uses file-based SDS instead; the effect is the same), ALPN `h2`,
- *   TLS 1.2 to 1.3, and SNI = `xdsHost` when it is a DNS name.
+ *   TLS 1.2 to 1.3, and SNI = `xdsHost` when it is a DNS name;
+ * - `layered_runtime`: a static layer raising `re2.max_program_size.error_level` to
+ *   {@link MAX_RE2_PROGRAM_SIZE} (Envoy's default, 100, refuses `[a-z0-9]{1,120}`; the
+ *   controller refuses larger patterns itself), then an admin layer.
  *
  * Pure: does no I/O; the caller serialises it (YAML or JSON) and writes it.
  * @returns a plain object that `encodeMessage('envoy.config.bootstrap.v3.Bootstrap', …)` accepts.
@@ -129,5 +140,11 @@ export function envoyBootstrap(options: EnvoyBootstrapOptions): Bootstrap {
       lds_config: { ...adsSource },
     },
     static_resources: { clusters: [xdsCluster] },
+    layered_runtime: {
+      layers: [
+        { name: 'static', static_layer: RUNTIME_STATIC_LAYER },
+        { name: 'admin', admin_layer: {} },
+      ],
+    },
   };
 }

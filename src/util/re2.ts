@@ -71,27 +71,158 @@ export function compileRe2(pattern: string): Re2 | Error {
 const forget = new WeakMap<Re2, () => void>();
 
 /**
+ * Envoy's limit on a `safe_regex` program (runtime `re2.max_program_size.error_level`) as the
+ * bootstraps Trellis writes set it (Envoy's own default is 100, which `[a-z0-9]{1,120}` already
+ * exceeds). {@link re2Problem} refuses a pattern whose estimated program is larger.
+ */
+export const MAX_RE2_PROGRAM_SIZE = 32_768;
+
+/**
+ * An upper estimate of the size of `pattern`'s RE2 program (instructions, as Envoy's
+ * `re2.max_program_size` counts them), from its syntax alone: every atom is weighed at least
+ * as much as RE2 compiles it to (a literal 1, `.` and escapes 4 to 16, a bracket class 2 per
+ * ASCII item and 16 per wider one), a group is the sum of its branches, and a repeat `{n,m}` is expanded as RE2 does (n
+ * copies, then m - n optional ones). It never compiles, so it is safe on any input; it exists
+ * because `re2-wasm` neither reports the program size nor survives a pattern that outgrows its
+ * fixed 16 MiB heap. Invalid syntax is estimated as far as it goes (RE2 reports it).
+ */
+export function estimateRe2ProgramSize(pattern: string): number {
+  // One frame per open group: the weight of its finished items and of the last atom (which a
+  // quantifier applies to).
+  const frames: Array<{ sum: number; last: number }> = [{ sum: 0, last: 0 }];
+  const atom = (weight: number): void => {
+    const f = frames[frames.length - 1]!;
+    f.sum += f.last;
+    f.last = weight;
+  };
+  let i = 0;
+  while (i < pattern.length) {
+    const c = pattern[i]!;
+    const f = frames[frames.length - 1]!;
+    if (c === '\\') {
+      const [weight, length] = escapeWeight(pattern, i);
+      atom(weight);
+      i += length;
+    } else if (c === '[') {
+      const [weight, length] = classWeight(pattern, i);
+      atom(weight);
+      i += length;
+    } else if (c === '(') {
+      const flagsOnly = /^\(\?[a-zA-Z-]*\)/.exec(pattern.slice(i, i + 16));
+      if (flagsOnly) i += flagsOnly[0].length;
+      else {
+        const opener = /^\((\?(P?<[^>]*>|[a-zA-Z-]*:))?/.exec(pattern.slice(i, i + 256))![0];
+        frames.push({ sum: 0, last: 0 });
+        i += opener.length;
+      }
+    } else if (c === ')' && frames.length > 1) {
+      frames.pop();
+      atom(f.sum + f.last + 2);
+      i++;
+    } else if (c === '|') {
+      f.sum += f.last + 2;
+      f.last = 0;
+      i++;
+    } else if (c === '*' || c === '+' || c === '?') {
+      f.last += 3;
+      i += pattern[i + 1] === '?' ? 2 : 1;
+    } else if (c === '{' && /^\{\d+(,\d*)?\}/.test(pattern.slice(i, i + 24))) {
+      const [, min, comma, max] = /^\{(\d+)(,(\d*))?\}/.exec(pattern.slice(i, i + 24))!;
+      const n = Number(min);
+      const m = comma === undefined ? n : max === '' ? n + 1 : Math.max(n, Number(max));
+      f.last = n * f.last + (m - n) * (f.last + 3);
+      i += min!.length + (comma?.length ?? 0) + 2;
+      if (pattern[i] === '?') i++;
+    } else {
+      atom(c === '.' ? 4 : 1);
+      i += c.codePointAt(0)! > 0xffff ? 2 : 1;
+    }
+  }
+  let total = 8;
+  for (const f of frames) total += f.sum + f.last + 2;
+  return total;
+}
+
+/** The estimated program size and length of the escape at `pattern[at]` (a backslash). */
+function escapeWeight(pattern: string, at: number): [weight: number, length: number] {
+  const next = pattern[at + 1] ?? '';
+  if (next === 'p' || next === 'P') {
+    const named = pattern[at + 2] === '{' ? pattern.indexOf('}', at + 2) : -1;
+    return [16, named > 0 ? named - at + 1 : 3];
+  }
+  if (next === 'x') {
+    const braced = pattern[at + 2] === '{' ? pattern.indexOf('}', at + 2) : -1;
+    return [4, braced > 0 ? braced - at + 1 : 4];
+  }
+  if (next === 'Q') {
+    const end = pattern.indexOf('\\E', at + 2);
+    const text = end < 0 ? pattern.length - at - 2 : end - at - 2;
+    return [Math.max(1, text * 4), text + (end < 0 ? 2 : 4)];
+  }
+  if ('dDwWsS'.includes(next)) return [8, 2];
+  if (/[0-7]/.test(next)) return [4, /^[0-7]{1,3}/.exec(pattern.slice(at + 1))![0].length + 1];
+  return [4, 2];
+}
+
+/** The estimated program size and length of the bracket class at `pattern[at]` (`[`). */
+function classWeight(pattern: string, at: number): [weight: number, length: number] {
+  let i = at + 1;
+  if (pattern[i] === '^') i++;
+  let weight = 2;
+  let first = true;
+  while (i < pattern.length && (pattern[i] !== ']' || first)) {
+    first = false;
+    const posix = /^\[:\^?[a-z]+:\]/.exec(pattern.slice(i, i + 16));
+    if (posix) {
+      weight += 8;
+      i += posix[0].length;
+    } else if (pattern[i] === '\\') {
+      const [w, length] = escapeWeight(pattern, i);
+      weight += w;
+      i += length;
+    } else {
+      // A range or a character; one beyond ASCII is several UTF-8 instructions.
+      const wide = pattern.codePointAt(i)! > 0x7f || (pattern[i + 1] === '-' && (pattern.codePointAt(i + 2) ?? 0) > 0x7f);
+      weight += wide ? 16 : 2;
+      i += pattern[i + 1] === '-' && pattern[i + 2] !== ']' && i + 2 < pattern.length ? 3 : 1;
+    }
+  }
+  return [weight, i - at + 1];
+}
+
+/**
  * Why Envoy would reject `pattern` as a `safe_regex` (RE2), or undefined when it is
- * acceptable: empty, or rejected by RE2 (syntax, an unsupported escape such as `\Z` or `\k`,
- * a lookaround or backreference, a repeat count above RE2's limit of 1000), with RE2's own
- * message. Not checked: Envoy's program-size limit (runtime `re2.max_program_size.error_level`,
- * 100 by default), as `re2-wasm` does not expose the program size; a proxy that rejects such a
- * pattern NACKs and keeps its last configuration. Verdicts are cached (at most
- * {@link MAX_VERDICTS}); a first check costs about 0.1 ms (RE2 compiles in WebAssembly).
+ * acceptable: empty; estimated larger than {@link MAX_RE2_PROGRAM_SIZE}
+ * ({@link estimateRe2ProgramSize}, checked first, so that RE2 never compiles such a pattern);
+ * or rejected by RE2 (syntax, an unsupported escape such as `\Z` or `\k`, a lookaround or
+ * backreference, a repeat count above RE2's limit of 1000), with RE2's own message. Verdicts
+ * are cached (at most {@link MAX_VERDICTS}); a first check costs about 0.1 ms (RE2 compiles in
+ * WebAssembly).
  */
 export function re2Problem(pattern: string): string | undefined {
   if (pattern === '') return 'is an empty regular expression';
   const known = verdicts.get(pattern);
   if (known !== undefined) return known || undefined;
-  // Only the verdict is kept (a short string), not the program: a mesh checks many patterns
-  // and matches with few.
-  const program = compile(pattern);
+  const quoted = JSON.stringify(pattern.length > 200 ? `${pattern.slice(0, 200)}…` : pattern);
   let verdict = '';
-  if (!program.ok()) {
-    const hint = RE2_UNSUPPORTED.test(pattern) ? ' (RE2 has no lookaround or backreference)' : '';
-    verdict = `${JSON.stringify(pattern)} is not a valid RE2 regular expression: ${program.error()}${hint}`;
+  const estimate = estimateRe2ProgramSize(pattern);
+  if (estimate > MAX_RE2_PROGRAM_SIZE) {
+    verdict = `${quoted} is too large: its RE2 program is estimated at ${estimate} instructions, over the ${MAX_RE2_PROGRAM_SIZE} Envoy is allowed (re2.max_program_size.error_level)`;
+  } else {
+    // Only the verdict is kept (a short string), not the program: a mesh checks many patterns
+    // and matches with few.
+    try {
+      const program = compile(pattern);
+      if (!program.ok()) {
+        const hint = RE2_UNSUPPORTED.test(pattern) ? ' (RE2 has no lookaround or backreference)' : '';
+        verdict = `${quoted} is not a valid RE2 regular expression: ${program.error()}${hint}`;
+      }
+      program.delete();
+    } catch (err) {
+      // re2-wasm aborts when its heap is exhausted; fail closed.
+      verdict = `${quoted} could not be checked by RE2: ${String(err instanceof Error ? err.message : err).slice(0, 200)}`;
+    }
   }
-  program.delete();
   if (verdicts.size >= MAX_VERDICTS) verdicts.delete(verdicts.keys().next().value as string);
   verdicts.set(pattern, verdict);
   return verdict || undefined;
