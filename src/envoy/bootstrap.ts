@@ -3,7 +3,7 @@ import type { Cluster } from '../api/generated/envoy/config/cluster/v3/Cluster.j
 import type { ConfigSource } from '../api/generated/envoy/config/core/v3/ConfigSource.js';
 import type { HttpProtocolOptions } from '../api/generated/envoy/extensions/upstreams/http/v3/HttpProtocolOptions.js';
 import type { UpstreamTlsContext } from '../api/generated/envoy/extensions/transport_sockets/tls/v3/UpstreamTlsContext.js';
-import { identityParts, parseCommonName, type CommonName } from '../proxy/types.js';
+import { identityParts, parseCommonName, XDS_SERVER_SPIFFE_ID, type CommonName } from '../proxy/types.js';
 
 /** Name of the static cluster through which Envoy reaches the controller's ADS server (as in OSM). */
 export const XDS_CLUSTER_NAME = 'osm-controller';
@@ -59,7 +59,9 @@ function checkPort(name: string, port: number): number {
  * - `static_resources.clusters`: `osm-controller`, STATIC for an IP literal else LOGICAL_DNS,
  *   HTTP/2 via `typed_extension_protocol_options` (`HttpProtocolOptions.explicit_http_config`),
  *   mTLS via an `UpstreamTlsContext` whose `common_tls_context` names the certificate, key and
- *   CA files inline (OSM uses file-based SDS instead; the effect is the same), ALPN `h2`,
+ *   CA files inline (OSM uses file-based SDS instead; the effect is the same), requires the
+ *   server certificate to carry the URI SAN {@link XDS_SERVER_SPIFFE_ID} (exact match; chaining
+ *   to the mesh CA is not enough, every workload's certificate does), ALPN `h2`,
  *   TLS 1.2 to 1.3, and SNI = `xdsHost` when it is a DNS name.
  *
  * Pure: does no I/O; the caller serialises it (YAML or JSON) and writes it.
@@ -85,7 +87,12 @@ export function envoyBootstrap(options: EnvoyBootstrapOptions): Bootstrap {
       alpn_protocols: ['h2'],
       tls_params: { tls_minimum_protocol_version: 'TLSv1_2', tls_maximum_protocol_version: 'TLSv1_3' },
       tls_certificates: [{ certificate_chain: { filename: options.certFile }, private_key: { filename: options.keyFile } }],
-      validation_context: { trusted_ca: { filename: options.caFile } },
+      validation_context: {
+        trusted_ca: { filename: options.caFile },
+        // The mesh CA also signs every workload's service certificate: the chain alone would let
+        // any workload holding its own key pose as the controller. Only the controller's carries this.
+        match_typed_subject_alt_names: [{ san_type: 'URI', matcher: { exact: XDS_SERVER_SPIFFE_ID } }],
+      },
     },
     ...(ipLiteral ? {} : { sni: xdsHost }),
   };
