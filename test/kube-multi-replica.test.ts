@@ -9,8 +9,10 @@ import { TypeUrl } from '../src/api/type-urls.js';
 import { namespaceAdd, namespaceList, namespaceRemove, proxyConfig } from '../src/cli/kube-commands.js';
 import { runController, type RunningController } from '../src/main.js';
 import { PROXY_UUID_LABEL } from '../src/proxy/pod-check.js';
+import { XDS_SERVER_SPIFFE_ID } from '../src/proxy/types.js';
 import { bookstoreMesh, k8s } from './fixtures/mesh.js';
 import { AdsTestClient, type AdsTestStream } from './helpers/ads-client.js';
+import { connectLikeEnvoy } from './helpers/envoy-like-tls.js';
 import { FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
 import { eventually } from './helpers/wait.js';
 
@@ -92,6 +94,15 @@ describe('two controller replicas against one fake API server', () => {
     assert.ok(posts.every((r) => r.status === 201 || r.status === 409), 'the loser got 409 AlreadyExists');
     assert.equal(server.objects('Secret', 'osm-system').length, 1);
     assert.equal(replicas[0].replica!.ca.caPem, replicas[1].replica!.ca.caPem);
+  });
+
+  it("present an xDS server certificate with the controller's URI SAN, which proxies require, from either replica", async () => {
+    const ca = replicas[0].replica!.ca;
+    const proxy = await ca.issue({ commonName: BUYER_CN, validitySeconds: 600, usage: 'client' });
+    for (const r of replicas) {
+      const uris = await connectLikeEnvoy({ port: r.xdsPort, caPem: ca.caPem, certPem: proxy.certPem, keyPem: proxy.keyPem, uriSans: [XDS_SERVER_SPIFFE_ID] });
+      assert.deepEqual(uris, [XDS_SERVER_SPIFFE_ID]);
+    }
   });
 
   it('serve a proxy the same configuration, byte for byte (same versions, SDS included), from either replica', async () => {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import * as x509 from '@peculiar/x509';
-import { parseCommonName, serviceIdentity, type ServiceIdentity } from '../proxy/types.js';
+import { parseCommonName, serviceIdentity, XDS_SERVER_SPIFFE_ID, type ServiceIdentity } from '../proxy/types.js';
 import { CertificateAuthority, type IssueRequest } from './authority.js';
 import { commonNameFromCertificate, dnsSansFromCertificate, uriSansFromCertificate } from './identity.js';
 import { CertificateManager, MAX_CHECK_INTERVAL_MS, renewalTime, type Timers } from './manager.js';
@@ -233,6 +233,26 @@ describe('CertificateManager', () => {
     const ips = x.getExtension(x509.SubjectAlternativeNameExtension)?.names.items.filter((n) => n.type === 'ip').map((n) => n.value);
     assert.deepEqual(ips, ['127.0.0.1', '::1', '10.0.0.9']);
     assert.deepEqual([...(x.getExtension(x509.ExtendedKeyUsageExtension)?.usages ?? [])].map(String), [x509.ExtendedKeyUsage.serverAuth]);
+    assert.deepEqual(uriSansFromCertificate(cert.certPem), [XDS_SERVER_SPIFFE_ID]);
+    manager.stop();
+  });
+
+  it("never issues a service certificate carrying the controller's URI SAN, even for names made to look like it", async () => {
+    // `svc/osm-controller.osm-system` gets DNS SAN osm-controller.osm-system.svc.cluster.local, one of
+    // the controller's DNS names: why proxies pin the URI SAN and not a DNS name.
+    const lookalikes = [
+      serviceIdentity('svc', 'osm-controller.osm-system'),
+      serviceIdentity('osm-system', 'osm-controller'),
+      serviceIdentity('osm-controller', 'osm-controller'),
+    ];
+    for (const identity of lookalikes) {
+      const cert = await manager.getServiceCertificate(identity);
+      const uris = uriSansFromCertificate(cert.certPem);
+      assert.equal(uris.length, 1, identity);
+      assert.match(uris[0], /^spiffe:\/\/cluster\.local\/ns\/[^/]+\/sa\/[^/]+$/, identity);
+      assert.ok(!uris.includes(XDS_SERVER_SPIFFE_ID), identity);
+    }
+    assert.deepEqual(dnsSansFromCertificate((await manager.getServiceCertificate(lookalikes[0])).certPem), ['osm-controller.osm-system.svc.cluster.local']);
     manager.stop();
   });
 });

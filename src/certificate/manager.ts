@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { proxyCommonName, type ProxyKind, type ServiceIdentity } from '../proxy/types.js';
+import { proxyCommonName, XDS_SERVER_SPIFFE_ID, type ProxyKind, type ServiceIdentity } from '../proxy/types.js';
 import { systemClock, type CertificateAuthority, type Clock, type IssuedCertificate } from './authority.js';
 import { serviceCertificateCommonName, spiffeId } from './identity.js';
 
@@ -251,7 +251,8 @@ export class CertificateManager {
 
   /**
    * Issues the controller's own xDS (gRPC) server certificate: CN {@link SERVER_COMMON_NAME},
-   * usage server, DNS SANs {@link DEFAULT_SERVER_DNS_NAMES} plus `dnsNames`, IP SANs
+   * usage server, URI SAN {@link XDS_SERVER_SPIFFE_ID} (the identity proxy bootstraps require of
+   * the ADS server, which no service certificate carries), DNS SANs {@link DEFAULT_SERVER_DNS_NAMES} plus `dnsNames`, IP SANs
    * {@link DEFAULT_SERVER_IP_ADDRESSES} plus `ipAddresses` (duplicates removed), lifetime
    * `validitySeconds` (default {@link DEFAULT_SERVER_CERT_VALIDITY_SECONDS}). Not rotated here:
    * the caller re-issues it before `notAfter`.
@@ -264,6 +265,7 @@ export class CertificateManager {
       commonName: SERVER_COMMON_NAME,
       dnsNames: [...new Set([...DEFAULT_SERVER_DNS_NAMES, ...(options.dnsNames ?? [])])],
       ipAddresses: [...new Set([...DEFAULT_SERVER_IP_ADDRESSES, ...(options.ipAddresses ?? [])])],
+      uris: [XDS_SERVER_SPIFFE_ID],
       validitySeconds: options.validitySeconds ?? DEFAULT_SERVER_CERT_VALIDITY_SECONDS,
       usage: 'server',
     });

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { decodeMessage, encodeMessage } from '../api/codec.js';
-import { proxyCommonName } from '../proxy/types.js';
+import { proxyCommonName, XDS_SERVER_SPIFFE_ID } from '../proxy/types.js';
 import { parse, stringify } from 'yaml';
 import { MAX_RE2_PROGRAM_SIZE } from '../util/re2.js';
 import { envoyBootstrap, isIpLiteral } from './bootstrap.js';
@@ -78,6 +78,17 @@ describe('envoyBootstrap', () => {
       { certificate_chain: { filename: '/etc/trellis/xds-cert.pem' }, private_key: { filename: '/etc/trellis/xds-key.pem' } },
     ]);
     assert.deepEqual(at(common, 'validation_context', 'trusted_ca'), { filename: '/etc/trellis/ca.pem' });
+  });
+
+  it("requires the ADS server's certificate to carry the controller's URI SAN (exact), whatever the host", () => {
+    // Chaining to the mesh CA is not enough: it signs every workload's service certificate too.
+    for (const xdsHost of [opts.xdsHost, '10.0.0.7', '::1']) {
+      const validation = at(roundTrip(envoyBootstrap({ ...opts, xdsHost })), 'static_resources', 'clusters', 0, 'transport_socket', 'typed_config', 'common_tls_context', 'validation_context') as Obj;
+      assert.deepEqual(validation.trusted_ca, { filename: '/etc/trellis/ca.pem' }, xdsHost);
+      assert.deepEqual(validation.match_typed_subject_alt_names, [{ san_type: 'URI', matcher: { exact: 'spiffe://cluster.local/osm-controller' } }], xdsHost);
+      assert.equal(validation.match_subject_alt_names, undefined, xdsHost);
+    }
+    assert.equal(XDS_SERVER_SPIFFE_ID, 'spiffe://cluster.local/osm-controller');
   });
 
   it('uses a STATIC cluster without SNI for IPv4 and IPv6 literals, and honours the ports given', () => {

@@ -4,7 +4,7 @@ import type { ConfigSource } from '../api/generated/envoy/config/core/v3/ConfigS
 import type { HttpProtocolOptions } from '../api/generated/envoy/extensions/upstreams/http/v3/HttpProtocolOptions.js';
 import type { Struct } from '../api/generated/google/protobuf/Struct.js';
 import type { UpstreamTlsContext } from '../api/generated/envoy/extensions/transport_sockets/tls/v3/UpstreamTlsContext.js';
-import { identityParts, parseCommonName, type CommonName } from '../proxy/types.js';
+import { identityParts, parseCommonName, XDS_SERVER_SPIFFE_ID, type CommonName } from '../proxy/types.js';
 import { MAX_RE2_PROGRAM_SIZE } from '../util/re2.js';
 
 /** Name of the static cluster through which Envoy reaches the controller's ADS server (as in OSM). */
@@ -67,7 +67,9 @@ const RUNTIME_STATIC_LAYER = { 're2.max_program_size.error_level': MAX_RE2_PROGR
  * - `static_resources.clusters`: `osm-controller`, STATIC for an IP literal else LOGICAL_DNS,
  *   HTTP/2 via `typed_extension_protocol_options` (`HttpProtocolOptions.explicit_http_config`),
  *   mTLS via an `UpstreamTlsContext` whose `common_tls_context` names the certificate, key and
- *   CA files inline (OSM uses file-based SDS instead; the effect is the same), ALPN `h2`,
+ *   CA files inline (OSM uses file-based SDS instead; the effect is the same), requires the
+ *   server certificate to carry the URI SAN {@link XDS_SERVER_SPIFFE_ID} (exact match; chaining
+ *   to the mesh CA is not enough, every workload's certificate does), ALPN `h2`,
  *   TLS 1.2 to 1.3, and SNI = `xdsHost` when it is a DNS name;
  * - `layered_runtime`: a static layer raising `re2.max_program_size.error_level` to
  *   {@link MAX_RE2_PROGRAM_SIZE} (Envoy's default, 100, refuses `[a-z0-9]{1,120}`; the
@@ -96,7 +98,12 @@ export function envoyBootstrap(options: EnvoyBootstrapOptions): Bootstrap {
       alpn_protocols: ['h2'],
       tls_params: { tls_minimum_protocol_version: 'TLSv1_2', tls_maximum_protocol_version: 'TLSv1_3' },
       tls_certificates: [{ certificate_chain: { filename: options.certFile }, private_key: { filename: options.keyFile } }],
-      validation_context: { trusted_ca: { filename: options.caFile } },
+      validation_context: {
+        trusted_ca: { filename: options.caFile },
+        // The mesh CA also signs every workload's service certificate: the chain alone would let
+        // any workload holding its own key pose as the controller. Only the controller's carries this.
+        match_typed_subject_alt_names: [{ san_type: 'URI', matcher: { exact: XDS_SERVER_SPIFFE_ID } }],
+      },
     },
     ...(ipLiteral ? {} : { sni: xdsHost }),
   };

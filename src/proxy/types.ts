@@ -16,6 +16,17 @@ export type ProxyKind = 'sidecar' | 'gateway';
 /** The trust domain of mesh certificates (OSM's default). */
 export const TRUST_DOMAIN = 'cluster.local';
 
+/**
+ * The identity of the controller's xDS server: a URI Subject Alternative Name
+ * (`spiffe://cluster.local/osm-controller`) that its server certificate carries and that every
+ * proxy bootstrap requires of the ADS server (Envoy `match_typed_subject_alt_names`, URI, exact).
+ * No workload certificate can carry it: a workload's SPIFFE ID always has the path
+ * `/ns/<namespace>/sa/<serviceaccount>`, and this path has no `/ns/` segment. (A DNS name would
+ * not do: service account `osm-controller.osm-system` in namespace `svc` is issued DNS SAN
+ * `osm-controller.osm-system.svc.cluster.local`.)
+ */
+export const XDS_SERVER_SPIFFE_ID = `spiffe://${TRUST_DOMAIN}/osm-controller`;
+
 /** Builds a {@link ServiceIdentity} from a namespace and service account name. */
 export function serviceIdentity(namespace: string, serviceAccount: string): ServiceIdentity {
   return `${namespace}/${serviceAccount}` as ServiceIdentity;
