@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -81,6 +81,41 @@ describe('refused mTLS connections', () => {
       assert.ok(refusals.some((l) => l.reason === 'no_client_certificate'), 'no certificate logged');
     } finally {
       for (const c of clients) c.close();
+      await running.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+  it('counts a client that refuses the controller\'s certificate (a TLS alert) as server_certificate_refused, not as its own', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'trellis-refused-server-'));
+    const lines: Record<string, unknown>[] = [];
+    const running = await runController({
+      manifests: 'examples/bookstore',
+      meshName: 'osm',
+      stateDir: path.join(dir, 'state'),
+      xdsAddress: '127.0.0.1:0',
+      httpAddress: '127.0.0.1:0',
+      resyncIntervalMs: 0,
+      warmUpConfigurationBytes: 0,
+      logger: pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
+    });
+    try {
+      // OpenSSL's client, trusting another CA and failing on verification, sends an
+      // unknown_ca alert as Envoy (BoringSSL) does.
+      const other = await CertificateAuthority.loadOrCreate(path.join(dir, 'other'));
+      await writeFile(path.join(dir, 'other-ca.pem'), other.caPem);
+      const exit = await new Promise<number | null>((resolve) => {
+        const child = spawn('openssl', ['s_client', '-connect', `127.0.0.1:${running.xdsPort}`, '-CAfile', path.join(dir, 'other-ca.pem'), '-verify_return_error', '-alpn', 'h2'], { stdio: ['ignore', 'ignore', 'ignore'] });
+        child.on('exit', resolve);
+      });
+      assert.notEqual(exit, 0, 'openssl refused the handshake');
+      const count = async (): Promise<number> => {
+        const text = await (await fetch(`http://127.0.0.1:${running.httpPort}/metrics`)).text();
+        return Number(/trellis_xds_connections_refused_total\{reason="server_certificate_refused"\} (\d+)/.exec(text)?.[1] ?? 0);
+      };
+      await eventually(async () => (await count()) === 1, 'the refusal counted as the client\'s refusal of the server certificate');
+      const line = lines.find((l) => l.reason === 'server_certificate_refused');
+      assert.match(String(line?.msg), /ALERT_UNKNOWN_CA/);
+    } finally {
       await running.stop();
       await rm(dir, { recursive: true, force: true });
     }

@@ -365,10 +365,13 @@ export const REFUSAL_LOG_WINDOW_MS = 60_000;
  * The `reason` a {@link MutualTlsOptions} listener refuses a connection for: `no_client_certificate`
  * (the client sent none), `untrusted_certificate` (Node's verification against the mesh CA failed:
  * another CA, self-signed, expired, not yet valid…), `tls_handshake` (any other handshake error:
- * protocol, timeout, reset).
+ * protocol, timeout, reset), `server_certificate_refused` (the client sent a TLS alert about the
+ * controller's certificate, e.g. `ERR_SSL_SSLV3_ALERT_CERTIFICATE_UNKNOWN` from an Envoy whose
+ * bootstrap requires another SAN or CA).
  * @param code a `tls.TLSSocket.authorizationError` or a handshake error's `code`.
  */
 export function tlsRefusalReason(code: string | undefined, hasCertificate: boolean): string {
+  if (/_ALERT_(CERTIFICATE|UNKNOWN_CA|BAD_CERTIFICATE|DECRYPT_ERROR)/.test(code ?? '')) return 'server_certificate_refused';
   if (!hasCertificate || /PEER_DID_NOT_RETURN_A_CERTIFICATE/.test(code ?? '')) return 'no_client_certificate';
   if (/CERT|UNABLE_TO|SELF_SIGNED|UNKNOWN_CA|VERIFY/.test(code ?? '')) return 'untrusted_certificate';
   return 'tls_handshake';
@@ -448,7 +451,7 @@ export class AdsServer {
       labelNames: ['reason'],
       registers: [registry],
     });
-    for (const reason of ['no_client_certificate', 'untrusted_certificate', 'tls_handshake', 'unauthenticated', 'uuid_conflict']) this.refusals.inc({ reason }, 0);
+    for (const reason of ['no_client_certificate', 'untrusted_certificate', 'server_certificate_refused', 'tls_handshake', 'unauthenticated', 'uuid_conflict']) this.refusals.inc({ reason }, 0);
     this.hooks = options.hooks ?? {};
   }
 
