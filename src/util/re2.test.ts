@@ -66,4 +66,15 @@ describe('estimateRe2ProgramSize (Envoy re2.max_program_size)', () => {
     assert.equal(re2Problem('^/api/.*$'), undefined);
     assert.match(re2Problem('x{1001}') ?? 'accepted', /invalid repetition size/);
   });
+
+  it('checks Unicode classes alone, so that repeating one neither exhausts re2-wasm nor takes seconds', () => {
+    // \p{L}{100} made re2-wasm abort (out of its 16 MiB heap), and then every later check threw.
+    for (const pattern of ['\\p{L}{100}', '/users/[\\p{L}\\p{N}_-]{1,64}', '[\\pL-z]', '\\p{^Greek}+', 'a\\Q\\pZ\\E']) {
+      assert.equal(re2Problem(pattern), undefined, pattern);
+    }
+    assert.match(re2Problem('\\p{Foo}x') ?? 'accepted', /invalid character class range: \\p\{Foo\}/);
+    assert.match(re2Problem('\\p{L}{1000}') ?? 'accepted', /is too large/);
+    assert.match(re2Problem('.{1000}') ?? 'accepted', /is too large/);
+    assert.equal(re2Problem('\\d+'), undefined);
+  });
 });

@@ -6,7 +6,18 @@ import type { WrappedRE2Constructor, WrappedRE2Interface } from 're2-wasm/build/
 // synchronously when the module loads, so every call below is synchronous. The raw
 // `WrappedRE2` is used rather than the package's `RE2` class, which rewrites JavaScript syntax
 // (`\u0041`, `(?<name>`) into RE2's before compiling: Envoy does not.
-const { WrappedRE2 } = createRequire(import.meta.url)('re2-wasm/build/wasm/re2.js') as { WrappedRE2: WrappedRE2Constructor };
+const requireHere = createRequire(import.meta.url);
+const RE2_WASM = requireHere.resolve('re2-wasm/build/wasm/re2.js');
+let WrappedRE2 = loadRe2Wasm();
+
+/**
+ * A fresh instance of re2-wasm: its heap is a fixed 16 MiB, and once a compile exhausts it the
+ * instance has aborted for good (every later call throws), so {@link compile} loads another.
+ */
+function loadRe2Wasm(): WrappedRE2Constructor {
+  delete requireHere.cache[RE2_WASM];
+  return (requireHere(RE2_WASM) as { WrappedRE2: WrappedRE2Constructor }).WrappedRE2;
+}
 
 /** A compiled RE2 program (WebAssembly memory, freed with `delete`). */
 type Program = WrappedRE2Interface & { delete(): void };
@@ -25,9 +36,19 @@ export interface Re2 {
 const MAX_CACHED = 1024;
 const programs = new Map<string, Re2 | Error>();
 
+/**
+ * Compiles with RE2's default options, as Envoy does (RE2::Quiet: UTF-8, case sensitive, `.`
+ * without `\n`).
+ * @throws the WebAssembly.RuntimeError of an instance that ran out of memory (a fresh instance
+ *   is loaded for the next call).
+ */
 function compile(pattern: string): Program {
-  // Envoy compiles with RE2::Quiet: RE2's default options (UTF-8, case sensitive, `.` without `\n`).
-  return new WrappedRE2(pattern, false, false, false) as Program;
+  try {
+    return new WrappedRE2(pattern, false, false, false) as Program;
+  } catch (err) {
+    WrappedRE2 = loadRe2Wasm();
+    throw err;
+  }
 }
 
 /**
@@ -75,13 +96,14 @@ const forget = new WeakMap<Re2, () => void>();
  * bootstraps Trellis writes set it (Envoy's own default is 100, which `[a-z0-9]{1,120}` already
  * exceeds). {@link re2Problem} refuses a pattern whose estimated program is larger.
  */
-export const MAX_RE2_PROGRAM_SIZE = 32_768;
+export const MAX_RE2_PROGRAM_SIZE = 4_096;
 
 /**
  * An upper estimate of the size of `pattern`'s RE2 program (instructions, as Envoy's
  * `re2.max_program_size` counts them), from its syntax alone: every atom is weighed at least
- * as much as RE2 compiles it to (a literal 1, `.` and escapes 4 to 16, a bracket class 2 per
- * ASCII item and 16 per wider one), a group is the sum of its branches, and a repeat `{n,m}` is expanded as RE2 does (n
+ * as much as RE2 compiles it to (a literal 1, an escape 4 to 16, a bracket class 2 per
+ * ASCII item and 16 per wider one), and an atom that spans most of Unicode (`.`, `\\D`, `[^…]`)
+ * at 16, which also bounds what re2-wasm spends compiling it (about 60 µs a copy), a group is the sum of its branches, and a repeat `{n,m}` is expanded as RE2 does (n
  * copies, then m - n optional ones). It never compiles, so it is safe on any input; it exists
  * because `re2-wasm` neither reports the program size nor survives a pattern that outgrows its
  * fixed 16 MiB heap. Invalid syntax is estimated as far as it goes (RE2 reports it).
@@ -134,7 +156,7 @@ export function estimateRe2ProgramSize(pattern: string): number {
       i += min!.length + (comma?.length ?? 0) + 2;
       if (pattern[i] === '?') i++;
     } else {
-      atom(c === '.' ? 4 : 1);
+      atom(c === '.' ? 16 : 1);
       i += c.codePointAt(0)! > 0xffff ? 2 : 1;
     }
   }
@@ -159,7 +181,8 @@ function escapeWeight(pattern: string, at: number): [weight: number, length: num
     const text = end < 0 ? pattern.length - at - 2 : end - at - 2;
     return [Math.max(1, text * 4), text + (end < 0 ? 2 : 4)];
   }
-  if ('dDwWsS'.includes(next)) return [8, 2];
+  if ('dws'.includes(next)) return [8, 2];
+  if ('DWS'.includes(next)) return [16, 2];
   if (/[0-7]/.test(next)) return [4, /^[0-7]{1,3}/.exec(pattern.slice(at + 1))![0].length + 1];
   return [4, 2];
 }
@@ -167,8 +190,11 @@ function escapeWeight(pattern: string, at: number): [weight: number, length: num
 /** The estimated program size and length of the bracket class at `pattern[at]` (`[`). */
 function classWeight(pattern: string, at: number): [weight: number, length: number] {
   let i = at + 1;
-  if (pattern[i] === '^') i++;
   let weight = 2;
+  if (pattern[i] === '^') {
+    weight = 16;
+    i++;
+  }
   let first = true;
   while (i < pattern.length && (pattern[i] !== ']' || first)) {
     first = false;
@@ -212,8 +238,12 @@ export function re2Problem(pattern: string): string | undefined {
     // Only the verdict is kept (a short string), not the program: a mesh checks many patterns
     // and matches with few.
     try {
-      const program = compile(pattern);
-      if (!program.ok()) {
+      const classProblem = unicodeClassProblem(pattern);
+      // Unicode classes are checked alone, then stand in as `\d` (valid wherever they are):
+      // re2-wasm takes about 12 ms per copy of `\p{L}` and runs out of heap on `\p{L}{100}`.
+      const program = compile(classProblem === undefined ? withUnicodeClassesAsDigits(pattern) : pattern);
+      if (classProblem !== undefined) verdict = `${quoted} is not a valid RE2 regular expression: ${classProblem}`;
+      else if (!program.ok()) {
         const hint = RE2_UNSUPPORTED.test(pattern) ? ' (RE2 has no lookaround or backreference)' : '';
         verdict = `${quoted} is not a valid RE2 regular expression: ${program.error()}${hint}`;
       }
@@ -226,6 +256,54 @@ export function re2Problem(pattern: string): string | undefined {
   if (verdicts.size >= MAX_VERDICTS) verdicts.delete(verdicts.keys().next().value as string);
   verdicts.set(pattern, verdict);
   return verdict || undefined;
+}
+
+/** Unicode class escapes (`\pL`, `\p{Greek}`, `\P{^Han}`) of `pattern`, outside `\Q…\E`. */
+function unicodeClassEscapes(pattern: string): Array<{ at: number; text: string }> {
+  const out: Array<{ at: number; text: string }> = [];
+  for (let i = 0; i < pattern.length; i++) {
+    if (pattern[i] !== '\\') continue;
+    const next = pattern[i + 1];
+    if (next === 'Q') {
+      const end = pattern.indexOf('\\E', i + 2);
+      if (end < 0) break;
+      i = end + 1;
+    } else if (next === 'p' || next === 'P') {
+      const close = pattern[i + 2] === '{' ? pattern.indexOf('}', i + 2) : i + 2;
+      if (close < 0) break;
+      out.push({ at: i, text: pattern.slice(i, close + 1) });
+      i = close;
+    } else i++;
+  }
+  return out;
+}
+
+/** RE2's complaint about the first invalid Unicode class escape of `pattern`, each compiled alone (and remembered). */
+function unicodeClassProblem(pattern: string): string | undefined {
+  for (const { text } of unicodeClassEscapes(pattern)) {
+    let known = classVerdicts.get(text);
+    if (known === undefined) {
+      const program = compile(text);
+      known = program.ok() ? '' : program.error();
+      program.delete();
+      if (classVerdicts.size >= MAX_VERDICTS) classVerdicts.delete(classVerdicts.keys().next().value as string);
+      classVerdicts.set(text, known);
+    }
+    if (known) return known;
+  }
+  return undefined;
+}
+const classVerdicts = new Map<string, string>();
+
+/** `pattern` with every Unicode class escape replaced by `\d`, which RE2 accepts wherever a class escape may stand. */
+function withUnicodeClassesAsDigits(pattern: string): string {
+  let out = '';
+  let from = 0;
+  for (const { at, text } of unicodeClassEscapes(pattern)) {
+    out += `${pattern.slice(from, at)}\\d`;
+    from = at + text.length;
+  }
+  return out + pattern.slice(from);
 }
 
 /** Most {@link re2Problem} verdicts kept (`''` = valid); the oldest is dropped past it. */
