@@ -7,6 +7,7 @@ import { TypeUrl } from '../src/api/type-urls.js';
 import {
   MAX_DEBUG_NAMES_PER_TYPE,
   MAX_NACK_MESSAGE_CHARS,
+  MAX_RECEIVE_MESSAGE_LENGTH,
   MAX_RESOURCE_NAME_CHARS,
   MAX_RESOURCE_NAMES_PER_TYPE,
   MAX_SUBSCRIBED_NAME_CHARS,
@@ -121,6 +122,15 @@ describe('ADS server bounds on what a stream subscribes to', () => {
     });
   }
 
+  it('refuses a request message over MAX_RECEIVE_MESSAGE_LENGTH with RESOURCE_EXHAUSTED', async () => {
+    await setup('sotw');
+    const s = h.open();
+    request(s, 'sotw', EDS, names('big', Math.ceil(MAX_RECEIVE_MESSAGE_LENGTH / 1000) + 1, 1000));
+    const status = await s.ended(20_000);
+    assert.equal(status.code, grpc.status.RESOURCE_EXHAUSTED);
+    await otherProxyIsServed('sotw');
+  });
+
   it('delta: ends a stream whose request unsubscribes more than MAX_RESOURCE_NAMES_PER_TYPE names with RESOURCE_EXHAUSTED', async () => {
     await setup('delta');
     const s = h.open();
@@ -163,7 +173,9 @@ describe('ADS server log limits across streams of one identity', () => {
       s.cancel();
       await eventually(() => h.events.filter((e) => e.startsWith('close ')).length === i + 1, `stream ${i + 1} closed`);
     }
-    const lifecycle = logLines.filter((l) => ['ADS stream opened', 'ADS stream closed'].includes(String(l.msg)));
-    assert.ok(lifecycle.length <= STREAM_LOG_LIMIT, `${lifecycle.length} lifecycle lines at info level`);
+    for (const msg of ['ADS stream opened', 'ADS stream closed']) {
+      const lines = logLines.filter((l) => l.msg === msg).length;
+      assert.equal(lines, STREAM_LOG_LIMIT, `${msg}: ${lines} lines at info level`);
+    }
   });
 });

@@ -58,8 +58,12 @@ import { typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ResourceMap } from '../cache/types.js';
 import { DEFAULT_MAX_BYTES_IN_FLIGHT, SendBudget } from './send-budget.js';
 
-/** Largest request message the server accepts, in bytes (gRPC's default of 4 MiB is too small for big meshes). */
-export const MAX_RECEIVE_MESSAGE_LENGTH = 64 * 1024 * 1024;
+/**
+ * Largest request message the server accepts, in bytes: 16 MiB (gRPC's default of 4 MiB is too
+ * small for a request naming `MAX_SUBSCRIBED_NAME_CHARS` characters of names with their framing
+ * and `initial_resource_versions`; more is never needed, and every stream may have one being decoded).
+ */
+export const MAX_RECEIVE_MESSAGE_LENGTH = 16 * 1024 * 1024;
 
 /** Fully-qualified name of the ADS service (Envoy `envoy/service/discovery/v3/ads.proto`). */
 export const ADS_SERVICE_NAME = 'envoy.service.discovery.v3.AggregatedDiscoveryService';

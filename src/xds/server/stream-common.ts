@@ -271,11 +271,11 @@ export const NACK_LOG_INTERVAL_MS = 60_000;
 export const NACK_LOG_LIMIT = 60;
 
 /**
- * The server logs a stream's lifecycle lines (`ADS stream opened`, `ending ADS stream`, `ADS
+ * The server logs each lifecycle line of streams (`ADS stream opened`, `ending ADS stream`, `ADS
  * stream closed`) at info level at most this many times per proxy identity per
  * {@link STREAM_LOG_WINDOW_MS}; beyond, at debug level (a reconnect loop logs a bounded amount).
  */
-export const STREAM_LOG_LIMIT = 20;
+export const STREAM_LOG_LIMIT = 10;
 
 /** The window of {@link STREAM_LOG_LIMIT}, in ms. */
 export const STREAM_LOG_WINDOW_MS = 60_000;
@@ -315,7 +315,7 @@ export class StreamLogLimits {
   readonly nack = new RateLimiter(1, NACK_LOG_INTERVAL_MS, () => performance.now(), LOG_LIMIT_KEYS);
   /** {@link NACK_LOG_LIMIT} NACK lines per {@link NACK_LOG_INTERVAL_MS} in all. */
   readonly nackTotal = new RateLimiter(NACK_LOG_LIMIT, NACK_LOG_INTERVAL_MS, () => performance.now(), 1);
-  /** {@link STREAM_LOG_LIMIT} lifecycle lines per identity per {@link STREAM_LOG_WINDOW_MS} at info level. */
+  /** {@link STREAM_LOG_LIMIT} lifecycle lines of each kind per identity per {@link STREAM_LOG_WINDOW_MS} at info level. */
   readonly lifecycle = new RateLimiter(STREAM_LOG_LIMIT, STREAM_LOG_WINDOW_MS, () => performance.now(), LOG_LIMIT_KEYS);
 
   /**
@@ -329,9 +329,9 @@ export class StreamLogLimits {
     return notLogged;
   }
 
-  /** Whether a lifecycle line of a stream of `identity` is logged at info level (else at debug). */
-  takeLifecycle(identity: string): boolean {
-    return this.lifecycle.take(identity) !== undefined;
+  /** Whether the lifecycle line `kind` of a stream of `identity` is logged at info level (else at debug). */
+  takeLifecycle(identity: string, kind: 'opened' | 'ending' | 'closed'): boolean {
+    return this.lifecycle.take(`${identity}\n${kind}`) !== undefined;
   }
 }
 
@@ -588,9 +588,9 @@ export abstract class StreamBase<
     st.names = names;
   }
 
-  /** Whether a lifecycle line of this stream goes to the log at info level (the server's per-identity limit), else at debug. */
-  private lifecycleLevel(): 'info' | 'debug' {
-    return this.proxy === undefined || this.ctx.logLimits.takeLifecycle(this.proxy.identity) ? 'info' : 'debug';
+  /** Whether the lifecycle line `kind` of this stream goes to the log at info level (the server's per-identity limit), else at debug. */
+  private lifecycleLevel(kind: 'opened' | 'ending' | 'closed'): 'info' | 'debug' {
+    return this.proxy === undefined || this.ctx.logLimits.takeLifecycle(this.proxy.identity, kind) ? 'info' : 'debug';
   }
 
   /** {@inheritDoc ServedStream.info} */
@@ -625,7 +625,7 @@ export abstract class StreamBase<
   /** {@inheritDoc ServedStream.fail} */
   fail(code: grpc.status, details: string): void {
     if (this.closed) return;
-    this.log[this.lifecycleLevel()]({ code: grpc.status[code], details }, `ending ${this.logPrefix}ADS stream`);
+    this.log[this.lifecycleLevel('ending')]({ code: grpc.status[code], details }, `ending ${this.logPrefix}ADS stream`);
     this.end(code, details, 'server');
   }
 
@@ -851,7 +851,7 @@ export abstract class StreamBase<
     this.cancelWatch = this.ctx.watcher.watch(proxy.uuid, (s) => this.onSnapshot(s));
     this.opened = true;
     this.ctx.metrics.connectedProxies.inc();
-    this.log[this.lifecycleLevel()]({ peer: this.call.getPeer() }, `${this.logPrefix}ADS stream opened`);
+    this.log[this.lifecycleLevel('opened')]({ peer: this.call.getPeer() }, `${this.logPrefix}ADS stream opened`);
     try {
       await this.ctx.hooks.onStreamOpen?.(proxy, this.streamId, first.node);
     } catch (err) {
@@ -915,7 +915,7 @@ export abstract class StreamBase<
     }
     this.ctx.metrics.connectedProxies.dec();
     const nacksNotLogged = this.nacksNotLogged;
-    this.log[this.lifecycleLevel()]({ reason, ...(nacksNotLogged > 0 ? { nacksNotLogged } : {}) }, `${this.logPrefix}ADS stream closed`);
+    this.log[this.lifecycleLevel('closed')]({ reason, ...(nacksNotLogged > 0 ? { nacksNotLogged } : {}) }, `${this.logPrefix}ADS stream closed`);
     const proxy = this.proxy;
     this.callHook('onStreamClose', () => this.ctx.hooks.onStreamClose?.(proxy, this.streamId));
   }
