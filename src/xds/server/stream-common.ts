@@ -604,7 +604,7 @@ export abstract class StreamBase<
         typeUrl,
         type: TYPE_SHORT_NAME[typeUrl],
         wildcard: st.wildcard,
-        resourceNames: [...st.names].sort().slice(0, MAX_DEBUG_NAMES_PER_TYPE),
+        resourceNames: firstSorted(st.names, MAX_DEBUG_NAMES_PER_TYPE),
         resourceNameCount: st.names.size,
         lastVersionSent: st.lastVersionSent,
         lastNonceSent: st.lastNonceSent,
@@ -936,6 +936,27 @@ function resetHttp2Stream(call: object): boolean {
   if (!stream || typeof stream.close !== 'function' || typeof stream.destroyed !== 'boolean') return false;
   if (!stream.destroyed) (stream as { close(code: number): void }).close(http2.constants.NGHTTP2_CANCEL);
   return true;
+}
+
+/**
+ * The `k` smallest of `names` in code-unit order (as `Array.prototype.sort` orders strings),
+ * sorted, without sorting them all: O(n log k) for n names.
+ */
+function firstSorted(names: Iterable<string>, k: number): string[] {
+  const out: string[] = [];
+  for (const name of names) {
+    if (out.length === k && name >= out[k - 1]) continue;
+    let lo = 0;
+    let hi = out.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (out[mid] < name) lo = mid + 1;
+      else hi = mid;
+    }
+    out.splice(lo, 0, name);
+    if (out.length > k) out.pop();
+  }
+  return out;
 }
 
 /** Resolves every waiter in `waiters` and empties it. */
