@@ -362,6 +362,7 @@ function proxiesView(controller: MeshController, ads: AdsServer): unknown {
               versionAcked: t.versionAcked ?? null,
               lastVersionSent: t.lastVersionSent ?? null,
               resourceNames: t.wildcard ? '*' : t.resourceNames,
+              resourceNameCount: t.resourceNameCount,
               lastNack: t.lastNack ? { ...t.lastNack, at: t.lastNack.at.toISOString() } : null,
             },
           ]),

@@ -16,6 +16,7 @@ import { DeltaStream } from './delta-stream.js';
 import {
   DEFAULT_UNREAD_TIMEOUT_MS,
   StreamBase,
+  StreamLogLimits,
   createMetrics,
   isCompleteSetType,
   type AdsCall,
@@ -42,14 +43,27 @@ export type {
   StreamMode,
   TypeStreamInfo,
 } from './stream-common.js';
-export { DEFAULT_UNREAD_TIMEOUT_MS, LARGE_RESPONSE_BYTES, MAX_NACK_MESSAGE_CHARS, MAX_RESOURCE_NAMES_PER_TYPE, NACK_LOG_INTERVAL_MS } from './stream-common.js';
+export {
+  DEFAULT_UNREAD_TIMEOUT_MS,
+  LARGE_RESPONSE_BYTES,
+  MAX_DEBUG_NAMES_PER_TYPE,
+  MAX_NACK_MESSAGE_CHARS,
+  MAX_RESOURCE_NAME_CHARS,
+  MAX_RESOURCE_NAMES_PER_TYPE,
+  MAX_SUBSCRIBED_NAME_CHARS,
+  NACK_LOG_INTERVAL_MS,
+} from './stream-common.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import { typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ResourceMap } from '../cache/types.js';
 import { DEFAULT_MAX_BYTES_IN_FLIGHT, SendBudget } from './send-budget.js';
 
-/** Largest request message the server accepts, in bytes (gRPC's default of 4 MiB is too small for big meshes). */
-export const MAX_RECEIVE_MESSAGE_LENGTH = 64 * 1024 * 1024;
+/**
+ * Largest request message the server accepts, in bytes: 16 MiB (gRPC's default of 4 MiB is too
+ * small for a request naming `MAX_SUBSCRIBED_NAME_CHARS` characters of names with their framing
+ * and `initial_resource_versions`; more is never needed, and every stream may have one being decoded).
+ */
+export const MAX_RECEIVE_MESSAGE_LENGTH = 16 * 1024 * 1024;
 
 /** Fully-qualified name of the ADS service (Envoy `envoy/service/discovery/v3/ads.proto`). */
 export const ADS_SERVICE_NAME = 'envoy.service.discovery.v3.AggregatedDiscoveryService';
@@ -184,10 +198,11 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
    * not resent, which would loop ("When to send an update"): the per-resource `sent` state stays
    * as sent, so only a changed snapshot sends again. The version rejected is the one sent with
    * the nonce (the request's own `version_info` is the last one the client accepted). A request
-   * with more than `MAX_RESOURCE_NAMES_PER_TYPE` names ends the stream.
+   * with more than `MAX_RESOURCE_NAMES_PER_TYPE` names, more than `MAX_SUBSCRIBED_NAME_CHARS`
+   * characters of names or a name longer than `MAX_RESOURCE_NAME_CHARS` ends the stream.
    */
   protected override arrive(type: TypeUrl, req: DiscoveryRequest__Output): { req: DiscoveryRequest__Output; mergeable: boolean } | undefined {
-    if (this.endIfTooManyNames(type, req.resource_names?.length ?? 0)) return undefined;
+    if (this.endIfBadNames(type, req.resource_names ?? [], true)) return undefined;
     const nonce = req.response_nonce ?? '';
     const st = this.types.get(type);
     if (st && nonce !== '' && nonce === st.lastNonceSent) {
@@ -228,6 +243,7 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
       // does-not-exist timer; xds_protocol "Knowing When a Requested Resource Does Not Exist").
       const added = names.some((n) => n !== '*' && !existing.names.has(n));
       this.updateSubscription(type, existing, names, false);
+      if (this.endIfNameCharsOver(type)) return;
       await this.answer(type, added && isCompleteSetType(type));
       return;
     }
@@ -238,6 +254,7 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
     const st = existing ?? this.newTypeState();
     this.types.set(type, st);
     this.updateSubscription(type, st, names, true);
+    if (this.endIfNameCharsOver(type)) return;
     st.needsAnswer = true;
     await this.answer(type, true);
   }
@@ -266,7 +283,7 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
       for (const name of [...st.sent.keys()]) if (!explicit.has(name)) st.sent.delete(name);
     }
     st.wildcard = wildcard;
-    st.names = explicit;
+    this.setNames(st, explicit);
   }
 
   /** Answers a request for `type` (and EDS after CDS); without a snapshot, remembers to answer when it arrives. */
@@ -400,7 +417,8 @@ interface Listener {
  * `trellis_xds_streams_closed_total{reason}`, `trellis_xds_connections_refused_total{reason}`.
  * Responses written and not yet flushed are bounded server-wide by a {@link SendBudget}; a stream
  * holds at most two queued requests per type (newer ones merge into them), at most
- * `MAX_RESOURCE_NAMES_PER_TYPE` names per type, and is closed when a response stays unread for
+ * `MAX_RESOURCE_NAMES_PER_TYPE` names per type, `MAX_SUBSCRIBED_NAME_CHARS` characters of names in
+ * all, each at most `MAX_RESOURCE_NAME_CHARS` long, and is closed when a response stays unread for
  * `unreadTimeoutMs`.
  *
  * Admission: one stream per proxy UUID. A stream authenticated as a UUID that another stream
@@ -424,6 +442,8 @@ export class AdsServer {
   private readonly sendBudget: SendBudget;
   private readonly refusals: Counter<'reason'>;
   private readonly refusalLog = new RateLimiter(REFUSAL_LOG_LIMIT, REFUSAL_LOG_WINDOW_MS);
+  /** NACK and stream lifecycle log limits, per proxy identity across all streams. */
+  private readonly logLimits = new StreamLogLimits();
 
   /**
    * @throws Error when the metrics are already registered in `options.metrics`,
@@ -632,6 +652,7 @@ export class AdsServer {
       authenticate: listen.authenticate,
       sendBudget: this.sendBudget,
       unreadTimeoutMs: this.options.unreadTimeoutMs ?? DEFAULT_UNREAD_TIMEOUT_MS,
+      logLimits: this.logLimits,
       admit: (s) => this.admit(s),
       refused: (r) => this.onRefused(r, listen.address),
       unregister: (s) => {

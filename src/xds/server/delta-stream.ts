@@ -92,8 +92,13 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
   private readonly warm = new Set<string>();
   /** Types a request arrived for (the first request of a type takes no merges). */
   private readonly requested = new Set<TypeUrl>();
-  /** The subscription changes of each queued merged request, as sets. */
-  private readonly mergedChanges = new WeakMap<DeltaDiscoveryRequest__Output, { subscribe: Set<string>; unsubscribe: Set<string> }>();
+  /** The subscription changes of each queued merged request, as sets, with the characters of the names subscribed. */
+  private readonly mergedChanges = new WeakMap<DeltaDiscoveryRequest__Output, { subscribe: Set<string>; unsubscribe: Set<string>; subscribeChars: number }>();
+  /**
+   * Per type whose first request is queued and not handled yet: the names it subscribes to (an
+   * unsubscribe merged meanwhile must be kept for them, though the stream does not have them yet).
+   */
+  private readonly firstSubscribes = new Map<TypeUrl, Set<string>>();
 
   /** Starts serving `call`: the first request authenticates the proxy. */
   constructor(streamId: number, call: DeltaAdsCall, ctx: DeltaStreamContext) {
@@ -113,22 +118,37 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
       if (st) this.ackOrNack(type, st, nonce, req);
       else this.log.debug({ type: TYPE_SHORT_NAME[type], nonce }, 'nonce of a type not requested yet: no ACK/NACK recorded');
     }
-    if (this.endIfTooManyNames(type, req.resource_names_subscribe?.length ?? 0)) return undefined;
+    if (this.endIfBadNames(type, req.resource_names_subscribe ?? [], true)) return undefined;
+    if (this.endIfBadNames(type, req.resource_names_unsubscribe ?? [], false)) return undefined;
     const first = !this.requested.has(type);
+    if (first && this.endIfBadNames(type, Object.keys(req.initial_resource_versions ?? {}), false)) return undefined;
     this.requested.add(type);
+    if (first) this.firstSubscribes.set(type, new Set(req.resource_names_subscribe ?? []));
     return { req: { ...req, response_nonce: '', error_detail: undefined }, mergeable: !first };
   }
 
   /**
    * Subscription changes add up in order: a name subscribed then unsubscribed is unsubscribed,
-   * and the other way round (`*` alike). Ends the stream when the names subscribed add up to
-   * more than {@link MAX_RESOURCE_NAMES_PER_TYPE}.
+   * and the other way round (`*` alike). An unsubscribe is kept only for a name the stream may
+   * hold when the merged request is handled: `*`, or a name it subscribes to now or in its
+   * first request still queued. Any other is a no-op (xds_protocol "Incremental xDS": the
+   * client drops what it unsubscribes; a name not subscribed is held, if at all, through the
+   * wildcard, which keeps it), so what a merge keeps is bounded by the subscription. Ends the
+   * stream when the names subscribed add up to more than `MAX_RESOURCE_NAMES_PER_TYPE`
+   * or `MAX_SUBSCRIBED_NAME_CHARS` characters (applying them would exceed it too).
    */
   protected mergeRequests(older: DeltaDiscoveryRequest__Output, newer: DeltaDiscoveryRequest__Output): DeltaDiscoveryRequest__Output {
     let merged = older;
     let changes = this.mergedChanges.get(older);
     if (!changes) {
-      const sets = { subscribe: new Set(older.resource_names_subscribe ?? []), unsubscribe: new Set(older.resource_names_unsubscribe ?? []) };
+      const subscribe = new Set(older.resource_names_subscribe ?? []);
+      const sets = { subscribe, unsubscribe: new Set<string>(), subscribeChars: 0 };
+      for (const name of subscribe) sets.subscribeChars += name.length;
+      // Within a request, unsubscribes apply after subscribes (as in applySubscription).
+      for (const name of older.resource_names_unsubscribe ?? []) {
+        if (sets.subscribe.delete(name)) sets.subscribeChars -= name.length;
+        if (this.mayHold(older, name)) sets.unsubscribe.add(name);
+      }
       // Lists made once, when the merged request is handled: a merge costs the newer request's names only.
       merged = {
         ...older,
@@ -144,17 +164,27 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
     }
     for (const name of newer.resource_names_subscribe ?? []) {
       changes.unsubscribe.delete(name);
+      if (changes.subscribe.has(name)) continue;
       changes.subscribe.add(name);
+      changes.subscribeChars += name.length;
     }
     for (const name of newer.resource_names_unsubscribe ?? []) {
-      changes.subscribe.delete(name);
-      changes.unsubscribe.add(name);
+      if (changes.subscribe.delete(name)) changes.subscribeChars -= name.length;
+      if (this.mayHold(older, name)) changes.unsubscribe.add(name);
     }
-    this.endIfTooManyNames((older.type_url ?? '') as TypeUrl, changes.subscribe.size);
+    const type = (older.type_url ?? '') as TypeUrl;
+    if (!this.endIfTooManyNames(type, changes.subscribe.size)) this.endIfNameCharsOver(type, changes.subscribeChars);
     return merged;
   }
 
+  /** Whether an unsubscribe of `name` in a request merged into `queued` may change anything when it is handled (see {@link mergeRequests}). */
+  private mayHold(queued: DeltaDiscoveryRequest__Output, name: string): boolean {
+    const type = (queued.type_url ?? '') as TypeUrl;
+    return name === '*' || this.types.get(type)?.names.has(name) === true || this.firstSubscribes.get(type)?.has(name) === true;
+  }
+
   protected async handleRequest(type: TypeUrl, req: DeltaDiscoveryRequest__Output): Promise<void> {
+    this.firstSubscribes.delete(type);
     let st = this.types.get(type);
     const first = st === undefined;
     if (!st) {
@@ -165,7 +195,7 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
     // unlike SotW, a delta request carries only changes, so ignoring an "old" one would lose
     // them for good.
     this.applySubscription(type, st, req, first);
-    if (this.endIfTooManyNames(type, st.names.size)) return;
+    if (this.endIfTooManyNames(type, st.names.size) || this.endIfNameCharsOver(type)) return;
     await this.sync();
   }
 
@@ -210,7 +240,7 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
         st.wildcard = true;
         continue;
       }
-      st.names.add(name);
+      this.addName(st, name);
       st.pending.add(name);
     }
     for (const name of unsubscribe) {
@@ -222,7 +252,7 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
         for (const held of [...st.known.keys()]) if (!st.names.has(held)) st.known.delete(held);
         continue;
       }
-      st.names.delete(name);
+      this.deleteName(st, name);
       st.pending.delete(name);
       // Still covered by the wildcard: the client keeps it. Otherwise it drops it, so a later
       // subscribe must send it again and a change meanwhile must send nothing.

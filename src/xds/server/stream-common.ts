@@ -101,8 +101,10 @@ export interface TypeStreamInfo {
   readonly type: string;
   /** Whether the stream subscribed to every resource of the type (LDS/CDS only). */
   readonly wildcard: boolean;
-  /** Names subscribed explicitly, sorted. */
+  /** Names subscribed explicitly, sorted: the first {@link MAX_DEBUG_NAMES_PER_TYPE} of them. */
   readonly resourceNames: readonly string[];
+  /** How many names are subscribed explicitly (all of them, also those not in `resourceNames`). */
+  readonly resourceNameCount: number;
   readonly lastVersionSent?: string;
   readonly lastNonceSent?: string;
   readonly versionAcked?: string;
@@ -237,19 +239,100 @@ export const DEFAULT_UNREAD_TIMEOUT_MS = 30_000;
  */
 export const MAX_RESOURCE_NAMES_PER_TYPE = 100_000;
 
+/**
+ * Longest resource name a stream may use, in characters (a name in a SotW request's
+ * `resource_names`, a delta request's `resource_names_subscribe`/`_unsubscribe` or
+ * `initial_resource_versions`). Our names are short (`<ns>/<svc>|<port>`,
+ * `service-cert:<ns>/<sa>` with DNS-1123 names of at most 253 characters); a request with a
+ * longer name ends the stream with `INVALID_ARGUMENT`.
+ */
+export const MAX_RESOURCE_NAME_CHARS = 1024;
+
+/**
+ * Most characters of names a stream may subscribe to explicitly, all types together (4 Mi,
+ * about 4 MiB of names): with {@link MAX_RESOURCE_NAMES_PER_TYPE}, what bounds a stream's
+ * memory. A stream asking for more ends with `RESOURCE_EXHAUSTED`.
+ */
+export const MAX_SUBSCRIBED_NAME_CHARS = 4 * 1024 * 1024;
+
+/** The debug view of a stream lists at most this many names per type (the first, sorted), with their count. */
+export const MAX_DEBUG_NAMES_PER_TYPE = 100;
+
 /** A NACK's `error_detail.message` is kept (logged, in `/debug/proxies`, given to `onNack`) up to this many characters. */
 export const MAX_NACK_MESSAGE_CHARS = 4096;
 
-/** A stream logs at most one NACK line per type per this many ms; the next line counts the NACKs not logged. */
+/**
+ * The server logs at most one NACK line per proxy identity and type per this many ms, whatever
+ * its streams and UUIDs; the next line counts the NACKs not logged (`notLogged`).
+ */
 export const NACK_LOG_INTERVAL_MS = 60_000;
+
+/** The server logs at most this many NACK lines per {@link NACK_LOG_INTERVAL_MS}, all identities together. */
+export const NACK_LOG_LIMIT = 60;
+
+/**
+ * The server logs each lifecycle line of streams (`ADS stream opened`, `ending ADS stream`, `ADS
+ * stream closed`) at info level at most this many times per proxy identity per
+ * {@link STREAM_LOG_WINDOW_MS}; beyond, at debug level (a reconnect loop logs a bounded amount).
+ */
+export const STREAM_LOG_LIMIT = 10;
+
+/** The window of {@link STREAM_LOG_LIMIT}, in ms. */
+export const STREAM_LOG_WINDOW_MS = 60_000;
+
+/** Identities (or identity and type pairs) the log limits of a server remember at most. */
+const LOG_LIMIT_KEYS = 10_000;
+
+/**
+ * Control characters (C0 but tab and newline, DEL, C1), bidirectional overrides, isolates and
+ * marks, and the line and paragraph separators: replaced by `?` in a NACK message.
+ */
+const UNSAFE_CHARS = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/g;
+
+/** A high surrogate not followed by a low one, or a low one not preceded by a high one. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 
 /**
  * `message` cut to {@link MAX_NACK_MESSAGE_CHARS} characters, with how much was cut
- * (`… [N more characters cut]`); unchanged when it fits.
+ * (`… [N more characters cut]`), and made safe to log: control characters, bidirectional
+ * overrides and line separators become `?`, a lone surrogate U+FFFD (one character for one,
+ * so JSON escaping at most doubles what is kept: tab, newline, `"` and `\\`).
  */
 export function truncateNackMessage(message: string): string {
-  if (message.length <= MAX_NACK_MESSAGE_CHARS) return message;
-  return `${message.slice(0, MAX_NACK_MESSAGE_CHARS)}… [${message.length - MAX_NACK_MESSAGE_CHARS} more characters cut]`;
+  const kept = message.length <= MAX_NACK_MESSAGE_CHARS ? message : message.slice(0, MAX_NACK_MESSAGE_CHARS);
+  const safe = kept.replace(UNSAFE_CHARS, '?').replace(LONE_SURROGATE, '\ufffd');
+  if (kept === message) return safe;
+  return `${safe}… [${message.length - MAX_NACK_MESSAGE_CHARS} more characters cut]`;
+}
+
+/**
+ * The log limits of a server, shared by all its streams (so that a proxy reconnecting in a loop,
+ * with the same UUID or new ones, does not log more): NACK lines, per identity and type and in
+ * all, and the lifecycle lines of streams, per identity. Each remembers at most 10 000 keys.
+ */
+export class StreamLogLimits {
+  /** One NACK line per identity and type per {@link NACK_LOG_INTERVAL_MS} (monotonic clock). */
+  readonly nack = new RateLimiter(1, NACK_LOG_INTERVAL_MS, () => performance.now(), LOG_LIMIT_KEYS);
+  /** {@link NACK_LOG_LIMIT} NACK lines per {@link NACK_LOG_INTERVAL_MS} in all. */
+  readonly nackTotal = new RateLimiter(NACK_LOG_LIMIT, NACK_LOG_INTERVAL_MS, () => performance.now(), 1);
+  /** {@link STREAM_LOG_LIMIT} lifecycle lines of each kind per identity per {@link STREAM_LOG_WINDOW_MS} at info level. */
+  readonly lifecycle = new RateLimiter(STREAM_LOG_LIMIT, STREAM_LOG_WINDOW_MS, () => performance.now(), LOG_LIMIT_KEYS);
+
+  /**
+   * Takes one NACK line of `identity` and `type`.
+   * @returns undefined when it is not to be logged; else how many of that identity and type
+   *   were not logged since its last line.
+   */
+  takeNack(identity: string, type: string): number | undefined {
+    const notLogged = this.nack.take(`${identity}\n${type}`);
+    if (notLogged === undefined || this.nackTotal.take('') === undefined) return undefined;
+    return notLogged;
+  }
+
+  /** Whether the lifecycle line `kind` of a stream of `identity` is logged at info level (else at debug). */
+  takeLifecycle(identity: string, kind: 'opened' | 'ending' | 'closed'): boolean {
+    return this.lifecycle.take(`${identity}\n${kind}`) !== undefined;
+  }
 }
 
 /** The message of an error, a gRPC status-like object, or anything else. */
@@ -273,6 +356,8 @@ export interface StreamContext {
   readonly sendBudget: SendBudget;
   /** A stream whose response stays unflushed this long (ms) is closed; 0: never. */
   readonly unreadTimeoutMs: number;
+  /** The server's log limits (NACK and lifecycle lines), shared by every stream. */
+  readonly logLimits: StreamLogLimits;
   /**
    * The stream is authenticated as `stream.proxy`: admits it (synchronously, so that no other
    * stream of the same UUID is admitted meanwhile) and lists it in the server's streams.
@@ -357,8 +442,10 @@ export abstract class StreamBase<
   private readonly queuedRequests = new Map<TypeUrl, { req: Req; readonly mergeable: boolean }>();
   /** Unknown type URLs already logged (the first {@link MAX_LOGGED_UNKNOWN_TYPES}, cut to 200 characters). */
   private readonly unknownTypesLogged = new Set<string>();
-  /** NACK log lines: one per type per {@link NACK_LOG_INTERVAL_MS} (monotonic clock). */
-  private readonly nackLog = new RateLimiter(1, NACK_LOG_INTERVAL_MS, () => performance.now());
+  /** NACKs of this stream the server's log limits kept out of the log (told in the close line). */
+  private nacksNotLogged = 0;
+  /** Characters of the names subscribed explicitly, all types together (at most {@link MAX_SUBSCRIBED_NAME_CHARS}). */
+  private nameChars = 0;
   /** Closes the stream if the response in flight is not flushed within the unread timeout. */
   private unreadTimer?: NodeJS.Timeout;
   private running = false;
@@ -390,7 +477,15 @@ export abstract class StreamBase<
     this.logPrefix = mode === 'delta' ? 'delta ' : '';
     this.noncePrefix = `${mode === 'delta' ? 'd' : ''}${randomBytes(6).toString('base64url')}-`;
     this.log = ctx.logger.child(mode === 'delta' ? { streamId, mode } : { streamId });
-    call.on('data', (req: Req) => this.onRequest(req));
+    call.on('data', (req: Req) => {
+      // Nothing a request does may escape to the process: a throw ends this stream only.
+      try {
+        this.onRequest(req);
+      } catch (err) {
+        this.log.error({ err }, `${this.logPrefix}ADS request handling failed`);
+        this.fail(grpc.status.INTERNAL, `internal error: ${errorMessage(err)}`);
+      }
+    });
     call.on('drain', () => wakeAll(this.drainWaiters));
     // The client half-closed: finish our side with OK.
     call.on('end', () => {
@@ -440,6 +535,64 @@ export abstract class StreamBase<
     return true;
   }
 
+  /**
+   * Checks the names of a request as it arrives: each at most {@link MAX_RESOURCE_NAME_CHARS}
+   * long (else the stream ends with `INVALID_ARGUMENT`), at most
+   * {@link MAX_RESOURCE_NAMES_PER_TYPE} of them, and, when they are to be subscribed
+   * (`subscribed`), at most {@link MAX_SUBSCRIBED_NAME_CHARS} characters in all (else
+   * `RESOURCE_EXHAUSTED`). @returns whether it ended the stream.
+   */
+  protected endIfBadNames(type: TypeUrl, names: Iterable<string>, subscribed: boolean): boolean {
+    let count = 0;
+    let chars = 0;
+    for (const name of names) {
+      count++;
+      chars += name.length;
+      if (name.length > MAX_RESOURCE_NAME_CHARS) {
+        this.log.warn({ type: TYPE_SHORT_NAME[type], chars: name.length, max: MAX_RESOURCE_NAME_CHARS }, `${this.logPrefix}ADS stream asks for a resource name too long`);
+        this.fail(grpc.status.INVALID_ARGUMENT, `a resource name of ${TYPE_SHORT_NAME[type]} is ${name.length} characters long, more than ${MAX_RESOURCE_NAME_CHARS}`);
+        return true;
+      }
+    }
+    if (this.endIfTooManyNames(type, count)) return true;
+    return subscribed && this.endIfNameCharsOver(type, chars);
+  }
+
+  /**
+   * Ends the stream with `RESOURCE_EXHAUSTED` when `chars` characters of names are more than
+   * {@link MAX_SUBSCRIBED_NAME_CHARS}. @returns whether it did.
+   */
+  protected endIfNameCharsOver(type: TypeUrl, chars: number = this.nameChars): boolean {
+    if (chars <= MAX_SUBSCRIBED_NAME_CHARS) return false;
+    this.log.warn({ type: TYPE_SHORT_NAME[type], chars, max: MAX_SUBSCRIBED_NAME_CHARS }, `${this.logPrefix}ADS stream subscribes to too many characters of names`);
+    this.fail(grpc.status.RESOURCE_EXHAUSTED, `more than ${MAX_SUBSCRIBED_NAME_CHARS} characters of resource names subscribed`);
+    return true;
+  }
+
+  /** Adds `name` to the names `st` subscribes to explicitly, counting its characters. */
+  protected addName(st: S, name: string): void {
+    if (st.names.has(name)) return;
+    st.names.add(name);
+    this.nameChars += name.length;
+  }
+
+  /** Removes `name` from the names `st` subscribes to explicitly. */
+  protected deleteName(st: S, name: string): void {
+    if (st.names.delete(name)) this.nameChars -= name.length;
+  }
+
+  /** Replaces the names `st` subscribes to explicitly by `names`. */
+  protected setNames(st: S, names: Set<string>): void {
+    for (const name of st.names) this.nameChars -= name.length;
+    for (const name of names) this.nameChars += name.length;
+    st.names = names;
+  }
+
+  /** Whether the lifecycle line `kind` of this stream goes to the log at info level (the server's per-identity limit), else at debug. */
+  private lifecycleLevel(kind: 'opened' | 'ending' | 'closed'): 'info' | 'debug' {
+    return this.proxy === undefined || this.ctx.logLimits.takeLifecycle(this.proxy.identity, kind) ? 'info' : 'debug';
+  }
+
   /** {@inheritDoc ServedStream.info} */
   info(): StreamInfo | undefined {
     if (!this.proxy) return undefined;
@@ -451,7 +604,8 @@ export abstract class StreamBase<
         typeUrl,
         type: TYPE_SHORT_NAME[typeUrl],
         wildcard: st.wildcard,
-        resourceNames: [...st.names].sort(),
+        resourceNames: firstSorted(st.names, MAX_DEBUG_NAMES_PER_TYPE),
+        resourceNameCount: st.names.size,
         lastVersionSent: st.lastVersionSent,
         lastNonceSent: st.lastNonceSent,
         versionAcked: st.versionAcked,
@@ -471,7 +625,7 @@ export abstract class StreamBase<
   /** {@inheritDoc ServedStream.fail} */
   fail(code: grpc.status, details: string): void {
     if (this.closed) return;
-    this.log.info({ code: grpc.status[code], details }, `ending ${this.logPrefix}ADS stream`);
+    this.log[this.lifecycleLevel('ending')]({ code: grpc.status[code], details }, `ending ${this.logPrefix}ADS stream`);
     this.end(code, details, 'server');
   }
 
@@ -518,16 +672,17 @@ export abstract class StreamBase<
   /**
    * Records a NACK of the response of `type` at `version`: debug view, metric, log, onNack hook
    * (the message was cut to {@link MAX_NACK_MESSAGE_CHARS} as the request arrived). The log
-   * has at most one line per type per {@link NACK_LOG_INTERVAL_MS}, which counts the NACKs not
-   * logged before it (`notLogged`).
+   * has at most one line per proxy identity and type per {@link NACK_LOG_INTERVAL_MS}, server-wide
+   * ({@link StreamLogLimits}), which counts the NACKs not logged before it (`notLogged`).
    */
   protected recordNack(type: TypeUrl, st: S, version: string, error: { code?: number; message?: string }): void {
     const short = TYPE_SHORT_NAME[type];
     const detail: NackDetail = { code: error.code ?? 0, message: error.message ?? '' };
     st.lastNack = { version, code: detail.code, message: detail.message, at: new Date() };
     this.ctx.metrics.nacks.inc({ type: short });
-    const notLogged = this.nackLog.take(type);
+    const notLogged = this.ctx.logLimits.takeNack(this.proxy!.identity, short);
     if (notLogged !== undefined) this.log.warn({ type: short, version, error: detail.message, ...(notLogged ? { notLogged } : {}) }, 'NACK');
+    else this.nacksNotLogged++;
     this.callHook('onNack', () => this.ctx.hooks.onNack?.(this.proxy!, type, version, detail));
   }
 
@@ -696,7 +851,7 @@ export abstract class StreamBase<
     this.cancelWatch = this.ctx.watcher.watch(proxy.uuid, (s) => this.onSnapshot(s));
     this.opened = true;
     this.ctx.metrics.connectedProxies.inc();
-    this.log.info({ peer: this.call.getPeer() }, `${this.logPrefix}ADS stream opened`);
+    this.log[this.lifecycleLevel('opened')]({ peer: this.call.getPeer() }, `${this.logPrefix}ADS stream opened`);
     try {
       await this.ctx.hooks.onStreamOpen?.(proxy, this.streamId, first.node);
     } catch (err) {
@@ -759,8 +914,8 @@ export abstract class StreamBase<
       return;
     }
     this.ctx.metrics.connectedProxies.dec();
-    const nacksNotLogged = this.nackLog.suppressedSinceAllowed();
-    this.log.info({ reason, ...(nacksNotLogged > 0 ? { nacksNotLogged } : {}) }, `${this.logPrefix}ADS stream closed`);
+    const nacksNotLogged = this.nacksNotLogged;
+    this.log[this.lifecycleLevel('closed')]({ reason, ...(nacksNotLogged > 0 ? { nacksNotLogged } : {}) }, `${this.logPrefix}ADS stream closed`);
     const proxy = this.proxy;
     this.callHook('onStreamClose', () => this.ctx.hooks.onStreamClose?.(proxy, this.streamId));
   }
@@ -781,6 +936,27 @@ function resetHttp2Stream(call: object): boolean {
   if (!stream || typeof stream.close !== 'function' || typeof stream.destroyed !== 'boolean') return false;
   if (!stream.destroyed) (stream as { close(code: number): void }).close(http2.constants.NGHTTP2_CANCEL);
   return true;
+}
+
+/**
+ * The `k` smallest of `names` in code-unit order (as `Array.prototype.sort` orders strings),
+ * sorted, without sorting them all: O(n log k) for n names.
+ */
+function firstSorted(names: Iterable<string>, k: number): string[] {
+  const out: string[] = [];
+  for (const name of names) {
+    if (out.length === k && name >= out[k - 1]) continue;
+    let lo = 0;
+    let hi = out.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (out[mid] < name) lo = mid + 1;
+      else hi = mid;
+    }
+    out.splice(lo, 0, name);
+    if (out.length > k) out.pop();
+  }
+  return out;
 }
 
 /** Resolves every waiter in `waiters` and empties it. */
