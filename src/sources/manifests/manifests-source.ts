@@ -9,7 +9,8 @@ import type { KubeObject } from '../../store/objects.js';
 import type { StoreWriter } from '../../store/store.js';
 import { formatManifestError, parseManifestSteps } from './parse.js';
 import type { ManifestError, ManifestWarning, ParsedManifests } from './parse.js';
-import { DEFAULT_MAX_MANIFEST_BYTES, readSettledManifestFile } from './read-file.js';
+import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES, readSettledManifestFile } from './read-file.js';
+import type { ManifestRead } from './read-file.js';
 
 /** File name endings read as manifests. */
 export const MANIFEST_EXTENSIONS: readonly string[] = ['.yaml', '.yml', '.json'];
@@ -43,6 +44,12 @@ export interface ManifestsSourceOptions {
    */
   maxFileBytes?: number;
   /**
+   * The most bytes of manifests loaded from the directory, all files together (default
+   * {@link DEFAULT_MAX_MANIFESTS_TOTAL_BYTES}, 64 MiB): a file whose new content would bring
+   * the total past it is a manifest error and is not parsed (it keeps the objects it had).
+   */
+  maxTotalBytes?: number;
+  /**
    * A file modified less than this long ago is read again this long after, until two reads
    * agree, so a file being written is not taken half written; in ms (default 200; 0: off).
    */
@@ -53,6 +60,10 @@ export interface ManifestsSourceOptions {
 interface FileState {
   /** The text last read, or undefined if the file could never be read. */
   text: string | undefined;
+  /** The size of `text` in bytes (0 without one): what the file takes of the total bound. */
+  size: number;
+  /** True if its new content was refused for the total bound: read again at every rescan. */
+  overBudget: boolean;
   parsed: ParsedManifests | undefined;
   /** The objects the file contributes now (after the keep-last-good rules), with their lines. */
   objects: readonly KubeObject[];
@@ -78,6 +89,11 @@ interface FileState {
  * - A file that cannot be read (other than "no longer exists") keeps its previous objects.
  *   So does a file larger than `maxFileBytes`, or one that is not a regular file (a FIFO,
  *   socket or device, or a symbolic link to one: never opened in a way that could block).
+ * - The files' content loaded, all files together, is at most `maxTotalBytes`: the files read
+ *   that shrank (or were deleted) count first, then those that grew, or are new, in path
+ *   order; one that does not fit in what is left is not parsed and keeps its previous objects
+ *   (so a first load takes the files in path order until the bound). It is read again at
+ *   every rescan, and loads once the others leave room.
  * - A file modified less than `settleMs` ago is read again until two reads agree: a file being
  *   written (truncated, then written in chunks) is not taken half written.
  * - A document rejected by validation is skipped; if the same kind/namespace/name was loaded
@@ -100,6 +116,7 @@ export class ManifestsSource {
   readonly #debounceMs: number;
   readonly #watch: boolean;
   readonly #maxFileBytes: number;
+  readonly #maxTotalBytes: number;
   readonly #settleMs: number;
   #files = new Map<string, FileState>();
   #errors: readonly ManifestError[] = [];
@@ -129,6 +146,7 @@ export class ManifestsSource {
     this.#debounceMs = options.debounceMs ?? 50;
     this.#watch = options.watch ?? true;
     this.#maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
+    this.#maxTotalBytes = options.maxTotalBytes ?? DEFAULT_MAX_MANIFESTS_TOTAL_BYTES;
     this.#settleMs = options.settleMs ?? 200;
     this.sourceId = `manifests:${options.dir}`;
   }
@@ -283,14 +301,18 @@ export class ManifestsSource {
     }
     const next = new Map<string, FileState>();
     // Files the watcher did not name keep their state without being read again; the others
-    // are read a batch at a time (a full scan of a large directory is I/O bound).
-    const loaded = new Map<string, FileState | undefined>();
-    const toRead = relativePaths.filter((r) => dirty === 'all' || dirty.has(r) || !this.#files.has(r));
+    // are read a batch at a time (a full scan of a large directory is I/O bound), then judged
+    // against the total bound, then parsed one at a time (a parse tree at a time in memory).
+    const toRead = relativePaths.filter((r) => dirty === 'all' || dirty.has(r) || !this.#files.has(r) || this.#files.get(r)?.overBudget === true);
+    const reads = new Map<string, ManifestRead>();
     for (let i = 0; i < toRead.length; i += READ_BATCH) {
       const batch = toRead.slice(i, i + READ_BATCH);
-      const states = await Promise.all(batch.map((r) => this.#loadFile(r, this.#files.get(r))));
-      batch.forEach((r, j) => loaded.set(r, states[j]));
+      const results = await Promise.all(batch.map((r) => readSettledManifestFile(path.join(this.#absoluteDir, r), this.#maxFileBytes, this.#settleMs)));
+      batch.forEach((r, j) => reads.set(r, results[j]));
     }
+    const refused = this.#overBudget(relativePaths, reads);
+    const loaded = new Map<string, FileState | undefined>();
+    for (const [relative, read] of reads) loaded.set(relative, await this.#loadFile(relative, this.#files.get(relative), read, refused.get(relative)));
     for (const relative of relativePaths) {
       const state = loaded.has(relative) ? loaded.get(relative) : this.#files.get(relative);
       if (state) next.set(relative, state);
@@ -338,27 +360,57 @@ export class ManifestsSource {
     if (changes.length > 0) this.#logger.debug({ changes: changes.length, objects: objects.length }, 'manifests changed');
   }
 
-  async #loadFile(relative: string, previous: FileState | undefined): Promise<FileState | undefined> {
+  /**
+   * The files of `reads` whose new content does not fit in the total bound, with the bytes
+   * the manifests loaded would then take. The bytes loaded are those of every listed file's
+   * current state; deleted files and files that shrank free theirs first, then the files that
+   * grew (or are new) take theirs in path order while they fit.
+   */
+  #overBudget(relativePaths: readonly string[], reads: ReadonlyMap<string, ManifestRead>): Map<string, number> {
+    let loadedBytes = 0;
+    for (const relative of relativePaths) loadedBytes += this.#files.get(relative)?.size ?? 0;
+    const growing: [string, number, number][] = [];
+    for (const [relative, read] of reads) {
+      const previousSize = this.#files.get(relative)?.size ?? 0;
+      if (read.status === 'missing') loadedBytes -= previousSize;
+      else if (read.status === 'ok' && read.size <= previousSize) loadedBytes -= previousSize - read.size;
+      else if (read.status === 'ok') growing.push([relative, previousSize, read.size]);
+    }
+    const refused = new Map<string, number>();
+    for (const [relative, previousSize, size] of growing.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+      const wouldLoad = loadedBytes - previousSize + size;
+      if (wouldLoad <= this.#maxTotalBytes) loadedBytes = wouldLoad;
+      else refused.set(relative, wouldLoad);
+    }
+    return refused;
+  }
+
+  /**
+   * The state of a file read as `read`, given its `previous` one; `wouldLoad` is set when its
+   * content is refused for the total bound (the bytes the manifests loaded would then take).
+   */
+  async #loadFile(relative: string, previous: FileState | undefined, read: ManifestRead, wouldLoad: number | undefined): Promise<FileState | undefined> {
     const file = this.#displayName(relative);
-    const read = await readSettledManifestFile(path.join(this.#absoluteDir, relative), this.#maxFileBytes, this.#settleMs);
     if (read.status === 'missing') return undefined; // deleted (or renamed away) since listed
-    if (read.status !== 'ok') {
+    if (read.status !== 'ok' || wouldLoad !== undefined) {
       const keeping = previous && previous.objects.length > 0 ? '; keeping its previous objects' : '';
       const message =
-        read.status === 'not-regular'
-          ? `is ${read.type}, not a regular file: not read${keeping}`
-          : read.status === 'too-large'
-            ? `is ${read.grew ? `more than ${formatBytes(this.#maxFileBytes)}` : formatBytes(read.size)}, larger than the limit of ${formatBytes(this.#maxFileBytes)} (--max-manifest-size): not read${keeping}`
-            : read.status === 'unsettled'
-              ? `is still being written (it changed at every re-read): not read yet${keeping}`
-              : `cannot read the file (${read.code})${keeping}`;
+        read.status === 'ok'
+          ? `is ${formatBytes(read.size)}: loading it would bring the manifests loaded to ${formatBytes(wouldLoad ?? 0)}, more than the limit of ${formatBytes(this.#maxTotalBytes)} for all files (--max-manifests-total-size): not parsed${keeping}`
+          : read.status === 'not-regular'
+            ? `is ${read.type}, not a regular file: not read${keeping}`
+            : read.status === 'too-large'
+              ? `is ${read.grew ? `more than ${formatBytes(this.#maxFileBytes)}` : formatBytes(read.size)}, larger than the limit of ${formatBytes(this.#maxFileBytes)} (--max-manifest-size): not read${keeping}`
+              : read.status === 'unsettled'
+                ? `is still being written (it changed at every re-read): not read yet${keeping}`
+                : `cannot read the file (${read.code})${keeping}`;
       const readError: ManifestError = { file, line: 1, kind: undefined, namespace: undefined, name: undefined, field: undefined, message };
-      return { ...(previous ?? { text: undefined, parsed: undefined, objects: [], lines: [] }), errors: [readError] };
+      return { ...(previous ?? { text: undefined, size: 0, parsed: undefined, objects: [], lines: [] }), overBudget: wouldLoad !== undefined, errors: [readError] };
     }
     const text = read.text;
     if (previous && previous.text === text && previous.parsed) {
       // Unchanged; but a read error reported since (a FIFO or an oversized file in between) is over.
-      return previous.errors === previous.parsed.errors ? previous : { ...previous, errors: previous.parsed.errors };
+      return previous.errors === previous.parsed.errors && !previous.overBudget ? previous : { ...previous, overBudget: false, errors: previous.parsed.errors };
     }
 
     const parsed = await parseYielding(file, text);
@@ -367,7 +419,7 @@ export class ManifestsSource {
       if (previous.objects.length > 0) {
         this.#logger.warn({ file, objects: previous.objects.length }, 'YAML syntax error: keeping the objects loaded before from this file');
       }
-      return { text, parsed, objects: previous.objects, lines: previous.lines, errors: parsed.errors };
+      return { text, size: read.size, overBudget: false, parsed, objects: previous.objects, lines: previous.lines, errors: parsed.errors };
     }
     const objects = [...parsed.objects];
     const lines = [...parsed.lines];
@@ -382,7 +434,7 @@ export class ManifestsSource {
         }
       });
     }
-    return { text, parsed, objects, lines, errors: parsed.errors };
+    return { text, size: read.size, overBudget: false, parsed, objects, lines, errors: parsed.errors };
   }
 
   #displayName(relative: string): string {
