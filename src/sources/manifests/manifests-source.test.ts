@@ -183,15 +183,15 @@ describe('ManifestsSource', () => {
     const names = (): string[] => store.list('ServiceAccount').map((o) => o.metadata.name);
     assert.deepEqual(names(), ['a', 'b', 'c'], 'the first files in path order');
     assert.deepEqual(source.errors().map(formatManifestError), [
-      `${file('d.yaml')}:1: is 1006 bytes: loading it would bring the manifests loaded to 3.9 KiB, more than the limit of 3.4 KiB for all files (--max-manifests-total-size): not parsed`,
+      `${file('d.yaml')}:1: is 1006 bytes: loading it would bring the manifests loaded to 3.9 KiB, more than the limit of 3.4 KiB for all files (--max-manifests-total-size): not loaded`,
     ]);
     // A file that grows past the bound keeps its previous objects; one that sorts before it and shrinks makes room first.
     await writeFile(file('b.yaml'), withAnnotation('b2', 1900));
     await source.rescan();
     assert.deepEqual(names(), ['a', 'b', 'c']);
     assert.deepEqual(source.errors().map(formatManifestError), [
-      `${file('b.yaml')}:1: is 2.0 KiB: loading it would bring the manifests loaded to 3.9 KiB, more than the limit of 3.4 KiB for all files (--max-manifests-total-size): not parsed; keeping its previous objects`,
-      `${file('d.yaml')}:1: is 1006 bytes: loading it would bring the manifests loaded to 3.9 KiB, more than the limit of 3.4 KiB for all files (--max-manifests-total-size): not parsed`,
+      `${file('b.yaml')}:1: is 2.0 KiB: loading it would bring the manifests loaded to 3.9 KiB, more than the limit of 3.4 KiB for all files (--max-manifests-total-size): not loaded; keeping its previous objects`,
+      `${file('d.yaml')}:1: is 1006 bytes: loading it would bring the manifests loaded to 3.9 KiB, more than the limit of 3.4 KiB for all files (--max-manifests-total-size): not loaded`,
     ]);
     // Room made (a file deleted): the refused files are read again and load, in path order.
     await rm(file('c.yaml'));

@@ -21,6 +21,9 @@ const FULL_RESCAN_EVERY_CHECKS = 30;
 /** How many files a scan reads at once. */
 const READ_BATCH = 64;
 
+/** How many bytes of files a scan reads at once (a larger file is read alone). */
+const READ_BATCH_BYTES = 16 * 1024 * 1024;
+
 /** How long parsing may hold the event loop before it lets other work run, in ms. */
 const PARSE_SLICE_MS = 10;
 
@@ -55,6 +58,9 @@ export interface ManifestsSourceOptions {
    */
   settleMs?: number;
 }
+
+/** What reading a file found, or that its new content of `size` bytes does not fit in the total bound. */
+type JudgedRead = ManifestRead | { readonly status: 'over-budget'; readonly size: number; readonly wouldLoad: number };
 
 /** What one file contributes, and the text it was parsed from. */
 interface FileState {
@@ -304,15 +310,42 @@ export class ManifestsSource {
     // are read a batch at a time (a full scan of a large directory is I/O bound), then judged
     // against the total bound, then parsed one at a time (a parse tree at a time in memory).
     const toRead = relativePaths.filter((r) => dirty === 'all' || dirty.has(r) || !this.#files.has(r) || this.#files.get(r)?.overBudget === true);
-    const reads = new Map<string, ManifestRead>();
+    // The sizes first (a stat each): a file that does not fit in the total bound is not read.
+    const statSizes = new Map<string, number | undefined>();
     for (let i = 0; i < toRead.length; i += READ_BATCH) {
       const batch = toRead.slice(i, i + READ_BATCH);
-      const results = await Promise.all(batch.map((r) => readSettledManifestFile(path.join(this.#absoluteDir, r), this.#maxFileBytes, this.#settleMs)));
-      batch.forEach((r, j) => reads.set(r, results[j]));
+      const infos = await Promise.all(batch.map((r) => stat(path.join(this.#absoluteDir, r)).catch(() => undefined)));
+      batch.forEach((r, j) => statSizes.set(r, infos[j]?.isFile() ? infos[j].size : undefined));
     }
-    const refused = this.#overBudget(relativePaths, reads);
+    const refusedUnread = this.#overBudget(relativePaths, statSizes);
+    // Then the content of the others, at most READ_BATCH files and READ_BATCH_BYTES at once
+    // (but one file at least); judged again, as a file may have grown since its stat.
+    const reads = new Map<string, JudgedRead>();
+    const readSizes = new Map<string, number | 'missing' | undefined>();
+    const reading = toRead.filter((r) => !refusedUnread.has(r));
+    const statBytes = (relative: string): number => statSizes.get(relative) ?? 0;
+    for (let i = 0; i < reading.length; ) {
+      let end = i + 1;
+      for (let bytes = statBytes(reading[i]); end < reading.length && end - i < READ_BATCH && bytes + statBytes(reading[end]) <= READ_BATCH_BYTES; end++) bytes += statBytes(reading[end]);
+      const batch = reading.slice(i, end);
+      const results = await Promise.all(batch.map((r) => readSettledManifestFile(path.join(this.#absoluteDir, r), this.#maxFileBytes, this.#settleMs)));
+      batch.forEach((r, j) => {
+        reads.set(r, results[j]);
+        const read = results[j];
+        readSizes.set(r, read.status === 'ok' ? read.size : read.status === 'missing' ? 'missing' : undefined);
+      });
+      i = end;
+    }
+    const refused = this.#overBudget(relativePaths, readSizes);
+    for (const [relative, wouldLoad] of refusedUnread) {
+      reads.set(relative, { status: 'over-budget', size: statBytes(relative), wouldLoad });
+    }
+    for (const [relative, wouldLoad] of refused) {
+      const read = reads.get(relative) as { size: number };
+      reads.set(relative, { status: 'over-budget', size: read.size, wouldLoad });
+    }
     const loaded = new Map<string, FileState | undefined>();
-    for (const [relative, read] of reads) loaded.set(relative, await this.#loadFile(relative, this.#files.get(relative), read, refused.get(relative)));
+    for (const relative of toRead) loaded.set(relative, await this.#loadFile(relative, this.#files.get(relative), reads.get(relative) as JudgedRead));
     for (const relative of relativePaths) {
       const state = loaded.has(relative) ? loaded.get(relative) : this.#files.get(relative);
       if (state) next.set(relative, state);
@@ -361,20 +394,21 @@ export class ManifestsSource {
   }
 
   /**
-   * The files of `reads` whose new content does not fit in the total bound, with the bytes
-   * the manifests loaded would then take. The bytes loaded are those of every listed file's
-   * current state; deleted files and files that shrank free theirs first, then the files that
-   * grew (or are new) take theirs in path order while they fit.
+   * The files of `sizes` whose new content does not fit in the total bound, with the bytes
+   * the manifests loaded would then take. `sizes` has the new size of the files read, or
+   * `'missing'`, or undefined for a file not read (it keeps its state). The bytes loaded are
+   * those of every listed file's current state; deleted files and files that shrank free
+   * theirs first, then the files that grew (or are new) take theirs in path order while they fit.
    */
-  #overBudget(relativePaths: readonly string[], reads: ReadonlyMap<string, ManifestRead>): Map<string, number> {
+  #overBudget(relativePaths: readonly string[], sizes: ReadonlyMap<string, number | 'missing' | undefined>): Map<string, number> {
     let loadedBytes = 0;
     for (const relative of relativePaths) loadedBytes += this.#files.get(relative)?.size ?? 0;
     const growing: [string, number, number][] = [];
-    for (const [relative, read] of reads) {
+    for (const [relative, size] of sizes) {
       const previousSize = this.#files.get(relative)?.size ?? 0;
-      if (read.status === 'missing') loadedBytes -= previousSize;
-      else if (read.status === 'ok' && read.size <= previousSize) loadedBytes -= previousSize - read.size;
-      else if (read.status === 'ok') growing.push([relative, previousSize, read.size]);
+      if (size === 'missing') loadedBytes -= previousSize;
+      else if (size !== undefined && size <= previousSize) loadedBytes -= previousSize - size;
+      else if (size !== undefined) growing.push([relative, previousSize, size]);
     }
     const refused = new Map<string, number>();
     for (const [relative, previousSize, size] of growing.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
@@ -385,18 +419,15 @@ export class ManifestsSource {
     return refused;
   }
 
-  /**
-   * The state of a file read as `read`, given its `previous` one; `wouldLoad` is set when its
-   * content is refused for the total bound (the bytes the manifests loaded would then take).
-   */
-  async #loadFile(relative: string, previous: FileState | undefined, read: ManifestRead, wouldLoad: number | undefined): Promise<FileState | undefined> {
+  /** The state of a file read (or judged) as `read`, given its `previous` one. */
+  async #loadFile(relative: string, previous: FileState | undefined, read: JudgedRead): Promise<FileState | undefined> {
     const file = this.#displayName(relative);
     if (read.status === 'missing') return undefined; // deleted (or renamed away) since listed
-    if (read.status !== 'ok' || wouldLoad !== undefined) {
+    if (read.status !== 'ok') {
       const keeping = previous && previous.objects.length > 0 ? '; keeping its previous objects' : '';
       const message =
-        read.status === 'ok'
-          ? `is ${formatBytes(read.size)}: loading it would bring the manifests loaded to ${formatBytes(wouldLoad ?? 0)}, more than the limit of ${formatBytes(this.#maxTotalBytes)} for all files (--max-manifests-total-size): not parsed${keeping}`
+        read.status === 'over-budget'
+          ? `is ${formatBytes(read.size)}: loading it would bring the manifests loaded to ${formatBytes(read.wouldLoad)}, more than the limit of ${formatBytes(this.#maxTotalBytes)} for all files (--max-manifests-total-size): not loaded${keeping}`
           : read.status === 'not-regular'
             ? `is ${read.type}, not a regular file: not read${keeping}`
             : read.status === 'too-large'
@@ -405,7 +436,7 @@ export class ManifestsSource {
                 ? `is still being written (it changed at every re-read): not read yet${keeping}`
                 : `cannot read the file (${read.code})${keeping}`;
       const readError: ManifestError = { file, line: 1, kind: undefined, namespace: undefined, name: undefined, field: undefined, message };
-      return { ...(previous ?? { text: undefined, size: 0, parsed: undefined, objects: [], lines: [] }), overBudget: wouldLoad !== undefined, errors: [readError] };
+      return { ...(previous ?? { text: undefined, size: 0, parsed: undefined, objects: [], lines: [] }), overBudget: read.status === 'over-budget', errors: [readError] };
     }
     const text = read.text;
     if (previous && previous.text === text && previous.parsed) {
