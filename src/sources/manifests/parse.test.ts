@@ -228,6 +228,10 @@ describe('parseManifests', () => {
     assert.equal(parsed.errors.length, 1);
     assert.match(formatManifestError(parsed.errors[0]), new RegExp(`^comments\\.yaml:\\d+: too large: more than ${MAX_DOCUMENT_TOKENS} YAML tokens`));
     assert.deepEqual(parsed.objects.map((o) => o.metadata.name), ['a', 'c']);
+    // Before the first document, too: reported, and the file keeps what it had.
+    const before = parseManifests('before.yaml', `${'#\n'.repeat(MAX_DOCUMENT_TOKENS)}${service('d')}`);
+    assert.match(formatManifestError(before.errors[0]), new RegExp(`^before\\.yaml:\\d+: too large: more than ${MAX_DOCUMENT_TOKENS} YAML tokens \\(including comments and line breaks\\); they are skipped$`));
+    assert.equal(before.syntaxError, true);
   });
 
   it('rejects names that are not Kubernetes names, per kind, with file, line and field, and loads the rest', () => {

@@ -164,7 +164,6 @@ export function* parseManifestSteps(fileName: string, text: string): Generator<v
   const lineCounter = new LineCounter();
   const lineAt = (offset: number): number => lineCounter.linePos(offset).line;
   const seen = new Map<string, number>();
-  const parser = new Parser(lineCounter.addNewLine);
   const composer = new Composer({ prettyErrors: false, merge: true });
   // The composer hands out each document when the next one starts (or at the end); a document
   // too deeply nested or too large is given to it without its content, and reported here.
@@ -172,16 +171,17 @@ export function* parseManifestSteps(fileName: string, text: string): Generator<v
   let documentIndex = 0;
 
   // Parser.parse, a lexeme at a time: lexing and parsing a large document yields too. The
-  // nodes and tokens of each document are counted; past a limit, its remaining lexemes are
-  // not given to the parser (the lexer still finds where the next document starts), so the
-  // parser's tree stays small; the line counter and the parser's offset are kept in step.
+  // nodes and tokens of each document are counted; past a limit, the document read so far is
+  // ended and given to the composer without its content, and its remaining lexemes are not
+  // parsed (the lexer still finds where the next document starts, for a new parser), so no
+  // large tree is ever built; the line counter and the parser's offset are kept in step.
   lineCounter.addNewLine(0);
+  let parser = new Parser(lineCounter.addNewLine);
   let lexemes = 0;
   let offset = 0;
   let nodes = 0;
   let tokens = 0;
-  let tooLarge: SkippedDocument | undefined;
-  let tooLargeReported: SkippedDocument | undefined;
+  let skipping = false;
   for (const lexeme of new Lexer().lex(text)) {
     const type = CST.tokenType(lexeme);
     const boundary = type !== null && DOCUMENT_BOUNDARY_LEXEMES.has(type);
@@ -189,41 +189,44 @@ export function* parseManifestSteps(fileName: string, text: string): Generator<v
       nodes = 0;
       tokens = 0;
     }
-    if (tooLarge !== undefined && !boundary) {
+    if (skipping && !boundary) {
       for (let nl = lexeme.indexOf('\n'); nl !== -1; nl = lexeme.indexOf('\n', nl + 1)) lineCounter.addNewLine(offset + nl + 1);
     } else {
-      if (tooLarge !== undefined) {
-        tooLargeReported = tooLarge;
-        tooLarge = undefined;
+      if (skipping) {
+        skipping = false;
+        parser = new Parser(lineCounter.addNewLine);
         parser.offset = offset;
       }
       for (const token of parser.next(lexeme)) yield* composeToken(token);
       if (type !== null && NODE_LEXEMES.has(type)) nodes++;
       // A scalar's marker is followed by its text: stop after the text, not between them.
       if (type !== 'scalar' && (nodes > MAX_DOCUMENT_NODES || ++tokens > MAX_DOCUMENT_TOKENS)) {
-        tooLarge = {
+        const tooLarge: SkippedDocument = {
           offset,
           message: nodes > MAX_DOCUMENT_NODES ? `too large: more than ${MAX_DOCUMENT_NODES} YAML nodes (scalars, sequence items, mapping entries); the document is skipped` : `too large: more than ${MAX_DOCUMENT_TOKENS} YAML tokens (including comments and line breaks); the document is skipped`,
         };
+        const documents = skipped.length;
+        for (const token of parser.end()) yield* composeToken(token, tooLarge);
+        if (skipped.length === documents) {
+          // Comments and line breaks before the first document: no document to skip.
+          result.syntaxError = true;
+          result.errors.push({ ...noObject(fileName, lineAt(offset)), message: tooLarge.message.replace('the document is', 'they are') });
+        }
+        skipping = true;
       }
     }
     if (lexeme !== CST.DOCUMENT && lexeme !== CST.FLOW_END && lexeme !== CST.SCALAR) offset += lexeme.length;
     if (++lexemes % LEXEMES_PER_STEP === 0) yield;
   }
-  if (tooLarge !== undefined) {
-    tooLargeReported = tooLarge;
-    parser.offset = offset;
-  }
-  for (const token of parser.end()) yield* composeToken(token);
+  if (!skipping) for (const token of parser.end()) yield* composeToken(token);
   for (const doc of composer.end()) yield* acceptYamlDocument(doc, skipped[documentIndex++]);
   result.rejectedKeys = [...rejectedKeys];
   return result;
 
-  function* composeToken(token: CST.Token): Generator<void, void, void> {
+  function* composeToken(token: CST.Token, tooLarge?: SkippedDocument): Generator<void, void, void> {
     let composed = token;
     if (token.type === 'document') {
-      let skip = tooLargeReported;
-      tooLargeReported = undefined;
+      let skip = tooLarge;
       if (skip === undefined) {
         const deepAt = offsetBeyondDepth(token, MAX_NESTING_DEPTH);
         if (deepAt !== undefined) skip = { offset: deepAt, message: `too deeply nested: more than ${MAX_NESTING_DEPTH} levels of mappings and sequences; the document is skipped` };
