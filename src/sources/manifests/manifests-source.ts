@@ -315,7 +315,8 @@ export class ManifestsSource {
     for (let i = 0; i < toRead.length; i += READ_BATCH) {
       const batch = toRead.slice(i, i + READ_BATCH);
       const infos = await Promise.all(batch.map((r) => stat(path.join(this.#absoluteDir, r)).catch(() => undefined)));
-      batch.forEach((r, j) => statSizes.set(r, infos[j]?.isFile() ? infos[j].size : undefined));
+      // A file over the per-file limit is not judged here: reading it reports that.
+      batch.forEach((r, j) => statSizes.set(r, infos[j]?.isFile() && infos[j].size <= this.#maxFileBytes ? infos[j].size : undefined));
     }
     const refusedUnread = this.#overBudget(relativePaths, statSizes);
     // Then the content of the others, at most READ_BATCH files and READ_BATCH_BYTES at once
