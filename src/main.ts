@@ -72,6 +72,8 @@ export interface ControllerOptions {
   readonly warmUpConfigurationBytes?: number;
   /** Manifests mode: the largest manifest file read, in bytes (default 4 MiB); a larger one is a manifest error. */
   readonly maxManifestBytes?: number;
+  /** Manifests mode: the most bytes of manifests loaded, all files together (default 64 MiB); a file past it is a manifest error. */
+  readonly maxManifestsTotalBytes?: number;
   readonly logger?: Logger;
 }
 
@@ -231,7 +233,7 @@ export async function runController(options: ControllerOptions): Promise<Running
         watchTimeoutSeconds: options.kubernetes.watchTimeoutSeconds,
       })
     : undefined;
-  const source = kube ?? new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }), maxFileBytes: options.maxManifestBytes });
+  const source = kube ?? new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }), maxFileBytes: options.maxManifestBytes, maxTotalBytes: options.maxManifestsTotalBytes });
   parts.source = source;
   parts.kube = kube;
   await orStopOps(Promise.resolve(source.start()));

@@ -79,19 +79,23 @@ describe('manifests with names that are not Kubernetes names', () => {
   });
 });
 
-describe('trellis controller --max-manifest-size', () => {
-  it('refuses a file over the limit with a manifest error naming it, and a restart with the file in place becomes ready', async () => {
+describe('trellis controller --max-manifest-size --max-manifests-total-size', () => {
+  it('refuses a file over the limit, and one past the total bound, with manifest errors naming them, and a restart with the files in place becomes ready', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-max-size-'));
     try {
       const manifests = path.join(dir, 'manifests');
       await cp(EXAMPLE, manifests, { recursive: true });
       const big = path.join(manifests, 'big.yaml');
       // 2 MiB in one double-quoted annotation: 50 MB of it took today's main 2 GB and 8 s.
-      await writeFile(big, `apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: big\n  namespace: bookbuyer\n  annotations:\n    big: "${'lorem ipsum '.repeat(2 * 1024 * 1024 / 12)}"\n`);
+      const serviceAccount = (name: string, mebibytes: number): string => `apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: ${name}\n  namespace: bookbuyer\n  annotations:\n    big: "${'lorem ipsum '.repeat(Math.floor((mebibytes * 1024 * 1024) / 12))}"\n`;
+      await writeFile(big, serviceAccount('big', 2));
+      // 0.6 MiB each: the first (in path order) fits in the total of 1 MiB, the second does not.
+      await writeFile(path.join(manifests, 'pad-1.yaml'), serviceAccount('pad-1', 0.6));
+      await writeFile(path.join(manifests, 'pad-2.yaml'), serviceAccount('pad-2', 0.6));
       for (let start = 0; start < 2; start++) {
         const child = spawn(process.execPath, [
           'bin/trellis.js', 'controller', '--manifests', manifests, '--state-dir', path.join(dir, 'state'),
-          '--xds-address', '127.0.0.1:0', '--http-address', '127.0.0.1:0', '--max-manifest-size', '1', '--log-level', 'info',
+          '--xds-address', '127.0.0.1:0', '--http-address', '127.0.0.1:0', '--max-manifest-size', '1', '--max-manifests-total-size', '1', '--log-level', 'info',
         ], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
         const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
         try {
@@ -111,7 +115,10 @@ describe('trellis controller --max-manifest-size', () => {
           });
           assert.equal((await fetch(`http://127.0.0.1:${httpPort}/readyz`)).status, 200);
           const policies = (await (await fetch(`http://127.0.0.1:${httpPort}/debug/policies`)).json()) as Decoded;
-          assert.deepEqual(policies.manifestErrors.map((e: Decoded) => e.text), [`${big}:1: is 2.0 MiB, larger than the limit of 1 MiB (--max-manifest-size): not read`]);
+          assert.deepEqual(policies.manifestErrors.map((e: Decoded) => (e.text as string).replace(/to [\d.]+ MiB/, 'to N MiB')), [
+            `${big}:1: is 2.0 MiB, larger than the limit of 1 MiB (--max-manifest-size): not read`,
+            `${path.join(manifests, 'pad-2.yaml')}:1: is 614.5 KiB: loading it would bring the manifests loaded to N MiB, more than the limit of 1 MiB for all files (--max-manifests-total-size): not loaded`,
+          ]);
           assert.ok(output.includes(`invalid manifest: ${big}:1: is 2.0 MiB`), 'logged');
         } finally {
           child.kill('SIGTERM');

@@ -70,6 +70,11 @@ export async function main(argv: readonly string[]): Promise<void> {
         .argParser(positiveMebibytes)
         .default(4),
     )
+    .addOption(
+      new Option('--max-manifests-total-size <MiB>', 'the most manifests loaded from the directory, all files together; a file past it is reported as a manifest error and keeps its previous objects')
+        .argParser(positiveMebibytes)
+        .default(64),
+    )
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']).default('info'))
     .action(async (opts: {
       manifests: string;
@@ -85,6 +90,7 @@ export async function main(argv: readonly string[]): Promise<void> {
       xdsUnreadTimeout: number;
       warmUpConfig: number;
       maxManifestSize: number;
+      maxManifestsTotalSize: number;
       logLevel: string;
     }) => {
       const logger = pino({ level: opts.logLevel });
@@ -102,6 +108,7 @@ export async function main(argv: readonly string[]): Promise<void> {
           xdsUnreadTimeoutMs: opts.xdsUnreadTimeout * 1000,
           warmUpConfigurationBytes: opts.warmUpConfig * 1024 * 1024,
           maxManifestBytes: Math.floor(opts.maxManifestSize * 1024 * 1024),
+          maxManifestsTotalBytes: Math.floor(opts.maxManifestsTotalSize * 1024 * 1024),
           logger,
         });
       } catch (err) {

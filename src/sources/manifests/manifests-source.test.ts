@@ -170,6 +170,41 @@ describe('ManifestsSource', () => {
     ]);
   });
 
+  it('bounds the manifests loaded, all files together: the files past the bound, in path order, are errors naming them and keep their previous objects', async () => {
+    const withAnnotation = (name: string, bytes: number): string => `${serviceAccount(name)}  annotations:\n    pad: "${'x'.repeat(bytes)}"\n`;
+    const file = (name: string): string => path.join(dir, name);
+    // Three files of 1006 bytes fit in 3500 bytes, four do not.
+    await writeFile(file('a.yaml'), withAnnotation('a', 900));
+    await writeFile(file('b.yaml'), withAnnotation('b', 900));
+    await writeFile(file('c.yaml'), withAnnotation('c', 900));
+    await writeFile(file('d.yaml'), withAnnotation('d', 900));
+    source = new ManifestsSource({ dir, store, logger, watch: false, maxTotalBytes: 3500, settleMs: 0 });
+    await source.start();
+    const names = (): string[] => store.list('ServiceAccount').map((o) => o.metadata.name);
+    assert.deepEqual(names(), ['a', 'b', 'c'], 'the first files in path order');
+    assert.deepEqual(source.errors().map(formatManifestError), [
+      `${file('d.yaml')}:1: is 1006 bytes: loading it would bring the manifests loaded to 3.9 KiB, more than the limit of 3.4 KiB for all files (--max-manifests-total-size): not loaded`,
+    ]);
+    // A file that grows past the bound keeps its previous objects; one that sorts before it and shrinks makes room first.
+    await writeFile(file('b.yaml'), withAnnotation('b2', 1900));
+    await source.rescan();
+    assert.deepEqual(names(), ['a', 'b', 'c']);
+    assert.deepEqual(source.errors().map(formatManifestError), [
+      `${file('b.yaml')}:1: is 2.0 KiB: loading it would bring the manifests loaded to 3.9 KiB, more than the limit of 3.4 KiB for all files (--max-manifests-total-size): not loaded; keeping its previous objects`,
+      `${file('d.yaml')}:1: is 1006 bytes: loading it would bring the manifests loaded to 3.9 KiB, more than the limit of 3.4 KiB for all files (--max-manifests-total-size): not loaded`,
+    ]);
+    // Room made (a file deleted): the refused files are read again and load, in path order.
+    await rm(file('c.yaml'));
+    await source.rescan();
+    assert.deepEqual(names(), ['a', 'b2']);
+    assert.equal(source.errors().length, 1);
+    assert.match(formatManifestError(source.errors()[0]), /^.*d\.yaml:1: is 1006 bytes: loading it would bring the manifests loaded to 3\.9 KiB/);
+    await writeFile(file('a.yaml'), serviceAccount('a'));
+    await source.rescan();
+    assert.deepEqual(names(), ['a', 'b2', 'd']);
+    assert.deepEqual(source.errors(), []);
+  });
+
   it('refuses a file over the default limit of 4 MiB at start-up, and starts', async () => {
     await writeFile(path.join(dir, 'big.yaml'), `${serviceAccount('big')}  annotations:\n    big: "${'lorem ipsum '.repeat(Math.ceil(DEFAULT_MAX_MANIFEST_BYTES / 12))}"\n`);
     await writeFile(path.join(dir, 'sa.yaml'), serviceAccount('sa'));

@@ -9,7 +9,8 @@ import type { KubeObject } from '../../store/objects.js';
 import type { StoreWriter } from '../../store/store.js';
 import { formatManifestError, parseManifestSteps } from './parse.js';
 import type { ManifestError, ManifestWarning, ParsedManifests } from './parse.js';
-import { DEFAULT_MAX_MANIFEST_BYTES, readSettledManifestFile } from './read-file.js';
+import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES, readSettledManifestFile } from './read-file.js';
+import type { ManifestRead } from './read-file.js';
 
 /** File name endings read as manifests. */
 export const MANIFEST_EXTENSIONS: readonly string[] = ['.yaml', '.yml', '.json'];
@@ -19,6 +20,9 @@ const FULL_RESCAN_EVERY_CHECKS = 30;
 
 /** How many files a scan reads at once. */
 const READ_BATCH = 64;
+
+/** How many bytes of files a scan reads at once (a larger file is read alone). */
+const READ_BATCH_BYTES = 16 * 1024 * 1024;
 
 /** How long parsing may hold the event loop before it lets other work run, in ms. */
 const PARSE_SLICE_MS = 10;
@@ -43,16 +47,29 @@ export interface ManifestsSourceOptions {
    */
   maxFileBytes?: number;
   /**
+   * The most bytes of manifests loaded from the directory, all files together (default
+   * {@link DEFAULT_MAX_MANIFESTS_TOTAL_BYTES}, 64 MiB): a file whose new content would bring
+   * the total past it is a manifest error and is not parsed (it keeps the objects it had).
+   */
+  maxTotalBytes?: number;
+  /**
    * A file modified less than this long ago is read again this long after, until two reads
    * agree, so a file being written is not taken half written; in ms (default 200; 0: off).
    */
   settleMs?: number;
 }
 
+/** What reading a file found, or that its new content of `size` bytes does not fit in the total bound. */
+type JudgedRead = ManifestRead | { readonly status: 'over-budget'; readonly size: number; readonly wouldLoad: number };
+
 /** What one file contributes, and the text it was parsed from. */
 interface FileState {
   /** The text last read, or undefined if the file could never be read. */
   text: string | undefined;
+  /** The size of `text` in bytes (0 without one): what the file takes of the total bound. */
+  size: number;
+  /** True if its new content was refused for the total bound: read again at every rescan. */
+  overBudget: boolean;
   parsed: ParsedManifests | undefined;
   /** The objects the file contributes now (after the keep-last-good rules), with their lines. */
   objects: readonly KubeObject[];
@@ -78,6 +95,11 @@ interface FileState {
  * - A file that cannot be read (other than "no longer exists") keeps its previous objects.
  *   So does a file larger than `maxFileBytes`, or one that is not a regular file (a FIFO,
  *   socket or device, or a symbolic link to one: never opened in a way that could block).
+ * - The files' content loaded, all files together, is at most `maxTotalBytes`: the files read
+ *   that shrank (or were deleted) count first, then those that grew, or are new, in path
+ *   order; one that does not fit in what is left is not parsed and keeps its previous objects
+ *   (so a first load takes the files in path order until the bound). It is read again at
+ *   every rescan, and loads once the others leave room.
  * - A file modified less than `settleMs` ago is read again until two reads agree: a file being
  *   written (truncated, then written in chunks) is not taken half written.
  * - A document rejected by validation is skipped; if the same kind/namespace/name was loaded
@@ -100,6 +122,7 @@ export class ManifestsSource {
   readonly #debounceMs: number;
   readonly #watch: boolean;
   readonly #maxFileBytes: number;
+  readonly #maxTotalBytes: number;
   readonly #settleMs: number;
   #files = new Map<string, FileState>();
   #errors: readonly ManifestError[] = [];
@@ -129,6 +152,7 @@ export class ManifestsSource {
     this.#debounceMs = options.debounceMs ?? 50;
     this.#watch = options.watch ?? true;
     this.#maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
+    this.#maxTotalBytes = options.maxTotalBytes ?? DEFAULT_MAX_MANIFESTS_TOTAL_BYTES;
     this.#settleMs = options.settleMs ?? 200;
     this.sourceId = `manifests:${options.dir}`;
   }
@@ -283,14 +307,46 @@ export class ManifestsSource {
     }
     const next = new Map<string, FileState>();
     // Files the watcher did not name keep their state without being read again; the others
-    // are read a batch at a time (a full scan of a large directory is I/O bound).
-    const loaded = new Map<string, FileState | undefined>();
-    const toRead = relativePaths.filter((r) => dirty === 'all' || dirty.has(r) || !this.#files.has(r));
+    // are read a batch at a time (a full scan of a large directory is I/O bound), then judged
+    // against the total bound, then parsed one at a time (a parse tree at a time in memory).
+    const toRead = relativePaths.filter((r) => dirty === 'all' || dirty.has(r) || !this.#files.has(r) || this.#files.get(r)?.overBudget === true);
+    // The sizes first (a stat each): a file that does not fit in the total bound is not read.
+    const statSizes = new Map<string, number | undefined>();
     for (let i = 0; i < toRead.length; i += READ_BATCH) {
       const batch = toRead.slice(i, i + READ_BATCH);
-      const states = await Promise.all(batch.map((r) => this.#loadFile(r, this.#files.get(r))));
-      batch.forEach((r, j) => loaded.set(r, states[j]));
+      const infos = await Promise.all(batch.map((r) => stat(path.join(this.#absoluteDir, r)).catch(() => undefined)));
+      // A file over the per-file limit is not judged here: reading it reports that.
+      batch.forEach((r, j) => statSizes.set(r, infos[j]?.isFile() && infos[j].size <= this.#maxFileBytes ? infos[j].size : undefined));
     }
+    const refusedUnread = this.#overBudget(relativePaths, statSizes);
+    // Then the content of the others, at most READ_BATCH files and READ_BATCH_BYTES at once
+    // (but one file at least); judged again, as a file may have grown since its stat.
+    const reads = new Map<string, JudgedRead>();
+    const readSizes = new Map<string, number | 'missing' | undefined>();
+    const reading = toRead.filter((r) => !refusedUnread.has(r));
+    const statBytes = (relative: string): number => statSizes.get(relative) ?? 0;
+    for (let i = 0; i < reading.length; ) {
+      let end = i + 1;
+      for (let bytes = statBytes(reading[i]); end < reading.length && end - i < READ_BATCH && bytes + statBytes(reading[end]) <= READ_BATCH_BYTES; end++) bytes += statBytes(reading[end]);
+      const batch = reading.slice(i, end);
+      const results = await Promise.all(batch.map((r) => readSettledManifestFile(path.join(this.#absoluteDir, r), this.#maxFileBytes, this.#settleMs)));
+      batch.forEach((r, j) => {
+        reads.set(r, results[j]);
+        const read = results[j];
+        readSizes.set(r, read.status === 'ok' ? read.size : read.status === 'missing' ? 'missing' : undefined);
+      });
+      i = end;
+    }
+    const refused = this.#overBudget(relativePaths, readSizes);
+    for (const [relative, wouldLoad] of refusedUnread) {
+      reads.set(relative, { status: 'over-budget', size: statBytes(relative), wouldLoad });
+    }
+    for (const [relative, wouldLoad] of refused) {
+      const read = reads.get(relative) as { size: number };
+      reads.set(relative, { status: 'over-budget', size: read.size, wouldLoad });
+    }
+    const loaded = new Map<string, FileState | undefined>();
+    for (const relative of toRead) loaded.set(relative, await this.#loadFile(relative, this.#files.get(relative), reads.get(relative) as JudgedRead));
     for (const relative of relativePaths) {
       const state = loaded.has(relative) ? loaded.get(relative) : this.#files.get(relative);
       if (state) next.set(relative, state);
@@ -338,27 +394,55 @@ export class ManifestsSource {
     if (changes.length > 0) this.#logger.debug({ changes: changes.length, objects: objects.length }, 'manifests changed');
   }
 
-  async #loadFile(relative: string, previous: FileState | undefined): Promise<FileState | undefined> {
+  /**
+   * The files of `sizes` whose new content does not fit in the total bound, with the bytes
+   * the manifests loaded would then take. `sizes` has the new size of the files read, or
+   * `'missing'`, or undefined for a file not read (it keeps its state). The bytes loaded are
+   * those of every listed file's current state; deleted files and files that shrank free
+   * theirs first, then the files that grew (or are new) take theirs in path order while they fit.
+   */
+  #overBudget(relativePaths: readonly string[], sizes: ReadonlyMap<string, number | 'missing' | undefined>): Map<string, number> {
+    let loadedBytes = 0;
+    for (const relative of relativePaths) loadedBytes += this.#files.get(relative)?.size ?? 0;
+    const growing: [string, number, number][] = [];
+    for (const [relative, size] of sizes) {
+      const previousSize = this.#files.get(relative)?.size ?? 0;
+      if (size === 'missing') loadedBytes -= previousSize;
+      else if (size !== undefined && size <= previousSize) loadedBytes -= previousSize - size;
+      else if (size !== undefined) growing.push([relative, previousSize, size]);
+    }
+    const refused = new Map<string, number>();
+    for (const [relative, previousSize, size] of growing.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+      const wouldLoad = loadedBytes - previousSize + size;
+      if (wouldLoad <= this.#maxTotalBytes) loadedBytes = wouldLoad;
+      else refused.set(relative, wouldLoad);
+    }
+    return refused;
+  }
+
+  /** The state of a file read (or judged) as `read`, given its `previous` one. */
+  async #loadFile(relative: string, previous: FileState | undefined, read: JudgedRead): Promise<FileState | undefined> {
     const file = this.#displayName(relative);
-    const read = await readSettledManifestFile(path.join(this.#absoluteDir, relative), this.#maxFileBytes, this.#settleMs);
     if (read.status === 'missing') return undefined; // deleted (or renamed away) since listed
     if (read.status !== 'ok') {
       const keeping = previous && previous.objects.length > 0 ? '; keeping its previous objects' : '';
       const message =
-        read.status === 'not-regular'
-          ? `is ${read.type}, not a regular file: not read${keeping}`
-          : read.status === 'too-large'
-            ? `is ${read.grew ? `more than ${formatBytes(this.#maxFileBytes)}` : formatBytes(read.size)}, larger than the limit of ${formatBytes(this.#maxFileBytes)} (--max-manifest-size): not read${keeping}`
-            : read.status === 'unsettled'
-              ? `is still being written (it changed at every re-read): not read yet${keeping}`
-              : `cannot read the file (${read.code})${keeping}`;
+        read.status === 'over-budget'
+          ? `is ${formatBytes(read.size)}: loading it would bring the manifests loaded to ${formatBytes(read.wouldLoad)}, more than the limit of ${formatBytes(this.#maxTotalBytes)} for all files (--max-manifests-total-size): not loaded${keeping}`
+          : read.status === 'not-regular'
+            ? `is ${read.type}, not a regular file: not read${keeping}`
+            : read.status === 'too-large'
+              ? `is ${read.grew ? `more than ${formatBytes(this.#maxFileBytes)}` : formatBytes(read.size)}, larger than the limit of ${formatBytes(this.#maxFileBytes)} (--max-manifest-size): not read${keeping}`
+              : read.status === 'unsettled'
+                ? `is still being written (it changed at every re-read): not read yet${keeping}`
+                : `cannot read the file (${read.code})${keeping}`;
       const readError: ManifestError = { file, line: 1, kind: undefined, namespace: undefined, name: undefined, field: undefined, message };
-      return { ...(previous ?? { text: undefined, parsed: undefined, objects: [], lines: [] }), errors: [readError] };
+      return { ...(previous ?? { text: undefined, size: 0, parsed: undefined, objects: [], lines: [] }), overBudget: read.status === 'over-budget', errors: [readError] };
     }
     const text = read.text;
     if (previous && previous.text === text && previous.parsed) {
       // Unchanged; but a read error reported since (a FIFO or an oversized file in between) is over.
-      return previous.errors === previous.parsed.errors ? previous : { ...previous, errors: previous.parsed.errors };
+      return previous.errors === previous.parsed.errors && !previous.overBudget ? previous : { ...previous, overBudget: false, errors: previous.parsed.errors };
     }
 
     const parsed = await parseYielding(file, text);
@@ -367,7 +451,7 @@ export class ManifestsSource {
       if (previous.objects.length > 0) {
         this.#logger.warn({ file, objects: previous.objects.length }, 'YAML syntax error: keeping the objects loaded before from this file');
       }
-      return { text, parsed, objects: previous.objects, lines: previous.lines, errors: parsed.errors };
+      return { text, size: read.size, overBudget: false, parsed, objects: previous.objects, lines: previous.lines, errors: parsed.errors };
     }
     const objects = [...parsed.objects];
     const lines = [...parsed.lines];
@@ -382,7 +466,7 @@ export class ManifestsSource {
         }
       });
     }
-    return { text, parsed, objects, lines, errors: parsed.errors };
+    return { text, size: read.size, overBudget: false, parsed, objects, lines, errors: parsed.errors };
   }
 
   #displayName(relative: string): string {

@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { OBJECT_KINDS } from '../../store/objects.js';
-import { MAX_NESTING_DEPTH, formatManifestError, parseManifestSteps, parseManifests } from './parse.js';
+import { MAX_DOCUMENT_NODES, MAX_DOCUMENT_TOKENS, MAX_NESTING_DEPTH, formatManifestError, parseManifestSteps, parseManifests } from './parse.js';
 
 const SPLIT = `apiVersion: split.smi-spec.io/v1alpha2
 kind: TrafficSplit
@@ -202,6 +202,36 @@ describe('parseManifests', () => {
     const block = (levels: number): string => `apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: d, namespace: x}\nspec:\n${Array.from({ length: levels }, (_, i) => `${'  '.repeat(i + 1)}k:`).join('\n')} 1\n`;
     assert.deepEqual(parseManifests('ok.yaml', block(MAX_NESTING_DEPTH - 1)).errors, []);
     assert.match(formatManifestError(parseManifests('block.yaml', block(3000)).errors[0]), /^block\.yaml:\d+: too deeply nested/);
+  });
+
+  it('skips a document with more than MAX_DOCUMENT_NODES nodes or MAX_DOCUMENT_TOKENS tokens, with its file and line, and still loads the others', () => {
+    const service = (name: string): string => `apiVersion: v1\nkind: Service\nmetadata:\n  name: ${name}\n  namespace: bookstore\nspec:\n  ports:\n    - port: 80\n`;
+    // 24 nodes (keys, values, ':' entries and '-' items) before the items, 2 per item.
+    const withItems = (name: string, items: number): string => `${service(name)}  x:\n${'   - 1\n'.repeat(items)}`;
+    const atLimit = (MAX_DOCUMENT_NODES - 24) / 2;
+    assert.deepEqual(parseManifests('ok.yaml', withItems('ok', atLimit)).errors, [], 'a document of exactly MAX_DOCUMENT_NODES nodes loads');
+    for (const separator of ['---\n', '...\n---\n', '...\n']) {
+      const text = `${service('a')}${separator}${withItems('big', atLimit + 1)}${separator}${service('c')}`;
+      const parsed = parseManifests('big.yaml', text);
+      const bigStart = service('a').split('\n').length + separator.split('\n').length - 2;
+      // The node past the limit is the last item's '-': the line of the last item.
+      assert.deepEqual(parsed.errors.map(formatManifestError), [
+        `big.yaml:${bigStart + 9 + atLimit + 1}: too large: more than ${MAX_DOCUMENT_NODES} YAML nodes (scalars, sequence items, mapping entries); the document is skipped`,
+      ], JSON.stringify(separator));
+      assert.equal(parsed.syntaxError, true, 'its objects are unknown: the file keeps what it had');
+      assert.deepEqual(parsed.objects.map((o) => o.metadata.name), ['a', 'c']);
+      assert.deepEqual(parsed.lines, [1, text.split('\n').length - service('c').split('\n').length + 1], 'the lines after the skipped document are right');
+    }
+    // Comments and line breaks are kept by the parser too: they count as tokens.
+    const comments = `${service('a')}---\n${'#\n'.repeat(MAX_DOCUMENT_TOKENS)}${service('b')}---\n${service('c')}`;
+    const parsed = parseManifests('comments.yaml', comments);
+    assert.equal(parsed.errors.length, 1);
+    assert.match(formatManifestError(parsed.errors[0]), new RegExp(`^comments\\.yaml:\\d+: too large: more than ${MAX_DOCUMENT_TOKENS} YAML tokens`));
+    assert.deepEqual(parsed.objects.map((o) => o.metadata.name), ['a', 'c']);
+    // Before the first document, too: reported, and the file keeps what it had.
+    const before = parseManifests('before.yaml', `${'#\n'.repeat(MAX_DOCUMENT_TOKENS)}${service('d')}`);
+    assert.match(formatManifestError(before.errors[0]), new RegExp(`^before\\.yaml:\\d+: too large: more than ${MAX_DOCUMENT_TOKENS} YAML tokens \\(including comments and line breaks\\); they are skipped$`));
+    assert.equal(before.syntaxError, true);
   });
 
   it('rejects names that are not Kubernetes names, per kind, with file, line and field, and loads the rest', () => {

@@ -1,5 +1,5 @@
-import { Composer, Lexer, LineCounter, Parser, isMap, isScalar, isSeq } from 'yaml';
-import type { CST, Document, Node as YamlNode } from 'yaml';
+import { CST, Composer, Lexer, LineCounter, Parser, isMap, isScalar, isSeq } from 'yaml';
+import type { Document, Node as YamlNode } from 'yaml';
 import { OBJECT_API_VERSIONS, isNamespacedKind, isObjectKind, isPrintableName, nameViolations, objectKey, printableName } from '../../store/objects.js';
 import type { KubeObject, ObjectKind } from '../../store/objects.js';
 import { SchemaValidator } from './schemas.js';
@@ -95,11 +95,44 @@ const LEXEMES_PER_STEP = 1024;
 export const MAX_NESTING_DEPTH = 100;
 
 /**
+ * How many YAML nodes one document (a `List` counts as one) may have: its scalars (keys and
+ * values), aliases, sequence items, mapping entries and flow collections. The largest
+ * example and OSM manifests have a few hundred; a Kubernetes object (at most about 1.5 MB in
+ * the API server) far fewer than this. Counted while lexing, before the document's tree is
+ * built, so that a small file cannot make the parser build a huge one.
+ */
+export const MAX_DOCUMENT_NODES = 100_000;
+
+/**
+ * How many YAML tokens one document may have, including comments, spaces and line breaks
+ * (which the parser keeps too): ten per node of {@link MAX_DOCUMENT_NODES}.
+ */
+export const MAX_DOCUMENT_TOKENS = 10 * MAX_DOCUMENT_NODES;
+
+/** Lexeme types that start a node (see {@link MAX_DOCUMENT_NODES}). */
+const NODE_LEXEMES: ReadonlySet<string> = new Set([
+  'scalar',
+  'single-quoted-scalar',
+  'double-quoted-scalar',
+  'block-scalar-header',
+  'alias',
+  'flow-map-start',
+  'flow-seq-start',
+  'seq-item-ind',
+  'explicit-key-ind',
+  'map-value-ind',
+]);
+
+/** Lexeme types where a document starts or ends. */
+const DOCUMENT_BOUNDARY_LEXEMES: ReadonlySet<string> = new Set(['doc-mode', 'doc-start', 'doc-end']);
+
+/**
  * Parses the text of one manifest file (YAML, possibly multi-document, or JSON; a `v1` `List`
  * is flattened to its items) into store objects.
  *
  * Every document is judged on its own: a document with a YAML syntax error, nested deeper than
- * {@link MAX_NESTING_DEPTH}, a known kind with an unsupported `apiVersion`, a schema violation,
+ * {@link MAX_NESTING_DEPTH}, larger than {@link MAX_DOCUMENT_NODES} nodes or
+ * {@link MAX_DOCUMENT_TOKENS} tokens (counted while lexing: the rest of it is not parsed), a known kind with an unsupported `apiVersion`, a schema violation,
  * a name (or a reference to an object by name) that is not a Kubernetes name
  * (`nameViolations`), a missing `metadata.name`, or the same kind/namespace/name as an earlier
  * document of the file is reported in `errors` and skipped; the file's other documents still
@@ -131,40 +164,85 @@ export function* parseManifestSteps(fileName: string, text: string): Generator<v
   const lineCounter = new LineCounter();
   const lineAt = (offset: number): number => lineCounter.linePos(offset).line;
   const seen = new Map<string, number>();
-  const parser = new Parser(lineCounter.addNewLine);
   const composer = new Composer({ prettyErrors: false, merge: true });
   // The composer hands out each document when the next one starts (or at the end); a document
-  // too deeply nested is given to it without its content, and reported here.
-  const tooDeep: (number | undefined)[] = [];
+  // too deeply nested or too large is given to it without its content, and reported here.
+  const skipped: (SkippedDocument | undefined)[] = [];
   let documentIndex = 0;
 
-  // Parser.parse, a lexeme at a time: lexing and parsing a large document yields too.
+  // Parser.parse, a lexeme at a time: lexing and parsing a large document yields too. The
+  // nodes and tokens of each document are counted; past a limit, the document read so far is
+  // ended and given to the composer without its content, and its remaining lexemes are not
+  // parsed (the lexer still finds where the next document starts, for a new parser), so no
+  // large tree is ever built; the line counter and the parser's offset are kept in step.
   lineCounter.addNewLine(0);
+  let parser = new Parser(lineCounter.addNewLine);
   let lexemes = 0;
+  let offset = 0;
+  let nodes = 0;
+  let tokens = 0;
+  let skipping = false;
   for (const lexeme of new Lexer().lex(text)) {
-    for (const token of parser.next(lexeme)) yield* composeToken(token);
+    const type = CST.tokenType(lexeme);
+    const boundary = type !== null && DOCUMENT_BOUNDARY_LEXEMES.has(type);
+    if (boundary) {
+      nodes = 0;
+      tokens = 0;
+    }
+    if (skipping && !boundary) {
+      for (let nl = lexeme.indexOf('\n'); nl !== -1; nl = lexeme.indexOf('\n', nl + 1)) lineCounter.addNewLine(offset + nl + 1);
+    } else {
+      if (skipping) {
+        skipping = false;
+        parser = new Parser(lineCounter.addNewLine);
+        parser.offset = offset;
+      }
+      for (const token of parser.next(lexeme)) yield* composeToken(token);
+      if (type !== null && NODE_LEXEMES.has(type)) nodes++;
+      // A scalar's marker is followed by its text: stop after the text, not between them.
+      if (type !== 'scalar' && (nodes > MAX_DOCUMENT_NODES || ++tokens > MAX_DOCUMENT_TOKENS)) {
+        const tooLarge: SkippedDocument = {
+          offset,
+          message: nodes > MAX_DOCUMENT_NODES ? `too large: more than ${MAX_DOCUMENT_NODES} YAML nodes (scalars, sequence items, mapping entries); the document is skipped` : `too large: more than ${MAX_DOCUMENT_TOKENS} YAML tokens (including comments and line breaks); the document is skipped`,
+        };
+        const documents = skipped.length;
+        for (const token of parser.end()) yield* composeToken(token, tooLarge);
+        if (skipped.length === documents) {
+          // Comments and line breaks before the first document: no document to skip.
+          result.syntaxError = true;
+          result.errors.push({ ...noObject(fileName, lineAt(offset)), message: tooLarge.message.replace('the document is', 'they are') });
+        }
+        skipping = true;
+      }
+    }
+    if (lexeme !== CST.DOCUMENT && lexeme !== CST.FLOW_END && lexeme !== CST.SCALAR) offset += lexeme.length;
     if (++lexemes % LEXEMES_PER_STEP === 0) yield;
   }
-  for (const token of parser.end()) yield* composeToken(token);
-  for (const doc of composer.end()) yield* acceptYamlDocument(doc, tooDeep[documentIndex++]);
+  if (!skipping) for (const token of parser.end()) yield* composeToken(token);
+  for (const doc of composer.end()) yield* acceptYamlDocument(doc, skipped[documentIndex++]);
   result.rejectedKeys = [...rejectedKeys];
   return result;
 
-  function* composeToken(token: CST.Token): Generator<void, void, void> {
+  function* composeToken(token: CST.Token, tooLarge?: SkippedDocument): Generator<void, void, void> {
     let composed = token;
     if (token.type === 'document') {
-      const deepAt = offsetBeyondDepth(token, MAX_NESTING_DEPTH);
-      tooDeep.push(deepAt);
-      if (deepAt !== undefined) composed = { ...token, value: undefined };
+      let skip = tooLarge;
+      if (skip === undefined) {
+        const deepAt = offsetBeyondDepth(token, MAX_NESTING_DEPTH);
+        if (deepAt !== undefined) skip = { offset: deepAt, message: `too deeply nested: more than ${MAX_NESTING_DEPTH} levels of mappings and sequences; the document is skipped` };
+      }
+      skipped.push(skip);
+      if (skip !== undefined) composed = { ...token, value: undefined };
     }
-    for (const doc of composer.next(composed)) yield* acceptYamlDocument(doc, tooDeep[documentIndex++]);
+    for (const doc of composer.next(composed)) yield* acceptYamlDocument(doc, skipped[documentIndex++]);
   }
 
-  function* acceptYamlDocument(doc: Document.Parsed, deepAt: number | undefined): Generator<void, void, void> {
+  function* acceptYamlDocument(doc: Document.Parsed, skip: SkippedDocument | undefined): Generator<void, void, void> {
     const docLine = lineAt(doc.contents?.range[0] ?? doc.range[0]);
-    if (deepAt !== undefined) {
+    if (skip !== undefined) {
+      // Its content, hence its identity, is unknown: like a syntax error.
       result.syntaxError = true;
-      result.errors.push({ ...noObject(fileName, lineAt(deepAt)), message: `too deeply nested: more than ${MAX_NESTING_DEPTH} levels of mappings and sequences; the document is skipped` });
+      result.errors.push({ ...noObject(fileName, lineAt(skip.offset)), message: skip.message });
       yield;
       return;
     }
@@ -263,6 +341,12 @@ export function* parseManifestSteps(fileName: string, text: string): Generator<v
     result.objects.push(toObject(candidate, kind, namespace));
     result.lines.push(line);
   }
+}
+
+/** A document given to the composer without its content: where (an offset in the text) and why. */
+interface SkippedDocument {
+  offset: number;
+  message: string;
 }
 
 /**

@@ -5,6 +5,12 @@ import { setTimeout as delay } from 'node:timers/promises';
 /** The default largest manifest file read, in bytes (4 MiB; the API server caps one object at about 1.5 MB). */
 export const DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
 
+/**
+ * The default bound on the manifests loaded from a directory, all files together, in bytes
+ * (64 MiB: sixteen files at the per-file limit; OSM's demo manifests are a few hundred KiB).
+ */
+export const DEFAULT_MAX_MANIFESTS_TOTAL_BYTES = 64 * 1024 * 1024;
+
 /** What reading one manifest file found. */
 export type ManifestRead =
   /** The file's content (UTF-8), and its size and modification time when it was read. */
