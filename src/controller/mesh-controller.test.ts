@@ -14,7 +14,7 @@ import { ObjectStore } from '../store/object-store.js';
 import { SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
-import { MeshController, mergePushRequests } from './mesh-controller.js';
+import { MeshController, mergePushRequests, PROXY_LOG_LIMIT } from './mesh-controller.js';
 import { eventually } from '../../test/helpers/wait.js';
 
 /** Manual clock for the certificate manager: timers fire only when the clock passes them. */
@@ -251,6 +251,24 @@ describe('MeshController', () => {
       'proxy of an identity outside the mesh: namespace nosuchns is not monitored by mesh osm; it reaches only what policies naming it allow',
       'proxy of an unknown identity: no ServiceAccount bookbyuer in namespace bookbuyer; it reaches only what policies naming it allow',
     ]);
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('logs the connect and disconnect lines of a reconnecting identity at info level at most PROXY_LOG_LIMIT times a window', async () => {
+    const lines: Array<{ level: number; msg: string }> = [];
+    const { controller, certificates } = await setup(undefined, pino({ level: 'debug' }, { write: (line: string) => void lines.push(JSON.parse(line)) }));
+    const reconnects = PROXY_LOG_LIMIT + 15;
+    for (let i = 1; i <= reconnects; i++) {
+      await controller.onStreamOpen(BUYER, i);
+      controller.onStreamClose(BUYER, i);
+    }
+    const at = (msg: string, level: number) => lines.filter((l) => l.msg === msg && l.level === level).length;
+    assert.equal(at('proxy connected', 30), PROXY_LOG_LIMIT);
+    assert.equal(at('proxy disconnected', 30), PROXY_LOG_LIMIT);
+    assert.equal(at('proxy connected', 20), reconnects - PROXY_LOG_LIMIT, 'the rest at debug level');
+    await controller.onStreamOpen(THIEF, reconnects + 1);
+    assert.equal(at('proxy connected', 30), PROXY_LOG_LIMIT + 1, 'another identity is logged');
     controller.stop();
     certificates.stop();
   });

@@ -16,6 +16,7 @@ import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import { withClientType, type NodeSoftware } from '../proxy/client-type.js';
 import { ProxyRefusedError } from '../proxy/refusal.js';
 import { ProxyRegistry } from '../proxy/registry.js';
+import { RateLimiter } from '../util/rate-limit.js';
 import { awaitProxyPod, DEFAULT_POD_IDENTITY_GRACE_MS } from './pod-identity.js';
 import { identityParts, parseCommonName, proxyCommonName, serviceIdentity, type Proxy, type ServiceIdentity } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
@@ -163,6 +164,11 @@ function snapshotBytes(snapshot: ProxySnapshot | undefined): number {
   return bytes;
 }
 
+/** Connect and disconnect lines logged at info level per identity and kind per {@link PROXY_LOG_WINDOW_MS}. */
+export const PROXY_LOG_LIMIT = 10;
+/** Window of {@link PROXY_LOG_LIMIT}, in ms. */
+export const PROXY_LOG_WINDOW_MS = 60_000;
+
 /**
  * The composition of the push pipeline: store changes, certificate rotations and the resync
  * timer feed a debouncer; each merged {@link PushRequest} rebuilds the MeshSnapshot (when
@@ -186,6 +192,7 @@ export class MeshController {
   private memo: { generation: number; entries: Map<string, GeneratedConfig> } = { generation: -1, entries: new Map() };
   /** The services each connected proxy's current configuration was generated from, by UUID. */
   private readonly dependencies = new Map<string, ReadonlySet<string>>();
+  private readonly proxyLogLimit = new RateLimiter(PROXY_LOG_LIMIT, PROXY_LOG_WINDOW_MS, () => performance.now(), 10_000);
   /** Encodings and rule checks by resource content, shared by every proxy and push. */
   private readonly checked = new ResourceCheckCache();
   /** Latest validation violations per proxy UUID (only proxies that have some). */
@@ -459,16 +466,17 @@ export class MeshController {
     if (!proxy.verified && !inMesh) {
       refuse('identity_not_in_mesh', `identity ${proxy.identity} (claimed in node.id, not proven by a certificate) is not in mesh ${this.options.meshName}`);
     }
-    this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, clientType: proxy.clientType ?? 'envoy', verified: proxy.verified === true, streamId }, 'proxy connected');
+    const log = this.proxyLog(proxy.identity, 'connected');
+    log.info({ proxy: proxy.uuid, identity: proxy.identity, clientType: proxy.clientType ?? 'envoy', verified: proxy.verified === true, streamId }, 'proxy connected');
     if (!proxy.verified && proxy.clientType !== 'grpc') {
-      this.options.logger.warn(
+      log.warn(
         { proxy: proxy.uuid, identity: proxy.identity },
         'sidecar with a claimed identity (plaintext listener): served without its service certificate, so its mTLS does not work; connect it to the mTLS listener',
       );
     }
     if (!inMesh) {
       // Served all the same (its certificate is the mesh's), but most likely a mistake: say so.
-      this.options.logger.warn(
+      log.warn(
         { proxy: proxy.uuid, identity: proxy.identity },
         this.mesh.namespaces.has(namespace)
           ? `proxy of an unknown identity: no ServiceAccount ${serviceAccount} in namespace ${namespace}; it reaches only what policies naming it allow`
@@ -480,13 +488,24 @@ export class MeshController {
   }
 
   /**
+   * The logger for a proxy's connect or disconnect lines: the controller's, at most
+   * {@link PROXY_LOG_LIMIT} times per identity and kind per {@link PROXY_LOG_WINDOW_MS}; past
+   * that, one whose lines go to debug level (a reconnect loop must not fill the log).
+   */
+  private proxyLog(identity: string, kind: 'connected' | 'disconnected'): Pick<Logger, 'info' | 'warn'> {
+    if (this.proxyLogLimit.take(`${identity}\n${kind}`) !== undefined) return this.options.logger;
+    const debug = this.options.logger.debug.bind(this.options.logger);
+    return { info: debug, warn: debug };
+  }
+
+  /**
    * ADS hook: a proxy's stream closed. Unregisters it (its snapshot goes once no stream of it is
    * left, and its identity's certificate once that identity is neither connected nor in the mesh).
    */
   onStreamClose(proxy: Proxy, streamId: number): void {
     const remaining = this.registry.unregister(proxy.uuid, streamId);
     if (remaining === 0) this.dependencies.delete(proxy.uuid);
-    this.options.logger.info({ proxy: proxy.uuid, identity: proxy.identity, streamId }, 'proxy disconnected');
+    this.proxyLog(proxy.identity, 'disconnected').info({ proxy: proxy.uuid, identity: proxy.identity, streamId }, 'proxy disconnected');
     if (remaining === 0) {
       this.options.cache.clearSnapshot(proxy.uuid);
       this.violations.delete(proxy.uuid);
