@@ -38,8 +38,9 @@ describe('plaintext ADS listener', () => {
 });
 
 describe('refused mTLS connections', () => {
-  it('logs (rate-limited) and counts a client whose certificate is of another CA, and one without a certificate', async () => {
-    const dir = await mkdtemp(path.join(tmpdir(), 'trellis-refused-'));
+  /** A controller on the bookstore example in a new temporary directory, its warnings and errors collected (parsed JSON lines). */
+  async function startController(prefix: string) {
+    const dir = await mkdtemp(path.join(tmpdir(), prefix));
     const lines: Record<string, unknown>[] = [];
     const running = await runController({
       manifests: 'examples/bookstore',
@@ -51,6 +52,11 @@ describe('refused mTLS connections', () => {
       warmUpConfigurationBytes: 0,
       logger: pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
     });
+    return { dir, lines, running };
+  }
+
+  it('logs (rate-limited) and counts a client whose certificate is of another CA, and one without a certificate', async () => {
+    const { dir, lines, running } = await startController('trellis-refused-');
     const clients: AdsTestClient[] = [];
     try {
       const caPem = await readFile(path.join(dir, 'state', 'ca.pem'));
@@ -86,18 +92,7 @@ describe('refused mTLS connections', () => {
     }
   });
   it('counts a client that refuses the controller\'s certificate (a TLS alert) as server_certificate_refused, not as its own', async () => {
-    const dir = await mkdtemp(path.join(tmpdir(), 'trellis-refused-server-'));
-    const lines: Record<string, unknown>[] = [];
-    const running = await runController({
-      manifests: 'examples/bookstore',
-      meshName: 'osm',
-      stateDir: path.join(dir, 'state'),
-      xdsAddress: '127.0.0.1:0',
-      httpAddress: '127.0.0.1:0',
-      resyncIntervalMs: 0,
-      warmUpConfigurationBytes: 0,
-      logger: pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
-    });
+    const { dir, lines, running } = await startController('trellis-refused-server-');
     try {
       // OpenSSL's client, trusting another CA and failing on verification, sends an
       // unknown_ca alert as Envoy (BoringSSL) does.
