@@ -12,7 +12,7 @@ import {
   MAX_RESOURCE_NAMES_PER_TYPE,
   MAX_SUBSCRIBED_NAME_CHARS,
 } from '../src/xds/server/ads-server.js';
-import { STREAM_LOG_LIMIT } from '../src/xds/server/stream-common.js';
+import { STREAM_LOG_LIMIT, SUBSCRIBED_NAME_OVERHEAD } from '../src/xds/server/stream-common.js';
 import { TEST_NODE_ID, type AdsTestClient } from './helpers/ads-client.js';
 import { startAdsHarness, type AdsHarness, type Spec } from './helpers/ads-harness.js';
 import { openDeltaTestStream } from './helpers/delta-client.js';
@@ -37,7 +37,7 @@ let logLines: Record<string, unknown>[];
  * Starts a server whose proxies get SPEC, with its log (info and above) in `logLines`; a log line
  * whose message is `throwOn` makes the logger throw instead (a failing log destination).
  */
-async function setup(mode: Mode, throwOn?: string): Promise<void> {
+async function setup(mode: Mode, throwOn?: string, maxSubscribedNamesCost?: number): Promise<void> {
   logLines = [];
   const logger = pino(
     { level: 'info' },
@@ -51,7 +51,7 @@ async function setup(mode: Mode, throwOn?: string): Promise<void> {
   );
   const opener = (client: AdsTestClient, nodeId?: string): AnyStream =>
     (mode === 'delta' ? openDeltaTestStream(client, nodeId ?? TEST_NODE_ID) : client.openStream(nodeId)) as unknown as AnyStream;
-  h = await startAdsHarness(opener, { spec: SPEC }, { logger, unreadTimeoutMs: 60_000 });
+  h = await startAdsHarness(opener, { spec: SPEC }, { logger, unreadTimeoutMs: 60_000, ...(maxSubscribedNamesCost === undefined ? {} : { maxSubscribedNamesCost }) });
 }
 
 afterEach(async () => {
@@ -95,6 +95,29 @@ describe('ADS server bounds on what a stream subscribes to', () => {
       assert.equal(status.code, grpc.status.RESOURCE_EXHAUSTED);
       assert.match(status.details, /more than 4194304 characters of resource names subscribed/);
       await otherProxyIsServed(mode);
+    });
+
+    it(`${mode}: ends a stream that would take the server past its budget of subscribed names (all streams together), and frees a closed stream's share`, async () => {
+      const cost = (list: string[]) => list.reduce((n, name) => n + name.length + SUBSCRIBED_NAME_OVERHEAD, 0);
+      const share = ['c1', ...names('a', 100, 50)];
+      await setup(mode, undefined, Math.floor(cost(share) * 1.5)); // one stream's names fit, two do not
+      const first = h.open(sameIdentity());
+      request(first, mode, EDS, share);
+      await first.next();
+      const second = h.open(sameIdentity());
+      request(second, mode, EDS, ['c1', ...names('b', 100, 50)]);
+      const status = await second.ended(20_000);
+      assert.equal(status.code, grpc.status.RESOURCE_EXHAUSTED);
+      assert.match(status.details, /as many subscribed resource names as it may \(all streams together\)/);
+      first.cancel();
+      await first.ended().catch(() => undefined);
+      await eventually(async () => {
+        const third = h.open(sameIdentity());
+        request(third, mode, EDS, ['c1', ...names('c', 100, 50)]);
+        const served = await Promise.race([third.next().then(() => true), third.ended().then(() => false)]);
+        third.cancel();
+        return served;
+      }, 'a stream is served once the first one closed');
     });
 
     it(`${mode}: the debug view lists at most MAX_DEBUG_NAMES_PER_TYPE names per type, with their count`, async () => {

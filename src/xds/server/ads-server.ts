@@ -14,8 +14,10 @@ import { RateLimiter } from '../../util/rate-limit.js';
 import type { DeltaDiscoveryRequest__Output, DiscoveryRequest__Output, DiscoveryResponse } from './discovery-types.js';
 import { DeltaStream } from './delta-stream.js';
 import {
+  DEFAULT_MAX_SUBSCRIBED_NAMES_COST,
   DEFAULT_UNREAD_TIMEOUT_MS,
   StreamBase,
+  SubscribedNamesBudget,
   StreamLogLimits,
   createMetrics,
   isCompleteSetType,
@@ -89,6 +91,12 @@ export interface AdsServerOptions {
    * Counted in `trellis_xds_streams_closed_total{reason="unread"}`.
    */
   readonly unreadTimeoutMs?: number;
+  /**
+   * The most the names subscribed by all streams together may cost, in characters plus
+   * `SUBSCRIBED_NAME_OVERHEAD` a name (default `DEFAULT_MAX_SUBSCRIBED_NAMES_COST`, 256 Mi); a
+   * stream whose subscription would go over it ends with `RESOURCE_EXHAUSTED`.
+   */
+  readonly maxSubscribedNamesCost?: number;
 }
 
 /**
@@ -440,6 +448,7 @@ export class AdsServer {
   private readonly metrics: AdsMetrics;
   private readonly hooks: AdsHooks;
   private readonly sendBudget: SendBudget;
+  private readonly subscribedNames: SubscribedNamesBudget;
   private readonly refusals: Counter<'reason'>;
   private readonly refusalLog = new RateLimiter(REFUSAL_LOG_LIMIT, REFUSAL_LOG_WINDOW_MS);
   /** NACK and stream lifecycle log limits, per proxy identity across all streams. */
@@ -454,6 +463,7 @@ export class AdsServer {
     if (!Number.isFinite(unread) || unread < 0) throw new Error(`AdsServer: unreadTimeoutMs must be 0 or more, got ${unread}`);
     this.logger = options.logger ?? pino({ level: 'silent' });
     this.sendBudget = new SendBudget(options.maxBytesInFlight ?? DEFAULT_MAX_BYTES_IN_FLIGHT);
+    this.subscribedNames = new SubscribedNamesBudget(options.maxSubscribedNamesCost ?? DEFAULT_MAX_SUBSCRIBED_NAMES_COST);
     const registry = options.metrics ?? new Registry();
     this.metrics = createMetrics(registry);
     const budget = this.sendBudget;
@@ -651,6 +661,7 @@ export class AdsServer {
       listener: listen.address,
       authenticate: listen.authenticate,
       sendBudget: this.sendBudget,
+      subscribedNames: this.subscribedNames,
       unreadTimeoutMs: this.options.unreadTimeoutMs ?? DEFAULT_UNREAD_TIMEOUT_MS,
       logLimits: this.logLimits,
       admit: (s) => this.admit(s),

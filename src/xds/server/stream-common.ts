@@ -255,6 +255,24 @@ export const MAX_RESOURCE_NAME_CHARS = 1024;
  */
 export const MAX_SUBSCRIBED_NAME_CHARS = 4 * 1024 * 1024;
 
+/** What one subscribed name costs a {@link SubscribedNamesBudget} beside its characters (the set entry and string header). */
+export const SUBSCRIBED_NAME_OVERHEAD = 32;
+/** Default {@link SubscribedNamesBudget} of a server: 256 Mi units (about 0.5 GiB of heap). */
+export const DEFAULT_MAX_SUBSCRIBED_NAMES_COST = 256 * 1024 * 1024;
+
+/**
+ * The names all streams of a server subscribe to, together: each costs its characters plus
+ * {@link SUBSCRIBED_NAME_OVERHEAD}. Bounds the heap the subscriptions take whatever the number
+ * of streams (each is bounded by {@link MAX_SUBSCRIBED_NAME_CHARS} alone).
+ */
+export class SubscribedNamesBudget {
+  /** Cost in use, by every stream. */
+  used = 0;
+  /** @param max the most cost all streams may hold (a positive number). */
+  constructor(readonly max: number) {}
+}
+
+
 /** The debug view of a stream lists at most this many names per type (the first, sorted), with their count. */
 export const MAX_DEBUG_NAMES_PER_TYPE = 100;
 
@@ -354,6 +372,8 @@ export interface StreamContext {
   readonly authenticate: Authenticate;
   /** Bytes of responses in flight, shared by every stream of the server. */
   readonly sendBudget: SendBudget;
+  /** Names subscribed by every stream of the server, together. */
+  readonly subscribedNames: SubscribedNamesBudget;
   /** A stream whose response stays unflushed this long (ms) is closed; 0: never. */
   readonly unreadTimeoutMs: number;
   /** The server's log limits (NACK and lifecycle lines), shared by every stream. */
@@ -446,6 +466,8 @@ export abstract class StreamBase<
   private nacksNotLogged = 0;
   /** Characters of the names subscribed explicitly, all types together (at most {@link MAX_SUBSCRIBED_NAME_CHARS}). */
   private nameChars = 0;
+  /** Names subscribed explicitly, all types together. */
+  private nameCount = 0;
   /** Closes the stream if the response in flight is not flushed within the unread timeout. */
   private unreadTimer?: NodeJS.Timeout;
   private running = false;
@@ -563,6 +585,12 @@ export abstract class StreamBase<
    * {@link MAX_SUBSCRIBED_NAME_CHARS}. @returns whether it did.
    */
   protected endIfNameCharsOver(type: TypeUrl, chars: number = this.nameChars): boolean {
+    const budget = this.ctx.subscribedNames;
+    if (budget.used > budget.max) {
+      this.log.warn({ type: TYPE_SHORT_NAME[type], used: budget.used, max: budget.max }, `${this.logPrefix}ADS stream ended: the server's budget of subscribed names is spent`);
+      this.fail(grpc.status.RESOURCE_EXHAUSTED, 'the server holds as many subscribed resource names as it may (all streams together)');
+      return true;
+    }
     if (chars <= MAX_SUBSCRIBED_NAME_CHARS) return false;
     this.log.warn({ type: TYPE_SHORT_NAME[type], chars, max: MAX_SUBSCRIBED_NAME_CHARS }, `${this.logPrefix}ADS stream subscribes to too many characters of names`);
     this.fail(grpc.status.RESOURCE_EXHAUSTED, `more than ${MAX_SUBSCRIBED_NAME_CHARS} characters of resource names subscribed`);
@@ -573,18 +601,27 @@ export abstract class StreamBase<
   protected addName(st: S, name: string): void {
     if (st.names.has(name)) return;
     st.names.add(name);
-    this.nameChars += name.length;
+    this.countNames(1, name.length);
+  }
+
+  /** Counts `count` names of `chars` characters more (negative: fewer) in this stream and in the server's budget. */
+  private countNames(count: number, chars: number): void {
+    this.nameChars += chars;
+    this.nameCount += count;
+    this.ctx.subscribedNames.used += chars + count * SUBSCRIBED_NAME_OVERHEAD;
   }
 
   /** Removes `name` from the names `st` subscribes to explicitly. */
   protected deleteName(st: S, name: string): void {
-    if (st.names.delete(name)) this.nameChars -= name.length;
+    if (st.names.delete(name)) this.countNames(-1, -name.length);
   }
 
   /** Replaces the names `st` subscribes to explicitly by `names`. */
   protected setNames(st: S, names: Set<string>): void {
-    for (const name of st.names) this.nameChars -= name.length;
-    for (const name of names) this.nameChars += name.length;
+    let chars = 0;
+    for (const name of names) chars += name.length;
+    for (const name of st.names) chars -= name.length;
+    this.countNames(names.size - st.names.size, chars);
     st.names = names;
   }
 
@@ -898,6 +935,7 @@ export abstract class StreamBase<
     if (this.closed) return;
     this.closed = true;
     this.ctx.metrics.streamsClosed.inc({ reason: cause });
+    this.countNames(-this.nameCount, -this.nameChars);
     this.jobs.length = 0;
     this.queuedRequests.clear();
     clearTimeout(this.unreadTimer);
