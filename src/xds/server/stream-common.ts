@@ -936,6 +936,8 @@ export abstract class StreamBase<
     this.closed = true;
     this.ctx.metrics.streamsClosed.inc({ reason: cause });
     this.countNames(-this.nameCount, -this.nameChars);
+    // The call may outlive the stream (a client that never closes its side): drop what it holds.
+    for (const st of this.types.values()) st.names = new Set();
     this.jobs.length = 0;
     this.queuedRequests.clear();
     clearTimeout(this.unreadTimer);
