@@ -4,7 +4,9 @@ import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { runController } from '../main.js';
 import { writeProxyBootstrap } from './bootstrap-command.js';
 import { registerKubeCommands } from './kube-commands.js';
+import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES } from '../sources/manifests/index.js';
 import { splitHostPort } from '../util/address.js';
+import { DEFAULT_UNREAD_TIMEOUT_MS } from '../xds/server/ads-server.js';
 
 function duration(value: string): number {
   const seconds = /^\d+$/.test(value) ? Number(value) : parseGoDuration(value);
@@ -12,17 +14,18 @@ function duration(value: string): number {
   return seconds;
 }
 
-function mebibytes(value: string): number {
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`"${value}" is not a size in MiB such as 64 or 0`);
-  return n;
+/** A parser of sizes in MiB: 0 and more, or (`positive`) above 0. */
+function mebibytes(positive: boolean): (value: string) => number {
+  return (value) => {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isFinite(n) || n < 0 || (positive && n === 0)) {
+      throw new InvalidArgumentError(positive ? `"${value}" is not a size in MiB above 0, such as 4 or 0.5` : `"${value}" is not a size in MiB such as 64 or 0`);
+    }
+    return n;
+  };
 }
 
-function positiveMebibytes(value: string): number {
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`"${value}" is not a size in MiB above 0, such as 4 or 0.5`);
-  return n;
-}
+const MiB = 1024 * 1024;
 
 function address(value: string): string {
   const { host, port } = splitHostPort(value);
@@ -58,22 +61,22 @@ export async function main(argv: readonly string[]): Promise<void> {
     .addOption(
       new Option('--xds-unread-timeout <duration>', 'close an ADS stream whose proxy leaves a response unread this long (e.g. 30s; a bare number is seconds; 0 turns it off)')
         .argParser(duration)
-        .default(30, '30s'),
+        .default(DEFAULT_UNREAD_TIMEOUT_MS / 1000, `${DEFAULT_UNREAD_TIMEOUT_MS / 1000}s`),
     )
     .addOption(
       new Option('--warm-up-config <MiB>', 'at start-up, generate the configuration of each identity of the mesh ahead until this many MiB are encoded (0: none)')
-        .argParser(mebibytes)
+        .argParser(mebibytes(false))
         .default(64),
     )
     .addOption(
       new Option('--max-manifest-size <MiB>', 'the largest manifest file read; a larger one is reported as a manifest error and not read')
-        .argParser(positiveMebibytes)
-        .default(4),
+        .argParser(mebibytes(true))
+        .default(DEFAULT_MAX_MANIFEST_BYTES / MiB),
     )
     .addOption(
       new Option('--max-manifests-total-size <MiB>', 'the most manifests loaded from the directory, all files together; a file past it is reported as a manifest error and keeps its previous objects')
-        .argParser(positiveMebibytes)
-        .default(64),
+        .argParser(mebibytes(true))
+        .default(DEFAULT_MAX_MANIFESTS_TOTAL_BYTES / MiB),
     )
     .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']).default('info'))
     .action(async (opts: {
@@ -106,9 +109,9 @@ export async function main(argv: readonly string[]): Promise<void> {
           httpAddress: opts.httpAddress,
           resyncIntervalMs: opts.resyncInterval * 1000,
           xdsUnreadTimeoutMs: opts.xdsUnreadTimeout * 1000,
-          warmUpConfigurationBytes: opts.warmUpConfig * 1024 * 1024,
-          maxManifestBytes: Math.floor(opts.maxManifestSize * 1024 * 1024),
-          maxManifestsTotalBytes: Math.floor(opts.maxManifestsTotalSize * 1024 * 1024),
+          warmUpConfigurationBytes: opts.warmUpConfig * MiB,
+          maxManifestBytes: Math.floor(opts.maxManifestSize * MiB),
+          maxManifestsTotalBytes: Math.floor(opts.maxManifestsTotalSize * MiB),
           logger,
         });
       } catch (err) {

@@ -449,6 +449,7 @@ export class AdsServer {
   private readonly hooks: AdsHooks;
   private readonly sendBudget: SendBudget;
   private readonly subscribedNames: SubscribedNamesBudget;
+  private readonly unreadTimeoutMs: number;
   private readonly refusals: Counter<'reason'>;
   private readonly refusalLog = new RateLimiter(REFUSAL_LOG_LIMIT, REFUSAL_LOG_WINDOW_MS);
   /** NACK and stream lifecycle log limits, per proxy identity across all streams. */
@@ -459,8 +460,8 @@ export class AdsServer {
    *   `maxBytesInFlight` is not a positive integer, or `unreadTimeoutMs` is negative.
    */
   constructor(private readonly options: AdsServerOptions) {
-    const unread = options.unreadTimeoutMs ?? DEFAULT_UNREAD_TIMEOUT_MS;
-    if (!Number.isFinite(unread) || unread < 0) throw new Error(`AdsServer: unreadTimeoutMs must be 0 or more, got ${unread}`);
+    this.unreadTimeoutMs = options.unreadTimeoutMs ?? DEFAULT_UNREAD_TIMEOUT_MS;
+    if (!Number.isFinite(this.unreadTimeoutMs) || this.unreadTimeoutMs < 0) throw new Error(`AdsServer: unreadTimeoutMs must be 0 or more, got ${this.unreadTimeoutMs}`);
     this.logger = options.logger ?? pino({ level: 'silent' });
     this.sendBudget = new SendBudget(options.maxBytesInFlight ?? DEFAULT_MAX_BYTES_IN_FLIGHT);
     this.subscribedNames = new SubscribedNamesBudget(options.maxSubscribedNamesCost ?? DEFAULT_MAX_SUBSCRIBED_NAMES_COST);
@@ -662,7 +663,7 @@ export class AdsServer {
       authenticate: listen.authenticate,
       sendBudget: this.sendBudget,
       subscribedNames: this.subscribedNames,
-      unreadTimeoutMs: this.options.unreadTimeoutMs ?? DEFAULT_UNREAD_TIMEOUT_MS,
+      unreadTimeoutMs: this.unreadTimeoutMs,
       logLimits: this.logLimits,
       admit: (s) => this.admit(s),
       refused: (r) => this.onRefused(r, listen.address),

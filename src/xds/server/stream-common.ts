@@ -272,7 +272,6 @@ export class SubscribedNamesBudget {
   constructor(readonly max: number) {}
 }
 
-
 /** The debug view of a stream lists at most this many names per type (the first, sorted), with their count. */
 export const MAX_DEBUG_NAMES_PER_TYPE = 100;
 
@@ -582,7 +581,8 @@ export abstract class StreamBase<
 
   /**
    * Ends the stream with `RESOURCE_EXHAUSTED` when `chars` characters of names are more than
-   * {@link MAX_SUBSCRIBED_NAME_CHARS}. @returns whether it did.
+   * {@link MAX_SUBSCRIBED_NAME_CHARS}, or the names of all the server's streams are over its
+   * {@link SubscribedNamesBudget}. @returns whether it did.
    */
   protected endIfNameCharsOver(type: TypeUrl, chars: number = this.nameChars): boolean {
     const budget = this.ctx.subscribedNames;
