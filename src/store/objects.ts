@@ -414,16 +414,16 @@ export function nameRuleViolation(rule: NameRule, value: string): string | undef
 }
 
 /** Control, format (bidi overrides, zero-width) and line/paragraph separator characters. */
-const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u;
+const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu;
 
 /** True if `value` holds no control, format (bidi, zero-width) or line-separator character. */
 export function isPrintableName(value: string): boolean {
-  return !UNPRINTABLE.test(value);
+  return value.search(UNPRINTABLE) < 0;
 }
 
 /** `value` JSON-quoted, with every non-printable character escaped (`"a\u0000b"`). */
 export function printableName(value: string): string {
-  return JSON.stringify(value).replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return JSON.stringify(value).replace(UNPRINTABLE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 /** One place in an object that names an object (or an SMI match), and the rule it follows. */
