@@ -5,6 +5,7 @@ import { memoryStore } from '../../test/helpers/memory-store.js';
 import { serviceIdentity } from '../proxy/types.js';
 import type { KubeObject, Service } from '../store/objects.js';
 import { buildMeshSnapshot, parseGoDuration, portProtocol } from './build-snapshot.js';
+import { formatProblem } from './problems.js';
 import { outboundServices } from './traffic-policy.js';
 import { diffMeshSnapshots } from './snapshot-diff.js';
 import type { MeshSnapshot } from './types.js';
@@ -206,6 +207,7 @@ describe('buildMeshSnapshot', () => {
         'TrafficTarget bookstore-v2 spec.rules',
       ],
     );
+    assert.equal(new Set(problems.map(formatProblem)).size, problems.length, 'each problem once, though three TrafficTargets name the group');
     const allRoutes = snapshot.trafficTargets.find((t) => t.name === 'bookstore/all-routes')!;
     assert.deepEqual(allRoutes.httpMatches.map((m) => m.name), ['bookstore/bookstore-service-routes/fine']);
   });

@@ -18,7 +18,7 @@ import type {
 import type { StoreReader } from '../store/store.js';
 import { serviceIdentity, type ServiceIdentity } from '../proxy/types.js';
 import { MONITORED_BY_LABEL, SERVICE_NAME_LABEL, selectorMatches } from './labels.js';
-import type { PolicyProblem } from './problems.js';
+import { formatProblem, type PolicyProblem } from './problems.js';
 import type {
   AppProtocol,
   HttpRouteMatch,
@@ -62,6 +62,7 @@ export interface BuildOptions {
 /** The result of {@link buildMeshSnapshot}: the snapshot, and the policies it had to skip. */
 export interface BuildResult {
   readonly snapshot: MeshSnapshot;
+  /** Each problem once (one found on several paths, e.g. a match every TrafficTarget names, is one). */
   readonly problems: readonly PolicyProblem[];
 }
 
@@ -559,7 +560,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
     egressPolicies: sameOrPrevious(prev?.egressPolicies, egressPolicies),
   };
   builds.set(snapshot, { trafficTargetInputs, trafficTargetProblems, partial });
-  return { snapshot, problems };
+  return { snapshot, problems: [...new Map(problems.map((p) => [formatProblem(p), p])).values()] };
 }
 
 /** What a build read and produced that the next build may reuse, by snapshot. */

@@ -397,13 +397,12 @@ export class MeshController {
       previous: this.generation > 1 ? this.mesh : undefined,
     });
     const before = new Set(this.problems.map(formatProblem));
-    // One entry per text: a problem found on several paths (a match every TrafficTarget names) is one problem.
-    const unique = new Map(problems.map((p) => [formatProblem(p), p]));
-    for (const [text, p] of unique) {
+    for (const p of problems) {
+      const text = formatProblem(p);
       if (!before.has(text)) this.options.logger.warn({ problem: p }, `policy problem: ${text}`);
     }
-    this.problems = [...unique.values()];
-    this.metrics?.problems.set(unique.size);
+    this.problems = problems;
+    this.metrics?.problems.set(problems.length);
     if (snapshot.settings.serviceCertValiditySeconds !== this.options.certificates.validitySeconds) {
       this.options.certificates.setValidity(snapshot.settings.serviceCertValiditySeconds);
     }
