@@ -284,7 +284,7 @@ export async function runController(options: ControllerOptions): Promise<Running
         return controller.onStreamOpen(proxy, streamId, node ?? null);
       },
       onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
-      // NACKs are logged by the ADS server (once, cut, rate-limited per stream and type).
+      // NACKs are logged by the ADS server (once, cut, rate-limited per proxy identity and type).
     },
   });
   parts.ads = ads;
