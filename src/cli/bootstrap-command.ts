@@ -26,6 +26,10 @@ export interface BootstrapCommandOptions {
   readonly uuid?: string;
   /** Validity of the xDS client certificate, in seconds (default 1 year). */
   readonly validitySeconds?: number;
+  /** Incremental (delta) xDS: `api_type: DELTA_GRPC`. */
+  readonly delta?: boolean;
+  /** Admin interface on this Unix socket instead of 127.0.0.1:15000. */
+  readonly adminSocketPath?: string;
 }
 
 /** What {@link writeProxyBootstrap} wrote. */
@@ -76,6 +80,8 @@ export async function writeProxyBootstrap(options: BootstrapCommandOptions): Pro
     certFile: files.cert,
     keyFile: files.key,
     caFile: files.ca,
+    delta: options.delta,
+    adminSocketPath: options.adminSocketPath,
   });
   await writeFile(files.cert, cert.certPem);
   await writeFile(files.key, cert.keyPem, { mode: 0o600 });

@@ -138,9 +138,11 @@ export async function main(argv: readonly string[]): Promise<void> {
     .option('--state-dir <dir>', 'the controller state directory holding the CA', '.trellis')
     .option('--xds-address <host:port>', 'the controller ADS address as the proxy reaches it', address, '127.0.0.1:15128')
     .option('--uuid <uuid>', 'proxy UUID (default: random)')
-    .action(async (opts: { namespace: string; serviceAccount: string; out: string; stateDir: string; xdsAddress: string; uuid?: string }) => {
+    .option('--delta', 'incremental xDS (ads_config.api_type DELTA_GRPC) instead of state of the world', false)
+    .option('--admin-socket <path>', 'serve Envoy\'s admin interface on this Unix socket instead of 127.0.0.1:15000')
+    .action(async (opts: { namespace: string; serviceAccount: string; out: string; stateDir: string; xdsAddress: string; uuid?: string; delta: boolean; adminSocket?: string }) => {
       try {
-        const result = await writeProxyBootstrap(opts);
+        const result = await writeProxyBootstrap({ ...opts, adminSocketPath: opts.adminSocket });
         process.stdout.write(`${result.commonName}\n${Object.values(result.files).join('\n')}\n`);
       } catch (err) {
         process.stderr.write(`trellis bootstrap: ${err instanceof Error ? err.message : String(err)}\n`);

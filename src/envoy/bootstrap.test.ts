@@ -105,6 +105,13 @@ describe('envoyBootstrap', () => {
     }
   });
 
+  it('writes DELTA_GRPC with delta, and a 0600 Pipe admin address with adminSocketPath', () => {
+    assert.equal(at(roundTrip(envoyBootstrap(opts)), 'dynamic_resources', 'ads_config', 'api_type'), 'GRPC');
+    const decoded = roundTrip(envoyBootstrap({ ...opts, delta: true, adminSocketPath: '/run/lab/admin.sock' }));
+    assert.equal(at(decoded, 'dynamic_resources', 'ads_config', 'api_type'), 'DELTA_GRPC');
+    assert.deepEqual(at(decoded, 'admin', 'address'), { pipe: { path: '/run/lab/admin.sock', mode: 0o600 } });
+  });
+
   it('takes node.cluster when given, and rejects a node id that is not a proxy CommonName otherwise', () => {
     assert.equal(at(roundTrip(envoyBootstrap({ ...opts, nodeCluster: 'custom' })), 'node', 'cluster'), 'custom');
     assert.throws(() => envoyBootstrap({ ...opts, nodeId: 'not-a-cn' as typeof nodeId }), /CommonName "not-a-cn"/);

@@ -35,6 +35,14 @@ export interface EnvoyBootstrapOptions {
   caFile: string;
   /** Port of the admin interface on 127.0.0.1 (default {@link DEFAULT_ADMIN_PORT}). */
   adminPort?: number;
+  /**
+   * A Unix domain socket path for the admin interface instead of `127.0.0.1:<adminPort>`
+   * (`Pipe` address, mode 0600): reachable from the host's file system whatever network
+   * namespace Envoy runs in, and by no other network peer.
+   */
+  adminSocketPath?: string;
+  /** Incremental xDS: `ads_config.api_type` `DELTA_GRPC` instead of `GRPC` (state of the world). */
+  delta?: boolean;
 }
 
 /** Whether `host` is an IPv4 or IPv6 literal (textual forms of RFC 791 / RFC 4291 §2.2); pure, no DNS. */
@@ -61,8 +69,8 @@ const RUNTIME_STATIC_LAYER = { 're2.max_program_size.error_level': MAX_RE2_PROGR
  * in Envoy's YAML) of a sidecar, modelled on OSM's bootstrap:
  *
  * - `node`: `id` = the proxy's certificate CommonName, `cluster` = `<sa>.<ns>`;
- * - `admin` on `127.0.0.1:<adminPort>` with access logs to stdout;
- * - `dynamic_resources`: `ads_config` (GRPC, transport V3, node on first message only, via the
+ * - `admin` on `127.0.0.1:<adminPort>` (or the Unix socket `adminSocketPath`) with access logs to stdout;
+ * - `dynamic_resources`: `ads_config` (GRPC, or DELTA_GRPC with `delta`; transport V3, node on first message only, via the
  *   `osm-controller` cluster), with `cds_config` and `lds_config` from ADS (resource API V3);
  * - `static_resources.clusters`: `osm-controller`, STATIC for an IP literal else LOGICAL_DNS,
  *   HTTP/2 via `typed_extension_protocol_options` (`HttpProtocolOptions.explicit_http_config`),
@@ -134,11 +142,13 @@ export function envoyBootstrap(options: EnvoyBootstrapOptions): Bootstrap {
           typed_config: { '@type': `${TYPE_URL_PREFIX}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog` },
         },
       ],
-      address: { socket_address: { address: '127.0.0.1', port_value: adminPort } },
+      address: options.adminSocketPath !== undefined
+        ? { pipe: { path: options.adminSocketPath, mode: 0o600 } }
+        : { socket_address: { address: '127.0.0.1', port_value: adminPort } },
     },
     dynamic_resources: {
       ads_config: {
-        api_type: 'GRPC',
+        api_type: options.delta === true ? 'DELTA_GRPC' : 'GRPC',
         transport_api_version: 'V3',
         set_node_on_first_message_only: true,
         grpc_services: [{ envoy_grpc: { cluster_name: XDS_CLUSTER_NAME } }],
