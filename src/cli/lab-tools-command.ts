@@ -37,7 +37,7 @@ export function registerLabToolCommands(lab: Command): void {
     .requiredOption('--pod <name>', 'the pod name it answers with')
     .requiredOption('--namespace <ns>', 'the namespace it answers with')
     .option('--service-account <sa>', 'the service account it answers with', 'default')
-    .requiredOption('--listen <protocol:port>', 'a listener: http:14001, tcp:3306 or grpc:9000 (repeat for several; port 0: any)', listener)
+    .option('--listen <protocol:port>', 'a listener: http:14001, tcp:3306 or grpc:9000 (repeat for several; port 0: any; none: the app only waits for a signal)', listener, [])
     .option('--address <ip>', 'the address every listener binds', '0.0.0.0')
     .option('--fail-first <n>', 'answer the first N HTTP requests with 503', integer(0, 1_000_000_000), 0)
     .option('--status <code>', 'the status of every other HTTP answer', integer(200, 599), 200)
@@ -50,7 +50,10 @@ export function registerLabToolCommands(lab: Command): void {
         process.exit(1);
       }
       process.stdout.write(`listening ${app.bound.map((b) => `${b.protocol}:${b.address}:${b.port}`).join(' ')}\n`);
+      // With no listener nothing else keeps the process alive until its signal.
+      const alive = setInterval(() => undefined, 1 << 30);
       const shutdown = () => {
+        clearInterval(alive);
         app.stop().then(
           () => process.exit(0),
           () => process.exit(1),
