@@ -4,6 +4,7 @@ import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { runController } from '../main.js';
 import { writeProxyBootstrap } from './bootstrap-command.js';
 import { registerKubeCommands } from './kube-commands.js';
+import { registerLabCommands } from './lab-command.js';
 import { registerLabToolCommands } from './lab-tools-command.js';
 import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES } from '../sources/manifests/index.js';
 import { splitHostPort } from '../util/address.js';
@@ -152,9 +153,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     });
 
   registerKubeCommands(program);
-
-  // The lab's own subcommands (up, exec, status, down) are registered beside these by lab-command.ts.
-  registerLabToolCommands(program.command('lab').description('a local lab: network namespaces, Envoy sidecars and apps driven by manifests'));
+  registerLabCommands(program, registerLabToolCommands);
 
   await program.parseAsync([...argv]);
 }

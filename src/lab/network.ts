@@ -335,11 +335,26 @@ export async function deletePodNetwork(lab: LabNetwork, netns: string): Promise<
   await removeNetns(lab.prefix, netns);
 }
 
+/**
+ * Deletes a host link; one that vanished meanwhile (a veth end goes with its netns, which the
+ * kernel removes asynchronously) is not an error.
+ * @returns whether this call deleted it.
+ */
+async function deleteLink(link: string): Promise<boolean> {
+  try {
+    await ip('link', 'del', link);
+    return true;
+  } catch (err) {
+    if ((await hostLinks()).includes(link)) throw err;
+    return false;
+  }
+}
+
 async function removeNetns(prefix: string, netns: string): Promise<void> {
   await killNetnsProcesses(netns);
   if ((await netnsNames()).includes(netns)) await ip('netns', 'del', netns);
   const veth = hostVethName(prefix, netns);
-  if ((await hostLinks()).includes(veth)) await ip('link', 'del', veth);
+  if ((await hostLinks()).includes(veth)) await deleteLink(veth);
   await rm(join(NETNS_ETC, netns), { recursive: true, force: true });
 }
 
@@ -363,8 +378,7 @@ export async function removeLabNetwork(prefix: string): Promise<string[]> {
   links.sort((a, b) => Number(a === `${prefix}-br`) - Number(b === `${prefix}-br`));
   for (const link of links) {
     if (!(await hostLinks()).includes(link)) continue;
-    await ip('link', 'del', link);
-    removed.push(`link ${link}`);
+    if (await deleteLink(link)) removed.push(`link ${link}`);
   }
   const dirs = await readdir(NETNS_ETC).catch(() => [] as string[]);
   for (const dir of dirs.filter(mine)) {
