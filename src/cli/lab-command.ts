@@ -9,8 +9,9 @@ import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import {
-  cleanUpLab, DEFAULT_LAB_HTTP_ADDRESS, findEnvoyBinary as findEnvoy, DEFAULT_LAB_PREFIX, DEFAULT_LAB_SUBNET, startLab, type Lab,
+  cleanUpLab, DEFAULT_LAB_HTTP_ADDRESS, DEFAULT_LAB_PREFIX, DEFAULT_LAB_SUBNET, startLab, type Lab,
 } from '../lab/lab.js';
+import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inNetns, labSubnetAddress } from '../lab/network.js';
 import { describeMissing, missingLabPrerequisites } from '../lab/prerequisites.js';
 import { defaultLabStateDir, processAlive, readLabState } from '../lab/state.js';
