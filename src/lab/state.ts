@@ -102,23 +102,3 @@ export async function readLabState(stateDir: string): Promise<LabState | undefin
   }
   return state as LabState;
 }
-
-/** Whether a process with this PID exists (signal 0). */
-export function processAlive(pid: number | undefined): boolean {
-  if (pid === undefined || !Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/** The command line of a process (`/proc/<pid>/cmdline`, NULs as spaces), or undefined when it is gone. */
-export async function processCommandLine(pid: number): Promise<string | undefined> {
-  try {
-    return (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0').join(' ').trim();
-  } catch {
-    return undefined;
-  }
-}

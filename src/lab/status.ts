@@ -8,7 +8,7 @@ import http from 'node:http';
 import { splitHostPort } from '../util/address.js';
 import { EnvoyAdmin } from './envoy.js';
 import type { LabPodState, LabState } from './state.js';
-import { processAlive } from './state.js';
+import { processAlive } from './process.js';
 
 /** State of one xDS type of a sidecar, as the controller sees it. */
 export type XdsTypeState = 'ACK' | 'NACK' | 'PENDING';
