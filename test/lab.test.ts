@@ -109,6 +109,16 @@ describe('trellis lab: examples/bookstore with real Envoy sidecars', { skip }, (
     assert.match(text.stdout, /bookbuyer-5d8c7f9b6-k2x4p\s+bookbuyer\s+10\.244\.1\.10/);
   });
 
+  it('keeps routing while the controller is stopped; the sidecars reconnect and ACK once it runs again', async () => {
+    await lab.stopController();
+    const during = await lab.exec(BUYER.pod, BUYER.namespace, BOOKS_BOUGHT);
+    assert.equal(during.code, 0, during.stderr);
+    assert.match(JSON.parse(during.stdout).pod as string, /^bookstore-/);
+    await lab.startController();
+    const status = await lab.waitForAllAcked(120_000);
+    assert.ok(status.pods.every((p) => p.connected));
+  });
+
   it('starts a pod added to the directory and stops it when its file is removed', async () => {
     const file = path.join(manifests, 'extra-pod.yaml');
     const netns = `${PREFIX}-bookstore-extra.bookstore`;

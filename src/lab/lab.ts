@@ -107,6 +107,16 @@ export interface Lab {
   waitForAllAcked(timeoutMs: number): Promise<LabStatus>;
   /** Resolves once the directory's current content is applied (pods started or stopped). */
   settled(): Promise<void>;
+  /**
+   * Stops the controller (SIGTERM, then SIGKILL after 5 s): the sidecars keep what they hold
+   * and retry; {@link Lab.startController} runs it again (same CA, same addresses).
+   */
+  stopController(): Promise<void>;
+  /**
+   * Runs the controller again after {@link Lab.stopController} and resolves once it is ready.
+   * @throws Error when it runs already or does not get ready in 60 s.
+   */
+  startController(): Promise<void>;
   /** The state the supervisor last wrote. */
   state(): LabState;
   /** Stops everything and removes every name with the prefix and the state dir. @returns what was removed. */
@@ -294,6 +304,8 @@ class Supervisor {
   private readonly store = new ObjectStore();
   private source: ManifestsSource | undefined;
   private controller: LabProcess | undefined;
+  private controllerExited = false;
+  private stoppingController = false;
   private phase: LabState['phase'] = 'starting';
   private error: string | undefined;
   private problems: LabTopology['problems'] = [];
@@ -318,8 +330,26 @@ class Supervisor {
 
   async start(): Promise<void> {
     await this.writeState();
+    await this.startController();
+    this.source = new ManifestsSource({ dir: this.options.manifestsDir, store: this.store, logger: this.log.child({ component: 'manifests' }) });
+    this.store.onChange(() => this.schedule());
+    await this.source.start();
+    this.schedule();
+    await this.settled();
+    this.phase = 'running';
+    await this.writeState();
+  }
+
+  /**
+   * Runs the controller (`trellis controller` on the bridge address, state under the lab's) and
+   * resolves once its `/readyz` answers 200. Its CA persists in its state dir: a restarted
+   * controller serves the sidecars' certificates as before.
+   * @throws Error when it runs already, exits or is not ready within 60 s.
+   */
+  async startController(): Promise<void> {
+    if (this.controller && !this.controllerExited) throw new Error(`lab ${this.network.prefix}: the controller runs already (pid ${this.controller.pid})`);
     const logFile = path.join(this.options.stateDir, 'controller.log');
-    this.controller = await startProcess([
+    const controller = await startProcess([
       process.execPath, TRELLIS_BIN, 'controller',
       '--manifests', this.options.manifestsDir,
       '--mesh-name', this.options.meshName ?? 'osm',
@@ -327,21 +357,30 @@ class Supervisor {
       '--xds-address', this.xdsAddress,
       '--http-address', this.options.httpAddress,
     ], logFile);
-    void this.controller.exited.then((code) => {
-      if (!this.stopped) {
+    this.controller = controller;
+    this.controllerExited = false;
+    this.error = undefined;
+    void controller.exited.then((code) => {
+      if (this.controller !== controller) return;
+      this.controllerExited = true;
+      if (!this.stopped && !this.stoppingController) {
         this.log.error({ code }, 'the controller exited');
         this.error = `the controller exited (${code}): see ${logFile}`;
         void this.writeState();
       }
     });
     await this.writeState();
-    await waitForController(this.options.httpAddress, this.controller, logFile, 60_000);
-    this.source = new ManifestsSource({ dir: this.options.manifestsDir, store: this.store, logger: this.log.child({ component: 'manifests' }) });
-    this.store.onChange(() => this.schedule());
-    await this.source.start();
-    this.schedule();
-    await this.settled();
-    this.phase = 'running';
+    await waitForController(this.options.httpAddress, controller, logFile, 60_000);
+  }
+
+  /** Stops the controller (SIGTERM, then SIGKILL); the sidecars keep their configuration and reconnect once it runs again. */
+  async stopController(): Promise<void> {
+    this.stoppingController = true;
+    try {
+      await this.controller?.stop();
+    } finally {
+      this.stoppingController = false;
+    }
     await this.writeState();
   }
 
@@ -520,7 +559,7 @@ class Supervisor {
       xdsAddress: this.xdsAddress,
       delta: this.options.delta ?? false,
       supervisorPid: process.pid,
-      ...(this.controller ? { controllerPid: this.controller.pid } : {}),
+      ...(this.controller && !this.controllerExited ? { controllerPid: this.controller.pid } : {}),
       phase: this.phase,
       ...(this.error !== undefined ? { error: this.error } : {}),
       pods: this.podStates(),
@@ -570,6 +609,8 @@ class Supervisor {
       status: () => labStatus(this.lastState),
       waitForAllAcked: (timeoutMs) => this.waitForAllAcked(timeoutMs),
       settled: () => this.settled(),
+      stopController: () => this.stopController(),
+      startController: () => this.startController(),
       state: () => this.lastState,
       stop: () => this.stop(),
     };
