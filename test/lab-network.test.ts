@@ -8,6 +8,7 @@ import {
   createLabNetwork, createPodNetwork, deletePodNetwork, inNetns, removeLabNetwork, runCommand,
   type LabNetwork, type PodNetwork,
 } from '../src/lab/network.js';
+import { claimLabPrefix, releaseLabPrefix } from '../src/lab/state.js';
 import { labLeftovers, labTestSkip } from './helpers/lab-prerequisites.js';
 
 // h-lab's prefix and a slice of its subnet 10.251.0.0/24 (test/lab.test.ts uses another slice).
@@ -49,6 +50,8 @@ describe('lab network: a bridge and pod network namespaces', { skip }, () => {
   const hostSeen: string[] = [];
 
   before(async () => {
+    // One user of the prefix on the host (another worktree may run this test): claim it first.
+    await claimLabPrefix(PREFIX, '/nonexistent');
     await removeLabNetwork(PREFIX); // a crashed earlier run
     lab = await createLabNetwork(PREFIX, SUBNET);
     const onLinkRoutes = [`${POD_A_IP}/32`, `${POD_B_IP}/32`];
@@ -60,6 +63,7 @@ describe('lab network: a bridge and pod network namespaces', { skip }, () => {
     server?.kill('SIGKILL');
     hostServer.close();
     await removeLabNetwork(PREFIX);
+    await releaseLabPrefix(PREFIX);
   });
 
   it('puts the bridge on the subnet first address and gives the host only the connected route', async () => {

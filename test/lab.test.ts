@@ -7,6 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import { startLab, type Lab } from '../src/lab/lab.js';
 import { runCommand } from '../src/lab/network.js';
 import { processAlive } from '../src/lab/process.js';
+import { releaseLabPrefix } from '../src/lab/state.js';
 import type { LabStatus } from '../src/lab/status.js';
 import { envoyTestSkip } from './helpers/envoy.js';
 import { labLeftovers } from './helpers/lab-prerequisites.js';
@@ -196,5 +197,30 @@ describe('trellis lab up/exec/status/down (CLI, incremental xDS), and down after
     assert.equal(existsSync(stateDir), false);
     const ps = await runCommand(['ps', '-eo', 'args']);
     assert.equal(ps.includes(stateDir), false, 'no process of the lab is left');
+  });
+});
+
+describe('one lab per prefix on the host', { skip }, () => {
+  it('refuses a second lab of a prefix in use, whatever its state dir, and leaves the first one alone', async () => {
+    const first = await bookstoreLabDir(false);
+    const second = await bookstoreLabDir(false);
+    const holder = execFile('sleep', ['60']);
+    try {
+      // A live process owns the prefix (as a lab of another worktree would).
+      await writeFile('/run/trellis-lab/tla.owner.json', JSON.stringify({ pid: holder.pid, stateDir: path.join(first.dir, 'state'), since: new Date().toISOString() }), { flag: 'wx' });
+      await assert.rejects(
+        startLab({ manifestsDir: second.manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, stateDir: path.join(second.dir, 'state') }),
+        new RegExp(`lab prefix "tla" is in use by pid ${holder.pid} \\(state dir ${first.dir}/state\\)`),
+      );
+      const up = await trellis(['lab', 'up', '--manifests', second.manifests, '--envoy', envoyPath!, '--prefix', PREFIX, '--state-dir', path.join(second.dir, 'state')]);
+      assert.equal(up.code, 1);
+      assert.match(up.stderr, new RegExp(`lab tla is running already \\(pid ${holder.pid}`));
+      assert.equal(existsSync(path.join(second.dir, 'state')), false, 'nothing was created');
+    } finally {
+      holder.kill('SIGKILL');
+      await releaseLabPrefix(PREFIX, holder.pid!);
+      await rm(first.dir, { recursive: true, force: true });
+      await rm(second.dir, { recursive: true, force: true });
+    }
   });
 });

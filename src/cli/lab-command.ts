@@ -15,7 +15,7 @@ import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inNetns, labSubnetAddress } from '../lab/network.js';
 import { describeMissing, missingLabPrerequisites } from '../lab/prerequisites.js';
 import { processAlive, sleep } from '../lab/process.js';
-import { defaultLabStateDir, readLabState } from '../lab/state.js';
+import { defaultLabStateDir, readLabOwner, readLabState } from '../lab/state.js';
 import { allReady, formatLabStatus, labStatus, type LabStatus } from '../lab/status.js';
 
 const TRELLIS_BIN = path.resolve(import.meta.dirname, '../../bin/trellis.js');
@@ -56,8 +56,10 @@ interface UpOptions extends CommonOptions {
   timeout: number;
 }
 
-function stateDirOf(opts: CommonOptions): string {
-  return path.resolve(opts.stateDir ?? defaultLabStateDir(opts.prefix));
+/** The lab's state dir: `--state-dir`, else the one its prefix's owner recorded, else the default. */
+async function stateDirOf(opts: CommonOptions): Promise<string> {
+  if (opts.stateDir !== undefined) return path.resolve(opts.stateDir);
+  return (await readLabOwner(opts.prefix))?.stateDir ?? defaultLabStateDir(opts.prefix);
 }
 
 function fail(message: string): void {
@@ -81,9 +83,9 @@ async function up(opts: UpOptions): Promise<void> {
     });
   }
   if (missing.length > 0) return fail(`lab up needs ${describeMissing(missing)}`);
-  const stateDir = stateDirOf(opts);
-  const existing = await readLabState(stateDir).catch(() => undefined);
-  if (existing && processAlive(existing.supervisorPid)) return fail(`lab ${opts.prefix} is running already (supervisor pid ${existing.supervisorPid}); trellis lab down --prefix ${opts.prefix}`);
+  const owner = await readLabOwner(opts.prefix);
+  if (owner?.alive) return fail(`lab ${opts.prefix} is running already (pid ${owner.pid}, state dir ${owner.stateDir}); trellis lab down --prefix ${opts.prefix}`);
+  const stateDir = opts.stateDir !== undefined ? path.resolve(opts.stateDir) : defaultLabStateDir(opts.prefix);
   await mkdir(stateDir, { recursive: true, mode: 0o755 });
   const logFile = path.join(stateDir, 'supervisor.log');
   const fd = openSync(logFile, 'w', 0o644);
@@ -120,7 +122,7 @@ async function supervise(opts: UpOptions): Promise<void> {
   try {
     lab = await startLab({
       manifestsDir: opts.manifests, envoyPath: opts.envoy, prefix: opts.prefix, subnet: opts.subnet, httpAddress: opts.httpAddress,
-      delta: opts.delta, stateDir: stateDirOf(opts), logger,
+      delta: opts.delta, stateDir: opts.stateDir !== undefined ? path.resolve(opts.stateDir) : defaultLabStateDir(opts.prefix), logger,
     });
   } catch (err) {
     logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'the lab failed to start');
@@ -139,8 +141,9 @@ async function supervise(opts: UpOptions): Promise<void> {
 
 /** `lab exec`: runs a command in a pod's netns as root, inheriting stdio; passes its exit status through. */
 async function exec(pod: string, argv: string[], opts: CommonOptions & { namespace: string }): Promise<void> {
-  const state = await readLabState(stateDirOf(opts));
-  if (!state) return fail(`no lab ${opts.prefix} (no state in ${stateDirOf(opts)}): trellis lab up first`);
+  const stateDir = await stateDirOf(opts);
+  const state = await readLabState(stateDir);
+  if (!state) return fail(`no lab ${opts.prefix} (no state in ${stateDir}): trellis lab up first`);
   const found = state.pods.find((p) => p.name === pod && p.namespace === opts.namespace);
   if (!found || found.netns === '') return fail(`lab ${opts.prefix} runs no pod ${opts.namespace}/${pod} (trellis lab status lists them)`);
   if (argv.length === 0) return fail('lab exec needs a command after --');
@@ -154,14 +157,15 @@ async function exec(pod: string, argv: string[], opts: CommonOptions & { namespa
 }
 
 async function status(opts: CommonOptions & { json: boolean }): Promise<void> {
-  const state = await readLabState(stateDirOf(opts));
-  if (!state) return fail(`no lab ${opts.prefix} (no state in ${stateDirOf(opts)})`);
+  const stateDir = await stateDirOf(opts);
+  const state = await readLabState(stateDir);
+  if (!state) return fail(`no lab ${opts.prefix} (no state in ${stateDir})`);
   const result = await labStatus(state);
   process.stdout.write(opts.json ? `${JSON.stringify(result, null, 2)}\n` : formatLabStatus(result));
 }
 
 async function down(opts: CommonOptions): Promise<void> {
-  const removed = await cleanUpLab(opts.prefix, stateDirOf(opts), { keepStateDir: false });
+  const removed = await cleanUpLab(opts.prefix, await stateDirOf(opts), { keepStateDir: false });
   process.stdout.write(removed.length > 0 ? `${removed.join('\n')}\n` : `nothing of lab ${opts.prefix} was left\n`);
 }
 

@@ -25,7 +25,9 @@ import {
 import { findEnvoy, startEnvoy, type EnvoyProcess } from './envoy.js';
 import { describeMissing, missingLabPrerequisites } from './prerequisites.js';
 import { processAlive, processCommandLine, sleep } from './process.js';
-import { defaultLabStateDir, readLabState, writeLabState, type LabPodState, type LabState } from './state.js';
+import {
+  claimLabPrefix, defaultLabStateDir, readLabOwner, readLabState, releaseLabPrefix, writeLabState, type LabPodState, type LabState,
+} from './state.js';
 import { allReady, formatLabStatus, httpGet, labStatus, type LabStatus } from './status.js';
 import { assignLabAddresses, labHostsFile, labTopology, type LabPodSpec, type LabTopology } from './topology.js';
 
@@ -261,10 +263,20 @@ export async function startLab(options: LabOptions): Promise<Lab> {
   const manifestsDir = path.resolve(options.manifestsDir);
   const httpAddress = options.httpAddress ?? DEFAULT_LAB_HTTP_ADDRESS;
   const logger = options.logger ?? pino({ level: 'silent' });
-  const previous = await readLabState(stateDir).catch(() => undefined);
-  if (previous && previous.supervisorPid !== process.pid && processAlive(previous.supervisorPid)) {
-    throw new Error(`lab ${prefix} is running already (supervisor pid ${previous.supervisorPid}): trellis lab down --prefix ${prefix}`);
+  // One lab per prefix on the host: the claim comes before anything is created or cleaned up.
+  await claimLabPrefix(prefix, stateDir);
+  try {
+    return await startClaimedLab(options, { prefix, subnet, stateDir, manifestsDir, httpAddress, logger });
+  } catch (err) {
+    await releaseLabPrefix(prefix);
+    throw err;
   }
+}
+
+async function startClaimedLab(
+  options: LabOptions,
+  { prefix, subnet, stateDir, manifestsDir, httpAddress, logger }: { prefix: string; subnet: string; stateDir: string; manifestsDir: string; httpAddress: string; logger: Logger },
+): Promise<Lab> {
   await mkdir(stateDir, { recursive: true, mode: 0o755 });
   await chmod(stateDir, 0o755);
   // Envoy reads its bootstrap below the state dir as uid 1500: every parent must let it through.
@@ -651,21 +663,25 @@ export function execIn(netns: string, argv: readonly string[], options: { readon
 
 /**
  * Removes what a lab with `prefix` left, running or crashed: stops the supervisor of its state
- * file (SIGTERM, then SIGKILL) and the controller it recorded (only when its command line names
- * the state dir: a reused PID is left alone), removes every netns, link and /etc/netns dir named
- * `<prefix>-…` and, unless `keepStateDir`, the state dir.
+ * file and the prefix's owner (SIGTERM, then SIGKILL; never this process) and the controller it
+ * recorded (only when its command line names the state dir: a reused PID is left alone), removes
+ * every netns, link and /etc/netns dir named `<prefix>-…` and, unless `keepStateDir` (a lab
+ * starting over its own leftovers), the state dir and the claim on the prefix.
  * @returns what was removed (`supervisor PID`, `controller PID`, `netns …`, `link …`, `dir …`).
  */
 export async function cleanUpLab(prefix: string, stateDir: string, options: { readonly keepStateDir: boolean }): Promise<string[]> {
   checkLabPrefix(prefix);
   const removed: string[] = [];
   const state = await readLabState(stateDir).catch(() => undefined);
-  if (state && state.supervisorPid !== process.pid && processAlive(state.supervisorPid)) {
-    process.kill(state.supervisorPid, 'SIGTERM');
+  const owner = await readLabOwner(prefix);
+  const supervisors = new Set([state?.supervisorPid, owner?.alive ? owner.pid : undefined]);
+  for (const pid of supervisors) {
+    if (pid === undefined || pid === process.pid || !processAlive(pid)) continue;
+    process.kill(pid, 'SIGTERM');
     const deadline = Date.now() + 30_000;
-    while (processAlive(state.supervisorPid) && Date.now() < deadline) await sleep(100);
-    if (processAlive(state.supervisorPid)) process.kill(state.supervisorPid, 'SIGKILL');
-    removed.push(`supervisor ${state.supervisorPid}`);
+    while (processAlive(pid) && Date.now() < deadline) await sleep(100);
+    if (processAlive(pid)) process.kill(pid, 'SIGKILL');
+    removed.push(`supervisor ${pid}`);
   }
   if (state?.controllerPid !== undefined && processAlive(state.controllerPid)) {
     const cmdline = await processCommandLine(state.controllerPid);
@@ -678,6 +694,7 @@ export async function cleanUpLab(prefix: string, stateDir: string, options: { re
   if (!options.keepStateDir) {
     await rm(stateDir, { recursive: true, force: true });
     removed.push(`dir ${stateDir}`);
+    await releaseLabPrefix(prefix);
   }
   return removed;
 }

@@ -2,8 +2,9 @@
  * The lab's state file (`<state dir>/state.json`): what the supervisor runs, written by it at
  * every change, read by `trellis lab exec/status/down` (also after the supervisor crashed).
  */
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { processAlive } from './process.js';
 import type { LabPodProblem } from './topology.js';
 
 /** Where a lab keeps its state by default: `/run/trellis-lab/<prefix>`. */
@@ -101,4 +102,62 @@ export async function readLabState(stateDir: string): Promise<LabState | undefin
     throw new Error(`${file} is not a lab state file (version 1)`);
   }
   return state as LabState;
+}
+
+/** Where the lab records which process owns a prefix (`<prefix>.owner.json`). */
+export const LAB_RUN_DIR = '/run/trellis-lab';
+
+/** Who owns a lab prefix: the supervisor (or test) that runs the lab, and its state dir. */
+export interface LabOwner {
+  readonly pid: number;
+  readonly stateDir: string;
+  readonly since: string;
+  /** Whether that process still runs (worked out when read). */
+  readonly alive: boolean;
+}
+
+function ownerFile(prefix: string): string {
+  return path.join(LAB_RUN_DIR, `${prefix}.owner.json`);
+}
+
+/** The recorded owner of `prefix` (alive or not: a crashed lab's state dir is found so), or undefined. */
+export async function readLabOwner(prefix: string): Promise<LabOwner | undefined> {
+  const text = await readFile(ownerFile(prefix), 'utf8').catch(() => undefined);
+  if (text === undefined || text.length > 4096) return undefined;
+  try {
+    const owner = JSON.parse(text) as Omit<LabOwner, 'alive'>;
+    if (!Number.isInteger(owner.pid) || typeof owner.stateDir !== 'string') return undefined;
+    return { pid: owner.pid, stateDir: owner.stateDir, since: String(owner.since), alive: processAlive(owner.pid) };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Claims `prefix` for this process (`/run/trellis-lab/<prefix>.owner.json`, created exclusively):
+ * one lab per prefix on the host, whatever its state dir, so one lab never removes another's
+ * names while cleaning up after a crash. An owner that died is replaced.
+ * @throws Error naming the owner's PID and state dir when a live process owns the prefix.
+ */
+export async function claimLabPrefix(prefix: string, stateDir: string): Promise<void> {
+  await mkdir(LAB_RUN_DIR, { recursive: true, mode: 0o755 });
+  const owner = { pid: process.pid, stateDir, since: new Date().toISOString() };
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await writeFile(ownerFile(prefix), `${JSON.stringify(owner)}\n`, { flag: 'wx', mode: 0o644 });
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err;
+    }
+    const current = await readLabOwner(prefix);
+    if (current?.pid === process.pid) return;
+    if (current?.alive) throw new Error(`lab prefix "${prefix}" is in use by pid ${current.pid} (state dir ${current.stateDir}): trellis lab down --prefix ${prefix}, or use another prefix`);
+    await unlink(ownerFile(prefix)).catch(() => undefined);
+  }
+}
+
+/** Gives up `prefix` when `pid` (default: this process) owns it, or its owner died. */
+export async function releaseLabPrefix(prefix: string, pid: number = process.pid): Promise<void> {
+  const current = await readLabOwner(prefix);
+  if (current === undefined || !current.alive || current.pid === pid) await unlink(ownerFile(prefix)).catch(() => undefined);
 }
