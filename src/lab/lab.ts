@@ -11,7 +11,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { chmod, chown, copyFile, mkdir, readdir, rm } from 'node:fs/promises';
+import { chmod, chown, copyFile, mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import { writeProxyBootstrap } from '../cli/bootstrap-command.js';
@@ -197,7 +197,10 @@ async function waitForController(address: string, proc: LabProcess, logFile: str
   void proc.exited.then((code) => { exitCode = code; });
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (exitCode !== undefined) throw new Error(`the controller exited (${exitCode}) before it was ready: see ${logFile}`);
+    if (exitCode !== undefined) {
+      const tail = (await readFile(logFile, 'utf8').catch(() => '')).slice(-1500).trim();
+      throw new Error(`the controller exited (${exitCode}) before it was ready; the end of ${logFile}:\n${tail}`);
+    }
     const answer = await httpGet(address, '/readyz').catch(() => undefined);
     if (answer?.status === 200) return;
     if (Date.now() > deadline) throw new Error(`the controller at ${address} was not ready after ${timeoutMs} ms: see ${logFile}`);
