@@ -25,7 +25,7 @@ import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { writeProxyBootstrap } from '../src/cli/bootstrap-command.js';
 import { ENVOY_UID, EnvoyAdmin, startEnvoy, type EnvoyProcess } from '../src/lab/envoy.js';
-import { createLabNetwork, createPodNetwork, labSubnetAddress, removeLabNetwork, type LabNetwork, type PodNetwork } from '../src/lab/network.js';
+import { createLabNetwork, createPodNetwork, labSubnetAddress, removeLabNetwork, runCommand, type LabNetwork, type PodNetwork } from '../src/lab/network.js';
 import type { BenchProxy } from './mesh-generator.js';
 
 /** One real Envoy: the planned identity it runs as, its pod network, files and process. */
@@ -47,7 +47,7 @@ export interface FleetEnvoy {
 export interface FleetOptions {
   /** Lab prefix (names of everything created start with `${prefix}-`). */
   readonly prefix: string;
-  /** Lab subnet (the bridge gets its first address; pods .2 upwards, two addresses each). */
+  /** Lab subnet (the bridge gets its first address; pods .2 upwards: at most 253 Envoys in a /24). */
   readonly subnet: string;
   readonly envoyPath: string;
   /** A directory of its own, outside any directory uid 1500 cannot traverse (made mode 0755 so it can reach its files; removed by {@link EnvoyFleet.stop}). */
@@ -62,8 +62,12 @@ export interface FleetPodsOptions {
   readonly stateDir: string;
   /** The controller's mTLS ADS port on the bridge address. */
   readonly xdsPort: number;
-  /** One per Envoy: the identity each runs as (UUIDs must be distinct from the simulated ones'). */
-  readonly proxies: readonly BenchProxy[];
+  /**
+   * One per Envoy: the identity it runs as (UUIDs distinct from the simulated ones') and the
+   * pod IP its netns gets besides its lab address (e.g. the planned pod's: only the lab address
+   * is used, to reach the controller).
+   */
+  readonly pods: readonly { readonly proxy: BenchProxy; readonly podIp: string }[];
 }
 
 const live = new Set<EnvoyFleet>();
@@ -137,15 +141,13 @@ export class EnvoyFleet {
   /**
    * Creates one pod network, bootstrap (files owned by uid 1500) and admin socket path per
    * proxy. Starts nothing.
-   * @throws Error when there are more proxies than the subnet has pairs of pod addresses, or a
-   *   lab step fails (what was created is removed by {@link stop}).
+   * @throws Error when there are more pods than the subnet has addresses, or a lab step fails
+   *   (what was created is removed by {@link stop}).
    */
   async preparePods(options: FleetPodsOptions): Promise<void> {
     const lab = this.lab;
-    this.list = await mapLimit(options.proxies, CONCURRENCY, async (proxy, index) => {
-      // Two addresses of the subnet per pod: the lab address (.2, .3, …) and the pod IP after all of them.
+    this.list = await mapLimit(options.pods, CONCURRENCY, async ({ proxy, podIp }, index) => {
       const labAddress = labSubnetAddress(lab.subnet, 2 + index);
-      const podIp = labSubnetAddress(lab.subnet, 2 + options.proxies.length + index);
       const pod = await createPodNetwork(lab, { name: `e${index}.${proxy.namespace}`, podIp, labAddress, onLinkRoutes: [] });
       const dir = path.join(this.options.workDir, `envoy-${index}`);
       await mkdir(dir, { recursive: true });
@@ -171,9 +173,10 @@ export class EnvoyFleet {
 
   /**
    * Starts every Envoy at once (each in its netns as uid 1500) and resolves when every admin
-   * interface answers; returns, per Envoy, the error text of one that did not start (or null).
+   * interface answers; returns, per Envoy, when its admin interface answered (`clock()` ms) or
+   * the error text of one that did not start.
    */
-  async start(): Promise<(string | null)[]> {
+  async start(clock: () => number): Promise<({ readyAt: number } | { error: string })[]> {
     return Promise.all(
       this.envoys.map(async (e) => {
         try {
@@ -181,9 +184,9 @@ export class EnvoyFleet {
             envoyPath: this.options.envoyPath, netns: e.pod.netns, bootstrapPath: e.bootstrap, adminSocket: e.adminSocket,
             logFile: e.logFile, readyTimeoutMs: 120_000,
           });
-          return null;
+          return { readyAt: clock() };
         } catch (error) {
-          return error instanceof Error ? error.message : String(error);
+          return { error: error instanceof Error ? error.message : String(error) };
         }
       }),
     );
@@ -240,6 +243,17 @@ export class EnvoyFleet {
     }
   }
 
+  /** Envoy's proportional set size (Pss from `/proc/<pid>/smaps_rollup`: shared pages divided among their users, MB), or null. */
+  pssMb(e: FleetEnvoy): number | null {
+    if (!e.process) return null;
+    try {
+      const rollup = readFileSync(`/proc/${e.process.pid}/smaps_rollup`, 'utf8');
+      return Number(/^Pss:\s+(\d+) kB/m.exec(rollup)?.[1] ?? Number.NaN) / 1024;
+    } catch {
+      return null;
+    }
+  }
+
   /** The last lines of an Envoy's log (for failures). */
   logTail(e: FleetEnvoy, lines = 5): string {
     try {
@@ -271,18 +285,31 @@ export class EnvoyFleet {
     await Promise.all(this.envoys.map((e) => e.process?.stop().catch(() => undefined)));
     live.delete(this);
     await rm(this.options.workDir, { recursive: true, force: true });
-    // A veth end goes away asynchronously after its netns is deleted: removeLabNetwork may list
-    // it and then fail to delete it; it finds what is left when run again.
+    await this.deleteBridgePorts();
+    // A veth end goes away asynchronously once its netns is deleted (the kernel's netns cleanup
+    // may take seconds with many): removeLabNetwork may list one and then fail to delete it; it
+    // finds what is left when run again.
     for (let attempt = 1; ; attempt++) {
       try {
         await removeLabNetwork(this.lab.prefix);
         break;
       } catch (error) {
-        if (attempt >= 5) throw error;
-        await sleep(200 * attempt);
+        if (attempt >= 10) throw error;
+        await sleep(500 * attempt);
       }
     }
     this.stopped = true;
+  }
+
+  /**
+   * Deletes the host ends of the veth pairs on the lab's bridge (named `${prefix}-…`), which
+   * takes their peers away at once: deleting the pods' netns afterwards leaves nothing for the
+   * kernel to clean up late. Errors are ignored ({@link removeLabNetwork} removes what is left).
+   */
+  private async deleteBridgePorts(): Promise<void> {
+    const out = await runCommand(['ip', '-o', 'link', 'show', 'master', this.lab.bridge]).catch(() => '');
+    const ports = [...out.matchAll(/^\d+:\s+([^:@\s]+)/gm)].map((m) => m[1]).filter((n) => n.startsWith(`${this.lab.prefix}-`) && n !== this.lab.bridge);
+    await mapLimit(ports, CONCURRENCY, (port) => runCommand(['ip', 'link', 'del', port]).catch(() => ''));
   }
 }
 

@@ -68,9 +68,9 @@ export function memAvailableMb(): number {
   return Math.round(kb / 1024);
 }
 
-function rssStats(fleet: EnvoyFleet): { p50: number | null; max: number | null } {
-  const rss = fleet.running.map((e) => fleet.rssMb(e)).filter((v): v is number => v !== null).sort((a, b) => a - b);
-  return { p50: round1(percentile(rss, 50)), max: round1(rss.at(-1) ?? null) };
+function memStats(fleet: EnvoyFleet, read: (e: FleetEnvoy) => number | null): { p50: number | null; max: number | null } {
+  const mb = fleet.running.map(read).filter((v): v is number => v !== null).sort((a, b) => a - b);
+  return { p50: round1(percentile(mb, 50)), max: round1(mb.at(-1) ?? null) };
 }
 
 interface ProxyStatus {
@@ -109,6 +109,7 @@ export class EnvoyRun {
       rss_after_sync_max_mb: null,
       mem_available_before_mb: memAvailableMb(),
       mem_available_after_mb: 0,
+      pss_p50_mb: null,
     };
   }
 
@@ -117,15 +118,15 @@ export class EnvoyRun {
    * and waits until each is LIVE or `timeoutMs` passed.
    */
   async initialSync(t0: number, timeoutMs: number): Promise<void> {
-    const spawned = this.fleet.start();
-    const failures = await spawned;
-    const readyAt = nowMs();
-    this.details.start_failures = failures.filter((f): f is string => f !== null).slice(0, 5);
-    this.details.admin_ready_max_ms = round1(readyAt - t0);
+    const started = await this.fleet.start(nowMs);
+    this.details.start_failures = started.flatMap((s) => ('error' in s ? [s.error] : [])).slice(0, 5);
+    const ready = timing(started.map((s) => ('readyAt' in s ? s.readyAt : null)), t0, started.length);
+    this.details.admin_ready_p50_ms = ready.p50_ms;
+    this.details.admin_ready_max_ms = ready.max_ms;
     const running = this.fleet.running;
     const liveAt = await pollUntil(running, (e) => this.fleet.live(e), nowMs, t0, timeoutMs);
     this.result.initial_sync = timing(liveAt, t0, this.fleet.envoys.length);
-    const rss = rssStats(this.fleet);
+    const rss = memStats(this.fleet, (e) => this.fleet.rssMb(e));
     this.details.rss_after_sync_p50_mb = rss.p50;
     this.details.rss_after_sync_max_mb = rss.max;
   }
@@ -183,9 +184,10 @@ export class EnvoyRun {
     const counters = await mapLimit(running, 8, (e) => this.fleet.counters(e).catch(() => ({ updateRejected: Number.NaN, initFetchTimeout: Number.NaN })));
     this.result.update_rejected = counters.reduce((s, c) => s + c.updateRejected, 0);
     this.details.init_fetch_timeout = counters.reduce((s, c) => s + c.initFetchTimeout, 0);
-    const rss = rssStats(this.fleet);
+    const rss = memStats(this.fleet, (e) => this.fleet.rssMb(e));
     this.result.rss_p50_mb = rss.p50;
     this.result.rss_max_mb = rss.max;
+    this.details.pss_p50_mb = memStats(this.fleet, (e) => this.fleet.pssMb(e)).p50;
     this.details.mem_available_after_mb = memAvailableMb();
     const proxies = (await (await fetch(`${this.controllerHttp}/debug/proxies`)).json()) as ProxyStatus[];
     const byUuid = new Map(proxies.map((p) => [p.uuid, p]));

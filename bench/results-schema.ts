@@ -167,6 +167,8 @@ export interface EnvoyRunDetails {
   /** Host memory available (MemAvailable) before the Envoys started and after the run's last scenario (MB). */
   mem_available_before_mb: number;
   mem_available_after_mb: number;
+  /** Envoy proportional set size after the last scenario (Pss, MB; its shared pages divided among the Envoys): what each one adds. */
+  pss_p50_mb: number | null;
 }
 
 /** `bench/results/<date>.details.json`. */

@@ -40,7 +40,7 @@ import {
 } from './mesh-generator.js';
 import { ControllerProcess, IpcChild, killAllChildren } from './processes.js';
 import { EnvoyFleet, killFleetsSync } from './envoy-fleet.js';
-import { EnvoyRun, envoyProxies, percentile } from './envoy-run.js';
+import { EnvoyRun, envoyProxies, memAvailableMb, percentile } from './envoy-run.js';
 import { findEnvoy } from '../src/lab/envoy.js';
 import { removeLabNetwork } from '../src/lab/network.js';
 import { writeReports } from './report.js';
@@ -87,10 +87,16 @@ const HELP = `npm run bench -- [options]
                           address (the simulated proxies then use that address too); needs
                           root, ip, setpriv and Envoy ($TRELLIS_ENVOY or .cache/envoy-venv)
   --lab-prefix P          prefix of everything the lab creates (default tbnch; removed on exit)
-  --lab-subnet CIDR       the lab's subnet (default 10.253.0.0/24: at most 126 Envoys in a /24)
+  --lab-subnet CIDR       the lab's subnet (default 10.253.0.0/24: at most 253 Envoys in a /24)
   --controller-ports A,B,C  the controller's mTLS, plaintext and HTTP ports (default: free ones)
 Full matrix of issue 5: the default (3 × 2 × 2 = 12 runs, SMI). Permissive:
   npm run bench -- --proxies 1000 --services 1000 --mode permissive --transport plaintext,mtls`;
+
+/**
+ * Host memory a real Envoy is budgeted (MB): at S = 100 its RSS is about 70 MB, its own share
+ * (Pss) about 18, and 50 of them took 45 MB each of MemAvailable (2026-12-01).
+ */
+const ENVOY_MB = 50;
 
 /** Debounce windows that are part of every change's measured time. */
 const DEBOUNCE = { manifests: 50, push_quiet: 100, push_max: 1000 };
@@ -266,7 +272,13 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     details.cert_issue_ms = Math.round(prepared.ms);
     const address = config.transport === 'mtls' ? `${fleet?.lab.bridgeAddress ?? '127.0.0.1'}:${c.xdsPort}` : `127.0.0.1:${c.plaintextPort}`;
     if (fleet) {
-      await fleet.preparePods({ stateDir, xdsPort: c.xdsPort, proxies: envoyProxies(proxies, Object.values(edits), envoyCount) });
+      const needMb = envoyCount * ENVOY_MB + 2048;
+      if (memAvailableMb() < needMb) throw new Error(`--envoys ${envoyCount}: ${memAvailableMb()} MB available, want ${needMb} (${ENVOY_MB} MB each and 2 GB spare)`);
+      const pods = envoyProxies(proxies, Object.values(edits), envoyCount).map((proxy, k) => {
+        const ips = plan.services[proxy.identity].podIps;
+        return { proxy, podIp: ips[k % ips.length] };
+      });
+      await fleet.preparePods({ stateDir, xdsPort: c.xdsPort, pods });
       envoyRun = new EnvoyRun(fleet, `http://127.0.0.1:${c.httpPort}`);
       log(`${key}: ${envoyCount} lab pods with Envoy bootstraps ready`);
     }
