@@ -122,20 +122,21 @@ function envoySection(runs: readonly RunResult[], det: ReadonlyMap<string, RunDe
     '',
     'Envoy 1.40 sidecars (one lab network namespace each, uid 1500, SotW, mTLS ADS to the controller on the lab bridge address) beside the',
     'N simulated proxies, each with its own UUID and one of the planned identities (first those the scenarios affect). Initial sync: from',
-    'spawning them (as the simulated streams connect) until `/ready` is LIVE (first CDS/EDS and LDS/RDS applied). A change: from the file',
+    'spawning them (as the simulated streams connect) until `/ready` is LIVE (first CDS/EDS and LDS/RDS applied) and their versions (below)',
+    'stopped changing; "after admin up": the same from each Envoy\'s admin interface answering (its own start-up left out). A change: from the file',
     'write until the last change of the Envoy\'s resource versions as its `/config_dump` shows them (`?resource=…&mask=version_info` per',
     'resource list; endpoints hashed, their `version_info` is empty in Envoy\'s dump), polled in rounds (resolution: the round time).',
     'Cells: p50 / max ms (Envoys that showed it / Envoys it affects). NACKs: sum of their `*.update_rejected` at the end.',
     '',
-    '| run | Envoys | admin up p50 / max ms | initial sync (LIVE) | endpoint_change | split_change | new_service | mesh_config_change | NACKs | RSS p50 / max MB | Pss p50 MB | in sync at end | poll round ms (max) |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| run | Envoys | admin up p50 / max ms | initial sync | after admin up | endpoint_change | split_change | new_service | mesh_config_change | NACKs | RSS p50 / max MB | Pss p50 MB | in sync at end | poll round ms (max) |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const r of withEnvoys) {
     const e = r.envoys!;
     const d = det.get(runKey(r))?.envoys;
     const rounds = Object.values(d?.scenarios ?? {}).map((s) => s.poll_round_ms);
     out.push(
-      `| ${runKey(r)} | ${e.count} | ${fmt(d?.admin_ready_p50_ms)} / ${fmt(d?.admin_ready_max_ms)} | ${timingText(e.initial_sync)} | ${SCENARIOS.map((n) => timingText(e.scenarios[n])).join(' | ')} | ${e.update_rejected} | ${fmt(e.rss_p50_mb, 1)} / ${fmt(e.rss_max_mb, 1)} | ${fmt(d?.pss_p50_mb, 1)} | ${d ? `${d.in_sync_at_end}/${e.count}` : '—'} | ${rounds.length > 0 ? fmt(Math.max(...rounds)) : '—'} |`,
+      `| ${runKey(r)} | ${e.count} | ${fmt(d?.admin_ready_p50_ms)} / ${fmt(d?.admin_ready_max_ms)} | ${timingText(e.initial_sync)} | ${timingText(e.initial_sync_after_admin_up)} | ${SCENARIOS.map((n) => timingText(e.scenarios[n])).join(' | ')} | ${e.update_rejected} | ${fmt(e.rss_p50_mb, 1)} / ${fmt(e.rss_max_mb, 1)} | ${fmt(d?.pss_p50_mb, 1)} | ${d ? `${d.in_sync_at_end}/${e.count}` : '—'} | ${rounds.length > 0 ? fmt(Math.max(...rounds)) : '—'} |`,
     );
   }
   for (const r of withEnvoys) {
@@ -143,7 +144,7 @@ function envoySection(runs: readonly RunResult[], det: ReadonlyMap<string, RunDe
     if (!d) continue;
     const issues = [
       ...d.start_failures.map((f) => `did not start: ${f.split('\n')[0]}`),
-      ...(d.init_fetch_timeout > 0 ? [`${d.init_fetch_timeout} init_fetch_timeout`] : []),
+      ...(d.init_fetch_timeout > 0 ? [`${d.init_fetch_timeout} init_fetch_timeout (initial fetches Envoy stopped waiting for after 15 s)`] : []),
       ...d.differences,
       ...SCENARIOS.flatMap((n) => (d.scenarios[n]?.unaffected_changed ? [`${n}: ${d.scenarios[n]!.unaffected_changed} Envoys it does not affect changed`] : [])),
       ...SCENARIOS.flatMap((n) => (d.scenarios[n]?.timed_out ? [`${n}: timed out`] : [])),

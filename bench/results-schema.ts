@@ -68,8 +68,13 @@ export interface EnvoyTiming {
 export interface EnvoyRunResult {
   /** K: real Envoys (one pod network and Envoy each, SotW, mTLS on the lab bridge). */
   count: number;
-  /** From spawning them all (with the N simulated streams' connect) until each is LIVE. */
+  /**
+   * From spawning them all (with the N simulated streams' connect) until each is LIVE and its
+   * versions stopped changing (later than LIVE for one whose initial fetch timed out).
+   */
   initial_sync: EnvoyTiming;
+  /** The same, from each Envoy's admin interface answering (its process up) instead of the spawn. */
+  initial_sync_after_admin_up?: EnvoyTiming;
   scenarios: Partial<Record<ScenarioName, EnvoyTiming>>;
   /** Sum over the K Envoys of their `*.update_rejected` counters at the end of the run: NACKs. */
   update_rejected: number;
@@ -154,9 +159,17 @@ export interface EnvoyRunDetails {
   admin_ready_max_ms: number | null;
   /** Envoys that did not start, and why (at most 5). */
   start_failures: string[];
-  /** Sum of `*.init_fetch_timeout`: an initial fetch Envoy gave up waiting for (it then went LIVE without it). */
+  /**
+   * Sum of `*.init_fetch_timeout`: initial fetches (CDS, LDS, …) an Envoy stopped waiting for
+   * after 15 s (Envoy's default `initial_fetch_timeout`; it then goes LIVE without them).
+   */
   init_fetch_timeout: number;
-  /** Envoys whose config dump matched the controller's `/debug/config_dump` at the end (`compareWithController`), and the first differences. */
+  /** Envoys whose versions changed after they went LIVE, during the initial sync. */
+  initial_sync_late_changes?: number;
+  /**
+   * Envoys whose config dump matched the controller's `/debug/config_dump` at the end
+   * (`compareWithController`, `init_fetch_timeout` left to its own count), and the first differences.
+   */
   in_sync_at_end: number;
   differences: string[];
   /** Per scenario: Envoys the change does not affect whose versions changed anyway, and the polling resolution (mean round over the affected Envoys, ms). */

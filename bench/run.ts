@@ -290,8 +290,9 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       { cmd: 'connect', address, maxReceiveBytes: settings.maxReceiveBytes, verify: true },
       60_000,
     );
-    const envoysSynced = envoyRun?.initialSync(connectAt, settings.syncTimeoutMs);
-    const synced = await gen.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
+    const simulatedSynced = gen.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
+    const envoysSynced = envoyRun?.initialSync(connectAt, simulatedSynced, settings.syncTimeoutMs);
+    const synced = await simulatedSynced;
     await envoysSynced;
     const times = synced.syncedAt.filter((t): t is number => t !== null).map((t) => t - connectAt).sort((a, b) => a - b);
     const after = c.sample();
@@ -312,7 +313,8 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     log(`${key}: initial sync ${times.length}/${config.proxies} proxies, max ${details.initial_sync.max_ms} ms, ${synced.ended} streams ended ${synced.errors.join('; ')}`);
     if (envoyRun) {
       const e = envoyRun.result.initial_sync;
-      log(`${key}: real Envoys LIVE ${e.updated}/${e.expected}, p50 ${e.p50_ms} max ${e.max_ms} ms from spawn; RSS p50 ${envoyRun.details.rss_after_sync_p50_mb} MB${envoyRun.details.start_failures.length > 0 ? `; start failures: ${envoyRun.details.start_failures[0]}` : ''}`);
+      const a = envoyRun.result.initial_sync_after_admin_up;
+      log(`${key}: real Envoys synced ${e.updated}/${e.expected}, p50 ${e.p50_ms} max ${e.max_ms} ms from spawn, p50 ${a?.p50_ms} max ${a?.max_ms} ms from their admin up (p50 ${envoyRun.details.admin_ready_p50_ms} max ${envoyRun.details.admin_ready_max_ms} ms); ${envoyRun.details.initial_sync_late_changes} changed after LIVE; RSS p50 ${envoyRun.details.rss_after_sync_p50_mb} MB${envoyRun.details.start_failures.length > 0 ? `; start failures: ${envoyRun.details.start_failures[0]}` : ''}`);
     }
     if (synced.verifyMismatches.length > 0) log(`${key}: lean decoding disagreed with the full decode: ${synced.verifyMismatches[0]}`);
     await sleep(2000);
