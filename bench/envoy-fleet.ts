@@ -72,6 +72,17 @@ export interface FleetPodsOptions {
 
 const live = new Set<EnvoyFleet>();
 
+/** A `<key>: <n> kB` line of `/proc/<Envoy's pid>/<file>`, in MB; null when Envoy is not running. */
+function procMb(e: FleetEnvoy, file: string, key: string): number | null {
+  if (!e.process) return null;
+  try {
+    const text = readFileSync(`/proc/${e.process.pid}/${file}`, 'utf8');
+    return Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? Number.NaN) / 1024;
+  } catch {
+    return null;
+  }
+}
+
 /** SIGKILLs every Envoy of every fleet not yet stopped, by PID (for a synchronous `exit` handler). */
 export function killFleetsSync(): void {
   for (const fleet of live) fleet.killSync();
@@ -234,33 +245,12 @@ export class EnvoyFleet {
 
   /** Envoy's resident set (VmRSS, MB), or null when it is not running. */
   rssMb(e: FleetEnvoy): number | null {
-    if (!e.process) return null;
-    try {
-      const status = readFileSync(`/proc/${e.process.pid}/status`, 'utf8');
-      return Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1] ?? Number.NaN) / 1024;
-    } catch {
-      return null;
-    }
+    return procMb(e, 'status', 'VmRSS');
   }
 
   /** Envoy's proportional set size (Pss from `/proc/<pid>/smaps_rollup`: shared pages divided among their users, MB), or null. */
   pssMb(e: FleetEnvoy): number | null {
-    if (!e.process) return null;
-    try {
-      const rollup = readFileSync(`/proc/${e.process.pid}/smaps_rollup`, 'utf8');
-      return Number(/^Pss:\s+(\d+) kB/m.exec(rollup)?.[1] ?? Number.NaN) / 1024;
-    } catch {
-      return null;
-    }
-  }
-
-  /** The last lines of an Envoy's log (for failures). */
-  logTail(e: FleetEnvoy, lines = 5): string {
-    try {
-      return readFileSync(e.logFile, 'utf8').trim().split('\n').slice(-lines).join('\n');
-    } catch {
-      return '';
-    }
+    return procMb(e, 'smaps_rollup', 'Pss');
   }
 
   /** SIGKILL to every running Envoy, by PID (synchronous). */
