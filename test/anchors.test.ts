@@ -14,7 +14,7 @@ import { formatViolation, validateProxyResources } from '../src/envoy/validate/i
 import { parseCommonName } from '../src/proxy/types.js';
 import { parseManifests } from '../src/sources/manifests/index.js';
 import { ObjectStore } from '../src/store/object-store.js';
-import { ANCHORS_DIR, bookstoreSets, exampleFiles, exampleSet, type ManifestSet } from './helpers/anchor-sets.js';
+import { ANCHORS_DIR, bookstoreSets, demoSets, exampleFiles, exampleSet, type ManifestSet } from './helpers/anchor-sets.js';
 
 const CERTS = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
 
@@ -56,6 +56,15 @@ describe('OSM anchor manifests through generation and validation', () => {
       assert.deepEqual(result.manifestErrors, []);
       assert.deepEqual(result.violations, []);
       assert.ok(result.identities >= 6, `identities: ${result.identities}`);
+    });
+  }
+
+  for (const set of existsSync(ANCHORS_DIR) ? demoSets() : []) {
+    it(set.label, () => {
+      const result = checkSet(set);
+      assert.deepEqual(result.manifestErrors, []);
+      assert.deepEqual(result.violations, []);
+      assert.ok(result.identities >= 1, `identities: ${result.identities}`);
     });
   }
 

@@ -24,7 +24,7 @@ import { createLabNetwork, removeLabNetwork, type LabNetwork } from '../src/lab/
 import { runController, type RunningController } from '../src/main.js';
 import { ObjectStore } from '../src/store/object-store.js';
 import type { Pod } from '../src/store/objects.js';
-import { ANCHORS_DIR, bookstoreSets, exampleFiles, exampleSet, repositoryExampleSet, type ManifestSet, type ManifestStep } from './helpers/anchor-sets.js';
+import { ANCHORS_DIR, bookstoreSets, demoSets, exampleFiles, exampleSet, repositoryExampleSet, type ManifestSet, type ManifestStep } from './helpers/anchor-sets.js';
 import { envoyTestSkip, startLabSidecar, waitForSidecarInSync, type LabSidecar } from './helpers/envoy.js';
 import { meshJson } from './helpers/snapshot-summary.js';
 import { eventually } from './helpers/wait.js';
@@ -39,7 +39,7 @@ const httpPort = (i: number) => 19210 + i;
 
 const requirement = envoyTestSkip();
 const sets: ManifestSet[] = [
-  ...(existsSync(ANCHORS_DIR) ? [...bookstoreSets(), ...exampleFiles().map((f) => exampleSet(f))] : []),
+  ...(existsSync(ANCHORS_DIR) ? [...bookstoreSets(), ...demoSets(), ...exampleFiles().map((f) => exampleSet(f))] : []),
   repositoryExampleSet('bookstore'),
 ];
 

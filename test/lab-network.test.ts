@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
@@ -8,7 +8,7 @@ import {
   createLabNetwork, createPodNetwork, deletePodNetwork, inNetns, removeLabNetwork, runCommand,
   type LabNetwork, type PodNetwork,
 } from '../src/lab/network.js';
-import { labTestSkip } from './helpers/lab-prerequisites.js';
+import { labLeftovers, labTestSkip } from './helpers/lab-prerequisites.js';
 
 // h-lab's prefix and a slice of its subnet 10.251.0.0/24 (test/lab.test.ts uses another slice).
 const PREFIX = 'tlan';
@@ -120,11 +120,7 @@ describe('lab network: a bridge and pod network namespaces', { skip }, () => {
     const removed = await removeLabNetwork(PREFIX);
     assert.ok(removed.includes(`netns ${podB.netns}`), removed.join(', '));
     assert.ok(removed.includes('link tlan-br'), removed.join(', '));
-    const netns = await runCommand(['ip', 'netns', 'list']);
-    const links = await runCommand(['ip', '-o', 'link', 'show']);
-    assert.deepEqual(netns.split('\n').filter((l) => l.startsWith(`${PREFIX}-`)), []);
-    assert.deepEqual(links.split('\n').filter((l) => /^\d+:\s+tlan-/.test(l)), []);
-    assert.deepEqual(readdirSync('/etc/netns').filter((d) => d.startsWith(`${PREFIX}-`)), []);
+    assert.deepEqual(await labLeftovers(PREFIX), []);
     assert.deepEqual(await removeLabNetwork(PREFIX), []);
   });
 });

@@ -4,6 +4,8 @@ import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { runController } from '../main.js';
 import { writeProxyBootstrap } from './bootstrap-command.js';
 import { registerKubeCommands } from './kube-commands.js';
+import { registerLabCommands } from './lab-command.js';
+import { registerLabToolCommands } from './lab-tools-command.js';
 import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES } from '../sources/manifests/index.js';
 import { splitHostPort } from '../util/address.js';
 import { DEFAULT_UNREAD_TIMEOUT_MS } from '../xds/server/ads-server.js';
@@ -151,6 +153,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     });
 
   registerKubeCommands(program);
+  registerLabCommands(program, registerLabToolCommands);
 
   await program.parseAsync([...argv]);
 }

@@ -86,6 +86,11 @@ describe('interceptionOptions', () => {
       /networkInterfaceExclusionList\[0\]: "eth0 -j ACCEPT" is not a network interface name/,
     ],
     [
+      'an interface name iptables would read as an option',
+      () => interceptionOptions(meshConfig({ networkInterfaceExclusionList: ['eth1', '-j'] }), pod()),
+      /networkInterfaceExclusionList\[1\]: "-j" is not a network interface name/,
+    ],
+    [
       'a bad CIDR in a pod annotation',
       () => interceptionOptions(undefined, pod({ 'openservicemesh.io/outbound-ip-range-exclusion-list': '10.0.0.0/8,nope' })),
       /^Pod bookstore\/bookstore-v1-0: metadata\.annotations\["openservicemesh\.io\/outbound-ip-range-exclusion-list"\]\[1\]: "nope" is not an IP range/,

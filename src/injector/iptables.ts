@@ -80,8 +80,8 @@ export class InterceptionConfigError extends Error {
 
 /** iptables' `multiport` match takes at most 15 ports. */
 const MULTIPORT_MAX = 15;
-/** An iptables interface name: at most 15 characters (IFNAMSIZ − 1), `+` only at the end. */
-const INTERFACE_NAME = /^(?=.{1,15}$)[A-Za-z0-9_.@-]*[A-Za-z0-9_.@]\+?$/;
+/** An iptables interface name: at most 15 characters (IFNAMSIZ − 1), not starting or ending with `-`, `+` only at the end. */
+const INTERFACE_NAME = /^(?=.{1,15}$)[A-Za-z0-9_.@](?:[A-Za-z0-9_.@-]*[A-Za-z0-9_.@])?\+?$/;
 
 /** A value quoted for a message, at most 80 characters of it. */
 function describe(value: unknown): string {

@@ -14,6 +14,7 @@ import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { isIPv4 } from 'node:net';
 import { join } from 'node:path';
 import { parseCidr } from '../catalog/cidr.js';
+import { processAlive, sleep } from './process.js';
 
 /** The lab's bridge on the host (contract: `P-br` with the subnet's first address). */
 export interface LabNetwork {
@@ -292,19 +293,6 @@ export async function createPodNetwork(lab: LabNetwork, options: PodNetworkOptio
   return pod;
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** The PIDs of processes running in a netns (`ip netns pids`); none when it is gone. */
 export async function netnsPids(netns: string): Promise<number[]> {
   const out = await ip('netns', 'pids', netns).catch(() => '');
@@ -318,7 +306,7 @@ async function killNetnsProcesses(netns: string): Promise<void> {
     try { process.kill(pid, 'SIGTERM'); } catch { /* gone already */ }
   }
   const deadline = Date.now() + TERM_GRACE_MS;
-  while (pids.some(alive) && Date.now() < deadline) await sleep(50);
+  while (pids.some(processAlive) && Date.now() < deadline) await sleep(50);
   for (const pid of await netnsPids(netns)) {
     try { process.kill(pid, 'SIGKILL'); } catch { /* gone already */ }
   }
@@ -335,12 +323,28 @@ export async function deletePodNetwork(lab: LabNetwork, netns: string): Promise<
   await removeNetns(lab.prefix, netns);
 }
 
+/**
+ * Deletes a host link; one that vanished meanwhile (a veth end goes with its netns, which the
+ * kernel removes asynchronously) is not an error.
+ * @returns whether this call deleted it.
+ */
+async function deleteLink(link: string): Promise<boolean> {
+  try {
+    await ip('link', 'del', link);
+    return true;
+  } catch (err) {
+    if ((await hostLinks()).includes(link)) throw err;
+    return false;
+  }
+}
+
 async function removeNetns(prefix: string, netns: string): Promise<void> {
   await killNetnsProcesses(netns);
+  // The /etc/netns dir first: once the netns is gone, nothing of it is left.
+  await rm(join(NETNS_ETC, netns), { recursive: true, force: true });
   if ((await netnsNames()).includes(netns)) await ip('netns', 'del', netns);
   const veth = hostVethName(prefix, netns);
-  if ((await hostLinks()).includes(veth)) await ip('link', 'del', veth);
-  await rm(join(NETNS_ETC, netns), { recursive: true, force: true });
+  if ((await hostLinks()).includes(veth)) await deleteLink(veth);
 }
 
 /**
@@ -354,17 +358,15 @@ export async function removeLabNetwork(prefix: string): Promise<string[]> {
   checkLabPrefix(prefix);
   const mine = (name: string): boolean => name.startsWith(`${prefix}-`);
   const removed: string[] = [];
-  for (const netns of (await netnsNames()).filter(mine)) {
-    await removeNetns(prefix, netns);
-    removed.push(`netns ${netns}`);
-  }
+  const namespaces = (await netnsNames()).filter(mine);
+  await Promise.all(namespaces.map((netns) => removeNetns(prefix, netns)));
+  removed.push(...namespaces.map((netns) => `netns ${netns}`));
   const links = (await hostLinks()).filter(mine);
   // Veth ends first, the bridge last (deleting a veth end removes its peer, which may be listed).
   links.sort((a, b) => Number(a === `${prefix}-br`) - Number(b === `${prefix}-br`));
   for (const link of links) {
     if (!(await hostLinks()).includes(link)) continue;
-    await ip('link', 'del', link);
-    removed.push(`link ${link}`);
+    if (await deleteLink(link)) removed.push(`link ${link}`);
   }
   const dirs = await readdir(NETNS_ETC).catch(() => [] as string[]);
   for (const dir of dirs.filter(mine)) {

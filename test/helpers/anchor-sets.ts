@@ -11,8 +11,9 @@
  */
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
+import { parseAllDocuments } from 'yaml';
 import { formatManifestError, parseManifests } from '../../src/sources/manifests/index.js';
-import type { Deployment, KubeObject } from '../../src/store/objects.js';
+import type { Deployment, KubeObject, Pod } from '../../src/store/objects.js';
 import { k8s } from '../fixtures/mesh.js';
 
 /** The repository's root directory. */
@@ -64,7 +65,7 @@ export interface ManifestStep {
   readonly objects: readonly KubeObject[];
   /** Manifest errors of this step's new documents and of its completion, formatted. */
   readonly manifestErrors: readonly string[];
-  /** `<namespace>/<name>` of every ServiceAccount in force: the identities a proxy can have. */
+  /** `<namespace>/<name>` of every ServiceAccount in force and every Pod's service account: the identities a proxy can have. */
   readonly identities: readonly string[];
 }
 
@@ -82,8 +83,8 @@ const objectKey = (o: KubeObject) => `${o.kind}/${o.metadata.namespace ?? ''}/${
  * at a time (kubectl-apply style) and every application is a step; otherwise the files are
  * applied together, as one step.
  */
-export function buildManifestSet(label: string, files: readonly string[], mode: SetMode, stepwise = false): ManifestSet {
-  const pieces: { name: string; text: string }[] = [];
+export function buildManifestSet(label: string, files: readonly string[], mode: SetMode, stepwise = false, base: readonly { name: string; text: string }[] = []): ManifestSet {
+  const pieces: { name: string; text: string }[] = base.map((b, i) => ({ name: `${String(i).padStart(3, '0')}-${b.name}`, text: b.text }));
   for (const f of files) {
     const text = readFileSync(f, 'utf8');
     const docs = stepwise ? text.split(/^---\s*$/m).filter((d) => d.trim() !== '') : [text];
@@ -98,7 +99,7 @@ export function buildManifestSet(label: string, files: readonly string[], mode: 
     errors.push(...parsed.errors.map(formatManifestError));
     texts.set(piece.name, piece.text);
     for (const o of parsed.objects) current.set(objectKey(o), { object: o, piece: piece.name });
-    if (!stepwise && n !== pieces.length - 1) return;
+    if (n < base.length - 1 || (!stepwise && n !== pieces.length - 1)) return;
     const objects = [...current.values()].map((c) => c.object);
     const completion = [...meshCompletion(objects), ...(mode === 'smi' && !objects.some((o) => o.kind === 'MeshConfig') ? [k8s.meshConfig(false)] : [])];
     const completionText = completion.map((o) => JSON.stringify(o)).join('\n---\n');
@@ -146,6 +147,39 @@ export function exampleSet(file: string, anchorsDir = ANCHORS_DIR): ManifestSet 
   return buildManifestSet(`example ${path.relative(anchorsDir, file)}`, [file], 'smi', true);
 }
 
+/**
+ * The sample apps (`examples/samples/<app>/<app>.yaml`, `fortio-client` beside `fortio`; they name no namespace: the pages apply
+ * them with `kubectl apply -n`) each demo page deploys before its policies, in the namespaces
+ * its policies name. Without them a page's set has no proxy whose configuration the policies shape.
+ */
+export const DEMO_APPS: Readonly<Record<string, readonly { readonly app: string; readonly namespace: string }[]>> = {
+  'demos__egress_policy.yaml': [{ app: 'curl', namespace: 'curl' }],
+  'demos__circuit_breaking_mesh_internal.yaml': [{ app: 'httpbin', namespace: 'httpbin' }, { app: 'fortio-client', namespace: 'client' }],
+  'demos__circuit_breaking_mesh_external.yaml': [{ app: 'fortio-client', namespace: 'client' }],
+  'demos__local_rate_limit_connections.yaml': [{ app: 'fortio', namespace: 'demo' }, { app: 'fortio-client', namespace: 'demo' }],
+  'demos__local_rate_limit_http.yaml': [{ app: 'fortio', namespace: 'demo' }, { app: 'fortio-client', namespace: 'demo' }],
+  'demos__retry_policy.yaml': [{ app: 'curl', namespace: 'curl' }, { app: 'httpbin', namespace: 'httpbin' }],
+  'demos__ingress_k8s_nginx.yaml': [{ app: 'httpbin', namespace: 'httpbin' }],
+  'demos__ingress_contour.yaml': [{ app: 'httpbin', namespace: 'httpbin' }],
+};
+
+/** `text` (YAML documents) with `metadata.namespace` set on every document, as `kubectl apply -n` does. */
+function inNamespace(text: string, namespace: string): string {
+  return parseAllDocuments(text).map((doc) => {
+    doc.setIn(['metadata', 'namespace'], namespace);
+    return doc.toString();
+  }).join('---\n');
+}
+
+/** Each demo page of {@link DEMO_APPS} on top of the sample apps it deploys (applied first, as one step), then its documents step by step (SMI mode). */
+export function demoSets(anchorsDir = ANCHORS_DIR): ManifestSet[] {
+  return Object.entries(DEMO_APPS).map(([page, apps]) => {
+    const file = path.join(anchorsDir, 'examples', page);
+    const base = apps.map(({ app, namespace }) => ({ name: `${app}.${namespace}.yaml`, text: inNamespace(readFileSync(path.join(anchorsDir, 'examples/samples', app.replace(/-client$/, ''), `${app}.yaml`), 'utf8'), namespace) }));
+    return buildManifestSet(`demo ${page} on ${apps.map((a) => `${a.app} (${a.namespace})`).join(', ')}`, [file], 'smi', true, base);
+  });
+}
+
 /** The repository's `examples/<name>` directory as it is committed (it has its own namespaces, Pods and MeshConfig), as one step without completion. */
 export function repositoryExampleSet(name: string): ManifestSet {
   const dir = path.join(REPO_ROOT, 'examples', name);
@@ -157,6 +191,9 @@ export function repositoryExampleSet(name: string): ManifestSet {
   return { label: `examples/${name}`, mode: permissive ? 'permissive' : 'smi', steps: [{ label: '', files, objects, manifestErrors, identities: serviceAccounts(objects) }] };
 }
 
+/** `<ns>/<name>` of every ServiceAccount object and every Pod's `serviceAccountName` (a namespace's `default` one needs no object), sorted. */
 function serviceAccounts(objects: readonly KubeObject[]): string[] {
-  return objects.filter((o) => o.kind === 'ServiceAccount').map((o) => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`);
+  const names = new Set(objects.filter((o) => o.kind === 'ServiceAccount').map((o) => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`));
+  for (const pod of objects.filter((o): o is Pod => o.kind === 'Pod')) names.add(`${pod.metadata.namespace ?? 'default'}/${pod.spec?.serviceAccountName || 'default'}`);
+  return [...names].sort();
 }

