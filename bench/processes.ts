@@ -157,6 +157,11 @@ export interface ControllerStartOptions {
   readonly nodeOptions?: readonly string[];
   /** The controller's `--warm-up-config` in MiB (default: the controller's own, 64). */
   readonly warmUpConfigMb?: number;
+  /**
+   * Address of the mTLS ADS listener (default 127.0.0.1); e.g. a lab bridge's address, which
+   * real Envoys in lab pods reach and the host's own clients too. The others stay on 127.0.0.1.
+   */
+  readonly xdsHost?: string;
   /** Ports of the mTLS, plaintext and HTTP listeners (default: free ones). */
   readonly ports?: readonly [xds: number, plaintext: number, http: number];
   /** More `trellis controller` flags, after the others (e.g. `--xds-unread-timeout=10s`). */
@@ -187,7 +192,7 @@ export class ControllerProcess {
       'controller',
       '--manifests', options.manifests,
       '--state-dir', options.stateDir,
-      '--xds-address', `127.0.0.1:${xdsPort}`,
+      '--xds-address', `${options.xdsHost ?? '127.0.0.1'}:${xdsPort}`,
       '--xds-plaintext-address', `127.0.0.1:${plaintextPort}`,
       '--http-address', `127.0.0.1:${httpPort}`,
       '--resync-interval', '0',

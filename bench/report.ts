@@ -4,7 +4,7 @@
  */
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { runKey, SCENARIOS, type BenchDetails, type BenchResults, type RunDetails, type RunResult } from './results-schema.js';
+import { runKey, SCENARIOS, type BenchDetails, type BenchResults, type EnvoyTiming, type RunDetails, type RunResult } from './results-schema.js';
 
 const fmt = (v: number | null | undefined, digits = 0): string => (v === null || v === undefined || Number.isNaN(v) ? '—' : v.toFixed(digits));
 const ratio = (a: number | null | undefined, b: number | null | undefined): string => (a && b ? (a / b).toFixed(1) : '—');
@@ -51,7 +51,7 @@ export function markdownReport(title: string, results: BenchResults, details: Be
     const syncText = r.initial_sync_ms === null && d ? `${fmt(d.initial_sync.p50_ms)} / ${fmt(sync)} (${d.initial_sync.synced}/${r.proxies} synced)` : `${fmt(d?.initial_sync.p50_ms)} / ${fmt(sync)}`;
     const mark = d?.cpu_profiled ? ' †' : '';
     out.push(
-      `| ${r.proxies} | ${r.services} | ${r.endpoints} | ${r.reach} | ${r.mode} | ${r.transport}${mark} | ${fmt(d?.ready_ms)}${d?.warm_up_config_mb !== undefined ? ` (warm-up ${d.warm_up_config_mb} MiB)` : ''} | ${syncText} | ${fmt(r.floor_ms)} | ${ratio(r.initial_sync_ms, r.floor_ms)} | ${fmt(r.rss_idle_mb, 1)} | ${fmt(r.rss_peak_mb, 1)} | ${fmt(d?.rss_after_sync_mb, 1)} | ${fmt(d?.kb_per_proxy)} | ${fmt(d?.initial_sync.cpu_s, 2)} | ${fmt(d?.initial_sync.bytes)} | ${fmt(p?.initial_sync_ms)} |`,
+      `| ${r.proxies} | ${r.services} | ${r.endpoints} | ${r.reach} | ${r.mode} | ${r.transport}${r.envoys ? ` + ${r.envoys.count} Envoys` : ''}${mark} | ${fmt(d?.ready_ms)}${d?.warm_up_config_mb !== undefined ? ` (warm-up ${d.warm_up_config_mb} MiB)` : ''} | ${syncText} | ${fmt(r.floor_ms)} | ${ratio(r.initial_sync_ms, r.floor_ms)} | ${fmt(r.rss_idle_mb, 1)} | ${fmt(r.rss_peak_mb, 1)} | ${fmt(d?.rss_after_sync_mb, 1)} | ${fmt(d?.kb_per_proxy)} | ${fmt(d?.initial_sync.cpu_s, 2)} | ${fmt(d?.initial_sync.bytes)} | ${fmt(p?.initial_sync_ms)} |`,
     );
   }
   if (runs.some((r) => det.get(runKey(r))?.cpu_profiled)) {
@@ -76,6 +76,7 @@ export function markdownReport(title: string, results: BenchResults, details: Be
       );
     }
   }
+  out.push(...envoySection(runs, det));
   const notes = runs
     .map((r) => ({ r, d: det.get(runKey(r)) }))
     .filter(({ d }) => d && (d.failure || d.initial_sync.streams_ended > 0 || d.large_responses > 0 || d.initial_sync.verify_mismatches.length > 0));
@@ -107,6 +108,50 @@ export function markdownReport(title: string, results: BenchResults, details: Be
     }
   }
   return `${out.join('\n')}\n`;
+}
+
+const timingText = (t: EnvoyTiming | undefined): string => (t ? `${fmt(t.p50_ms)} / ${fmt(t.max_ms)} (${t.updated}/${t.expected})` : '—');
+
+/** The "Real Envoys" section (runs with `--envoys K`); empty when no run had any. */
+function envoySection(runs: readonly RunResult[], det: ReadonlyMap<string, RunDetails>): string[] {
+  const withEnvoys = runs.filter((r) => r.envoys);
+  if (withEnvoys.length === 0) return [];
+  const out = [
+    '',
+    '## Real Envoys',
+    '',
+    'Envoy 1.40 sidecars (one lab network namespace each, uid 1500, SotW, mTLS ADS to the controller on the lab bridge address) beside the',
+    'N simulated proxies, each with its own UUID and one of the planned identities (first those the scenarios affect). Initial sync: from',
+    'spawning them (as the simulated streams connect) until `/ready` is LIVE (first CDS/EDS and LDS/RDS applied) and their versions (below)',
+    'stopped changing; "after admin up": the same from each Envoy\'s admin interface answering (its own start-up left out). A change: from the file',
+    'write until the last change of the Envoy\'s resource versions as its `/config_dump` shows them (`?resource=…&mask=version_info` per',
+    'resource list; endpoints hashed, their `version_info` is empty in Envoy\'s dump), polled in rounds (resolution: the round time).',
+    'Cells: p50 / max ms (Envoys that showed it / Envoys it affects). NACKs: sum of their `*.update_rejected` at the end.',
+    '',
+    '| run | Envoys | admin up p50 / max ms | initial sync | after admin up | endpoint_change | split_change | new_service | mesh_config_change | NACKs | RSS p50 / max MB | Pss p50 MB | in sync at end | poll round ms (max) |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ];
+  for (const r of withEnvoys) {
+    const e = r.envoys!;
+    const d = det.get(runKey(r))?.envoys;
+    const rounds = Object.values(d?.scenarios ?? {}).map((s) => s.poll_round_ms);
+    out.push(
+      `| ${runKey(r)} | ${e.count} | ${fmt(d?.admin_ready_p50_ms)} / ${fmt(d?.admin_ready_max_ms)} | ${timingText(e.initial_sync)} | ${timingText(e.initial_sync_after_admin_up)} | ${SCENARIOS.map((n) => timingText(e.scenarios[n])).join(' | ')} | ${e.update_rejected} | ${fmt(e.rss_p50_mb, 1)} / ${fmt(e.rss_max_mb, 1)} | ${fmt(d?.pss_p50_mb, 1)} | ${d ? `${d.in_sync_at_end}/${e.count}` : '—'} | ${rounds.length > 0 ? fmt(Math.max(...rounds)) : '—'} |`,
+    );
+  }
+  for (const r of withEnvoys) {
+    const d = det.get(runKey(r))?.envoys;
+    if (!d) continue;
+    const issues = [
+      ...d.start_failures.map((f) => `did not start: ${f.split('\n')[0]}`),
+      ...(d.init_fetch_timeout > 0 ? [`${d.init_fetch_timeout} init_fetch_timeout (initial fetches Envoy stopped waiting for after 15 s)`] : []),
+      ...d.differences,
+      ...SCENARIOS.flatMap((n) => (d.scenarios[n]?.unaffected_changed ? [`${n}: ${d.scenarios[n]!.unaffected_changed} Envoys it does not affect changed`] : [])),
+      ...SCENARIOS.flatMap((n) => (d.scenarios[n]?.timed_out ? [`${n}: timed out`] : [])),
+    ];
+    if (issues.length > 0) out.push('', `- ${runKey(r)}: ${issues.join('; ')}`);
+  }
+  return out;
 }
 
 const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf'];

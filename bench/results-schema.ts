@@ -45,6 +45,42 @@ export interface RunResult {
    */
   floor_ms: number | null;
   scenarios: Record<ScenarioName, ScenarioResult>;
+  /** Real Envoys run beside the N simulated proxies (`--envoys K`); absent in runs without. */
+  envoys?: EnvoyRunResult;
+}
+
+/** Timings of the real Envoys for one scenario (ms from the file write, or from their start for the initial sync). */
+export interface EnvoyTiming {
+  /** Over the Envoys that showed the change: p50 and the last one (ms). */
+  p50_ms: number | null;
+  max_ms: number | null;
+  /** Envoys that showed it / Envoys it affects. */
+  updated: number;
+  expected: number;
+}
+
+/**
+ * The real Envoys' figures (`--envoys K`). An Envoy "shows" the initial configuration when its
+ * server state is LIVE (`/ready` 200: its first CDS/EDS and LDS/RDS responses applied) and a
+ * change when the `version_info` of one of its dynamic resources in `/config_dump` changed
+ * (the time is that of the last such change seen for it).
+ */
+export interface EnvoyRunResult {
+  /** K: real Envoys (one pod network and Envoy each, SotW, mTLS on the lab bridge). */
+  count: number;
+  /**
+   * From spawning them all (with the N simulated streams' connect) until each is LIVE and its
+   * versions stopped changing (later than LIVE for one whose initial fetch timed out).
+   */
+  initial_sync: EnvoyTiming;
+  /** The same, from each Envoy's admin interface answering (its process up) instead of the spawn. */
+  initial_sync_after_admin_up?: EnvoyTiming;
+  scenarios: Partial<Record<ScenarioName, EnvoyTiming>>;
+  /** Sum over the K Envoys of their `*.update_rejected` counters at the end of the run: NACKs. */
+  update_rejected: number;
+  /** Envoy RSS (VmRSS) after the last scenario, MB: median and largest. */
+  rss_p50_mb: number | null;
+  rss_max_mb: number | null;
 }
 
 /** `bench/results/<date>.json`. */
@@ -108,8 +144,44 @@ export interface RunDetails {
   cpu_profiled?: boolean;
   /** Set when the run stopped early. */
   failure?: string;
+  /** The real Envoys' details (`--envoys K`). */
+  envoys?: EnvoyRunDetails;
   /** The controller's manifests debounce and push debounce, part of every change's time (ms). */
   debounce_ms: { manifests: number; push_quiet: number; push_max: number };
+}
+
+/** More about the real Envoys of a run. */
+export interface EnvoyRunDetails {
+  /** Lab prefix and subnet the pods lived in. */
+  lab: { prefix: string; subnet: string; bridge_address: string };
+  /** Spawn to admin interface answering, over the K Envoys (ms). */
+  admin_ready_p50_ms: number | null;
+  admin_ready_max_ms: number | null;
+  /** Envoys that did not start, and why (at most 5). */
+  start_failures: string[];
+  /**
+   * Sum of `*.init_fetch_timeout`: initial fetches (CDS, LDS, …) an Envoy stopped waiting for
+   * after 15 s (Envoy's default `initial_fetch_timeout`; it then goes LIVE without them).
+   */
+  init_fetch_timeout: number;
+  /** Envoys whose versions changed after they went LIVE, during the initial sync. */
+  initial_sync_late_changes?: number;
+  /**
+   * Envoys whose config dump matched the controller's `/debug/config_dump` at the end
+   * (`compareWithController`, `init_fetch_timeout` left to its own count), and the first differences.
+   */
+  in_sync_at_end: number;
+  differences: string[];
+  /** Per scenario: Envoys the change does not affect whose versions changed anyway, and the polling resolution (mean round over the affected Envoys, ms). */
+  scenarios: Partial<Record<ScenarioName, { unaffected_changed: number; poll_round_ms: number; changes_per_envoy_max: number; timed_out: boolean }>>;
+  /** Envoy RSS after the initial sync (MB). */
+  rss_after_sync_p50_mb: number | null;
+  rss_after_sync_max_mb: number | null;
+  /** Host memory available (MemAvailable) before the Envoys started and after the run's last scenario (MB). */
+  mem_available_before_mb: number;
+  mem_available_after_mb: number;
+  /** Envoy proportional set size after the last scenario (Pss, MB; its shared pages divided among the Envoys): what each one adds. */
+  pss_p50_mb: number | null;
 }
 
 /** `bench/results/<date>.details.json`. */
@@ -117,7 +189,8 @@ export interface BenchDetails {
   runs: RunDetails[];
 }
 
-/** The identity of a configuration, e.g. `N1000-S1000-E5-K10-smi-mtls`. */
-export function runKey(r: Pick<RunResult, 'proxies' | 'services' | 'endpoints' | 'reach' | 'mode' | 'transport'>): string {
-  return `N${r.proxies}-S${r.services}-E${r.endpoints}-K${r.reach}-${r.mode}-${r.transport}`;
+/** The identity of a configuration, e.g. `N1000-S1000-E5-K10-smi-mtls` (`…-envoys50` with 50 real Envoys). */
+export function runKey(r: Pick<RunResult, 'proxies' | 'services' | 'endpoints' | 'reach' | 'mode' | 'transport'> & { envoys?: { count: number } | number }): string {
+  const envoys = typeof r.envoys === 'number' ? r.envoys : r.envoys?.count ?? 0;
+  return `N${r.proxies}-S${r.services}-E${r.endpoints}-K${r.reach}-${r.mode}-${r.transport}${envoys > 0 ? `-envoys${envoys}` : ''}`;
 }

