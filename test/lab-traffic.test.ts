@@ -117,6 +117,31 @@ describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 6
     }
   }
 
+  /** Per xDS type, the versions a proxy identity's streams have ACKed and been sent (controller's /debug/proxies). */
+  async function versions(identity: string): Promise<{ acked: string; sent: string }> {
+    const res = await fetch(`http://${lab.controllerHttp}/debug/proxies`);
+    const proxies = (await res.json()) as { identity: string; streams: { types: Record<string, { versionAcked?: string | null; lastVersionSent?: string | null }> }[] }[];
+    const types = proxies.filter((p) => p.identity === identity).flatMap((p) => p.streams.flatMap((st) => Object.entries(st.types)));
+    const line = (pick: (v: { versionAcked?: string | null; lastVersionSent?: string | null }) => unknown) =>
+      types.map(([type, v]) => `${type}=${String(pick(v))}`).sort().join(' ');
+    return { acked: line((v) => v.versionAcked), sent: line((v) => v.lastVersionSent) };
+  }
+
+  /**
+   * Waits until the sidecar of `identity` has ACKed a configuration other than `before` and
+   * everything it was sent (the controller's push applied), within a generous bound.
+   * @returns the time since `since`, ms.
+   */
+  async function newConfigurationAcked(identity: string, before: string, since: number): Promise<number> {
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const v = await versions(identity);
+      if (v.acked !== before && v.acked === v.sent) return Date.now() - since;
+      if (Date.now() > deadline) assert.fail(`${identity}: no new configuration ACKed after 60 s (acked ${v.acked}, sent ${v.sent})`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
   async function edit(file: string, change: (text: string) => string): Promise<void> {
     const p = path.join(manifests, file);
     await writeFile(p, change(await readFile(p, 'utf8')));
@@ -219,12 +244,15 @@ describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 6
   });
 
   it('a TrafficSplit edited to 100/0 holds in traffic: every request goes to bookstore-v1', async () => {
+    const before = (await versions('bookbuyer/bookbuyer')).acked;
     const edited = Date.now();
     await edit('split.yaml', (t) => t.replace(/weight: 50(\s+- service: bookstore-v2\s+)weight: 50/, 'weight: 100$1weight: 0'));
-    const args = ['--url', BOOKS_BOUGHT, '--requests', '100', '--concurrency', '2', ...BOOKBUYER_HEADERS];
-    const first = await trafficUntil(BOOKBUYER, args, (s) => s.answeredBy[BOOKSTORE_V1] === 100, 'the split 100/0 in force', edited);
-    console.log(`split 100/0 in force ${first.afterMs} ms after the edit (a batch of 100 takes its share of that)`);
-    const s = await traffic(BOOKBUYER, [...args.slice(0, 2), '--requests', '500', '--concurrency', '4', ...BOOKBUYER_HEADERS]);
+    // Once bookbuyer's sidecar has ACKed the push, every request must follow the new split.
+    const ackedMs = await newConfigurationAcked('bookbuyer/bookbuyer', before, edited);
+    console.log(`split 100/0: bookbuyer's sidecar ACKed the new configuration ${ackedMs} ms after the file was written`);
+    // (An unrelated push could be the one ACKed: traffic itself says when the split is in force.)
+    await trafficUntil(BOOKBUYER, ['--url', BOOKS_BOUGHT, '--requests', '50', ...BOOKBUYER_HEADERS], (b) => b.answeredBy[BOOKSTORE_V1] === 50, 'the split 100/0 in force');
+    const s = await traffic(BOOKBUYER, ['--url', BOOKS_BOUGHT, '--requests', '500', '--concurrency', '4', ...BOOKBUYER_HEADERS]);
     console.log('split 100/0:', JSON.stringify(s));
     assert.deepEqual({ statuses: s.statuses, answeredBy: s.answeredBy, errors: s.errors }, { statuses: { '200': 500 }, answeredBy: { [BOOKSTORE_V1]: 500 }, errors: {} });
   });
@@ -236,11 +264,13 @@ describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 6
     console.log('bookstore-v1 with two pods:', JSON.stringify(both.summary));
     assert.deepEqual(Object.keys(both.summary.answeredBy).sort(), [BOOKSTORE_V1, 'bookstore-6b7f8d9c5-x7k2z'].sort());
 
-    await edit('bookstore.yaml', (t) => t.replace(EXTRA_V1_POD, ''));
+    const before = (await versions('bookbuyer/bookbuyer')).acked;
     const removedAt = Date.now();
-    const gone = await trafficUntil(BOOKBUYER, args, (s) => s.answeredBy[BOOKSTORE_V1] === 200, 'the removed pod out of the endpoints', removedAt);
+    await edit('bookstore.yaml', (t) => t.replace(EXTRA_V1_POD, ''));
+    const ackedMs = await newConfigurationAcked('bookbuyer/bookbuyer', before, removedAt);
+    await trafficUntil(BOOKBUYER, args, (b) => b.answeredBy[BOOKSTORE_V1] === 200, 'the removed pod out of the endpoints');
     const s = await traffic(BOOKBUYER, [...args.slice(0, 2), '--requests', '500', '--concurrency', '4', ...BOOKBUYER_HEADERS]);
-    console.log(`pod removed (${gone.afterMs} ms):`, JSON.stringify(s));
+    console.log(`pod removed (bookbuyer's sidecar ACKed ${ackedMs} ms after the file was written):`, JSON.stringify(s));
     assert.deepEqual({ statuses: s.statuses, answeredBy: s.answeredBy, errors: s.errors }, { statuses: { '200': 500 }, answeredBy: { [BOOKSTORE_V1]: 500 }, errors: {} });
   });
 });
