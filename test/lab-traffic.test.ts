@@ -86,16 +86,18 @@ function sum(counts: Record<string, number>): number {
   return Object.values(counts).reduce((a, b) => a + b, 0);
 }
 
+/** Runs `trellis lab traffic ARGS` in a pod of `lab` and returns its summary. */
+async function labTraffic(lab: Lab, from: { pod: string; namespace: string }, args: string[]): Promise<TrafficSummary> {
+  const r = await lab.exec(from.pod, from.namespace, [process.execPath, TRELLIS, 'lab', 'traffic', ...args], { timeoutMs: 120_000 });
+  assert.equal(r.code, 0, `lab traffic in ${from.namespace}/${from.pod} failed (${r.code}): ${r.stderr}`);
+  return JSON.parse(r.stdout) as TrafficSummary;
+}
+
 describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 600_000 }, () => {
   let lab: Lab;
   let manifests: string;
 
-  /** Runs `trellis lab traffic ARGS` in a pod and returns its summary. */
-  async function traffic(from: { pod: string; namespace: string }, args: string[]): Promise<TrafficSummary> {
-    const r = await lab.exec(from.pod, from.namespace, [process.execPath, TRELLIS, 'lab', 'traffic', ...args], { timeoutMs: 120_000 });
-    assert.equal(r.code, 0, `lab traffic in ${from.namespace}/${from.pod} failed (${r.code}): ${r.stderr}`);
-    return JSON.parse(r.stdout) as TrafficSummary;
-  }
+  const traffic = (from: { pod: string; namespace: string }, args: string[]) => labTraffic(lab, from, args);
 
   /**
    * Sends batches of `args` traffic until a batch satisfies `done` (the configuration changed
@@ -366,11 +368,7 @@ describe('retries, gRPC and plaintext through the sidecars of an echo lab', { sk
   const CLIENT = { pod: 'client-0', namespace: 'echo' };
   const OUTSIDER = { pod: 'outsider-0', namespace: 'outside' };
 
-  async function traffic(from: { pod: string; namespace: string }, args: string[]): Promise<TrafficSummary> {
-    const r = await lab.exec(from.pod, from.namespace, [process.execPath, TRELLIS, 'lab', 'traffic', ...args], { timeoutMs: 120_000 });
-    assert.equal(r.code, 0, `lab traffic in ${from.namespace}/${from.pod} failed (${r.code}): ${r.stderr}`);
-    return JSON.parse(r.stdout) as TrafficSummary;
-  }
+  const traffic = (from: { pod: string; namespace: string }, args: string[]) => labTraffic(lab, from, args);
 
   before(async () => {
     manifests = await mkdtemp(path.join(tmpdir(), `${PREFIX}-echo-manifests-`));
