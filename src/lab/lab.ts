@@ -40,6 +40,8 @@ export const LAB_XDS_PORT = 15128;
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
 const TRELLIS_BIN = path.join(REPO_ROOT, 'bin/trellis.js');
+/** `trellis lab app|traffic` alone: starts faster than the whole CLI (each pod runs one). */
+const LAB_TOOLS_BIN = path.join(REPO_ROOT, 'bin/trellis-lab-tools.js');
 /** Bound of each log file the lab writes (controller, apps, Envoys), in bytes. */
 const MAX_LOG_BYTES = 4 * 1024 * 1024;
 /** Largest output `Lab.exec` keeps of a stream, in bytes. */
@@ -220,7 +222,7 @@ interface RunningPod {
 function appArgv(spec: LabPodSpec): string[] {
   if (spec.command) return [...spec.command];
   return [
-    process.execPath, TRELLIS_BIN, 'lab', 'app', '--pod', spec.name, '--namespace', spec.namespace, '--service-account', spec.serviceAccount,
+    process.execPath, LAB_TOOLS_BIN, 'lab', 'app', '--pod', spec.name, '--namespace', spec.namespace, '--service-account', spec.serviceAccount,
     ...spec.listen.flatMap((l) => ['--listen', `${l.protocol === 'tcp-server-first' ? 'tcp' : l.protocol}:${l.port}`]),
   ];
 }

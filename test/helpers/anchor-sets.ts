@@ -12,6 +12,7 @@
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
+import { ENVOY_CIPHER_SUITES, ENVOY_ECDH_CURVES } from '../../src/catalog/tls-names.js';
 import { formatManifestError, parseManifests } from '../../src/sources/manifests/index.js';
 import type { Deployment, KubeObject, Pod } from '../../src/store/objects.js';
 import { k8s } from '../fixtures/mesh.js';
@@ -180,15 +181,19 @@ export function demoSets(anchorsDir = ANCHORS_DIR): ManifestSet[] {
   });
 }
 
-/** The repository's `examples/<name>` directory as it is committed (it has its own namespaces, Pods and MeshConfig), as one step without completion. */
-export function repositoryExampleSet(name: string): ManifestSet {
+/**
+ * The repository's `examples/<name>` directory as it is committed (it has its own namespaces,
+ * Pods and MeshConfig), as one step without completion; `edit` changes one file's text.
+ */
+export function repositoryExampleSet(name: string, edit?: { label: string; file: string; text: (text: string) => string }): ManifestSet {
   const dir = path.join(REPO_ROOT, 'examples', name);
   const files = new Map(readdirSync(dir).filter((f) => /\.(ya?ml|json)$/.test(f)).sort().map((f) => [f, readFileSync(path.join(dir, f), 'utf8')] as const));
+  if (edit) files.set(edit.file, edit.text(files.get(edit.file) ?? ''));
   const parsed = [...files].map(([f, text]) => parseManifests(path.join(dir, f), text));
   const objects = parsed.flatMap((p) => p.objects);
   const manifestErrors = parsed.flatMap((p) => p.errors.map(formatManifestError));
   const permissive = objects.some((o) => o.kind === 'MeshConfig' && (o.spec as { traffic?: { enablePermissiveTrafficPolicyMode?: boolean } } | undefined)?.traffic?.enablePermissiveTrafficPolicyMode === true);
-  return { label: `examples/${name}`, mode: permissive ? 'permissive' : 'smi', steps: [{ label: '', files, objects, manifestErrors, identities: serviceAccounts(objects) }] };
+  return { label: `examples/${name}${edit ? ` ${edit.label}` : ''}`, mode: permissive ? 'permissive' : 'smi', steps: [{ label: '', files, objects, manifestErrors, identities: serviceAccounts(objects) }] };
 }
 
 /** `<ns>/<name>` of every ServiceAccount object and every Pod's `serviceAccountName` (a namespace's `default` one needs no object), sorted. */
@@ -196,4 +201,19 @@ function serviceAccounts(objects: readonly KubeObject[]): string[] {
   const names = new Set(objects.filter((o) => o.kind === 'ServiceAccount').map((o) => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`));
   for (const pod of objects.filter((o): o is Pod => o.kind === 'Pod')) names.add(`${pod.metadata.namespace ?? 'default'}/${pod.spec?.serviceAccountName || 'default'}`);
   return [...names].sort();
+}
+
+/**
+ * examples/bookstore whose MeshConfig names every TLS cipher suite and ECDH curve Trellis passes
+ * to Envoy, plus names Envoy refuses (an unknown suite, a TLS 1.3 suite, P-224, a curve named
+ * twice): real Envoy NACKed those before Trellis left them out.
+ */
+export function tlsNamesSet(): ManifestSet {
+  const cipherSuites = [...ENVOY_CIPHER_SUITES, '[ECDHE-ECDSA-AES128-GCM-SHA256|ECDHE-ECDSA-CHACHA20-POLY1305]', 'NOT-A-CIPHER', 'TLS_AES_128_GCM_SHA256'];
+  const ecdhCurves = [...ENVOY_ECDH_CURVES.keys(), 'P-224', 'X25519Kyber768Draft00'];
+  return repositoryExampleSet('bookstore', {
+    label: 'with MeshConfig TLS names',
+    file: 'meshconfig.yaml',
+    text: (text) => `${text.trimEnd()}\n  sidecar:\n    cipherSuites: ${JSON.stringify(cipherSuites)}\n    ecdhCurves: ${JSON.stringify(ecdhCurves)}\n`,
+  });
 }

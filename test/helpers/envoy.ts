@@ -120,7 +120,7 @@ async function getJson<T>(url: string): Promise<T> {
   return (await res.json()) as T;
 }
 
-/** A NACK real Envoy sent: the type and Envoy's own error text. */
+/** A NACK real Envoy sent (the type and Envoy's own error text), or a deprecation Envoy warned of (its log line). */
 export class EnvoyNackError extends Error {}
 
 /**
@@ -155,15 +155,21 @@ function describe(sidecar: LabSidecar): string {
 }
 
 /**
- * Waits until {@link sidecarDifferences} is empty for `sidecar`.
- * @throws EnvoyNackError at once on a NACK; Error with the last differences and Envoy's log tail after `timeoutMs`.
+ * Waits until {@link sidecarDifferences} is empty for `sidecar`, then checks Envoy's log holds
+ * no deprecation warning (configuration a later Envoy refuses).
+ * @throws EnvoyNackError at once on a NACK, or on a deprecation warning; Error with the last differences and Envoy's log tail after `timeoutMs`.
  */
 export async function waitForSidecarInSync(sidecar: LabSidecar, controllerHttp: string, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last: string[] = [];
   for (;;) {
     last = await sidecarDifferences(sidecar, controllerHttp);
-    if (last.length === 0) return;
+    if (last.length === 0) {
+      // What Envoy accepts today and warns it will refuse: a NACK to come.
+      const deprecated = (await readFile(sidecar.logFile, 'utf8').catch(() => '')).split('\n').filter((l) => /Deprecated field|deprecated option/.test(l));
+      if (deprecated.length > 0) throw new EnvoyNackError(`${describe(sidecar)}: Envoy warns of deprecated configuration: ${deprecated[0]}`);
+      return;
+    }
     if (Date.now() > deadline) break;
     await new Promise((r) => setTimeout(r, 200));
   }

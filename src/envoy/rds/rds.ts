@@ -82,8 +82,8 @@ export function routeMatch(match: HttpRouteMatch): Route['match'] {
 /**
  * Outbound RDS of a proxy: per destination port, `rds-outbound.<port>` with a virtual host
  * per HTTP destination on that port (domains: {@link serviceHostnames}), routing every path to
- * the service's cluster, or to weighted clusters when a TrafficSplit applies
- * (`total_weight` = the sum of the weights).
+ * the service's cluster, or to weighted clusters when a TrafficSplit applies (no
+ * `total_weight`, deprecated in Envoy: the weights' sum is the total).
  */
 export function generateOutboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
   const clientNamespace = identityParts(proxy.identity).namespace;
@@ -118,8 +118,10 @@ function outboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy, clien
         ? { cluster: dest.targets[0].cluster }
         : {
             weighted_clusters: {
+              // No total_weight: Envoy deprecates it ("Using deprecated option
+              // 'envoy.config.route.v3.WeightedCluster.total_weight' … will be removed from Envoy
+              // soon", Envoy 1.40) and takes the sum of the weights. Proxyless clients get it (proxyless.ts).
               clusters: dest.targets.map((t) => ({ name: t.cluster, weight: { value: t.weight } })),
-              total_weight: { value: dest.targets.reduce((sum, t) => sum + t.weight, 0) },
             },
           };
     const retry = retryPolicyFor(snapshot, proxy.identity, svc);

@@ -1,0 +1,92 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import path from 'node:path';
+import { pino } from 'pino';
+import { ManifestsSource } from '../sources/manifests/index.js';
+import { ObjectStore } from '../store/object-store.js';
+import type { KubeObject } from '../store/objects.js';
+import { assignLabAddresses, labHostsFile, labTopology, LAB_COMMAND_ANNOTATION } from './topology.js';
+
+const EXAMPLE = path.resolve(import.meta.dirname, '../../examples/bookstore');
+const SUBNET = '10.250.0.0/24';
+
+async function bookstore(extra: readonly KubeObject[] = []): Promise<ObjectStore> {
+  const store = new ObjectStore();
+  const source = new ManifestsSource({ dir: EXAMPLE, store, logger: pino({ level: 'silent' }), watch: false });
+  await source.start();
+  await source.stop();
+  store.replaceAll('test', extra);
+  return store;
+}
+
+function pod(namespace: string, name: string, podIP: string | undefined, annotations?: Record<string, string>): KubeObject {
+  return {
+    apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace, labels: { app: 'lab' }, ...(annotations ? { annotations } : {}) },
+    spec: { containers: [{ name: 'c', ports: [{ name: 'tcp-echo', containerPort: 7000 }] }] },
+    ...(podIP ? { status: { podIP } } : {}),
+  } as KubeObject;
+}
+
+describe('labTopology', () => {
+  it('runs every pod of examples/bookstore in the mesh, with its container ports and protocol', async () => {
+    const t = labTopology(await bookstore(), { meshName: 'osm', subnet: SUBNET });
+    assert.deepEqual([...t.pods.keys()], [
+      'bookbuyer/bookbuyer-5d8c7f9b6-k2x4p', 'bookstore/bookstore-6b7f8d9c5-m4v1a', 'bookstore/bookstore-v2-8c4d5e6f7-r9v2b',
+      'bookthief/bookthief-7c9d6b5f4-q8w2n', 'bookwarehouse/bookwarehouse-59f4c8b7d-t6h3c', 'bookwarehouse/mysql-0',
+    ]);
+    assert.ok([...t.pods.values()].every((p) => p.mesh));
+    assert.deepEqual(t.pods.get('bookwarehouse/mysql-0')?.listen, [{ protocol: 'tcp', port: 3306 }]);
+    assert.deepEqual(t.pods.get('bookstore/bookstore-6b7f8d9c5-m4v1a')?.listen, [{ protocol: 'http', port: 14001 }]);
+    assert.deepEqual(t.problems, []);
+    assert.deepEqual(t.addresses, ['10.96.10.1', '10.96.10.2', '10.96.10.3', '10.96.20.1', '10.244.1.10', '10.244.2.10', '10.244.3.10', '10.244.3.20', '10.244.4.10', '10.244.4.20']);
+  });
+
+  it('writes cluster names: <svc>.<ns>[.svc[.cluster.local]] to the ClusterIP, headless to pod IPs, bare names in the own namespace', async () => {
+    const t = labTopology(await bookstore(), { meshName: 'osm', subnet: SUBNET });
+    const hosts = labHostsFile(t, t.pods.get('bookwarehouse/bookwarehouse-59f4c8b7d-t6h3c')!).split('\n');
+    assert.ok(hosts.includes('10.96.10.1\tbookstore.bookstore bookstore.bookstore.svc bookstore.bookstore.svc.cluster.local'));
+    assert.ok(hosts.includes('10.244.4.20\tmysql mysql.bookwarehouse mysql.bookwarehouse.svc mysql.bookwarehouse.svc.cluster.local'));
+    assert.ok(hosts.includes('10.96.20.1\tbookwarehouse bookwarehouse.bookwarehouse bookwarehouse.bookwarehouse.svc bookwarehouse.bookwarehouse.svc.cluster.local'));
+    assert.ok(hosts.includes('10.244.4.10\tbookwarehouse-59f4c8b7d-t6h3c'));
+  });
+
+  it('keeps a pod of an unmonitored namespace outside the mesh, and leaves out pods it cannot run, saying why', async () => {
+    const t = labTopology(await bookstore([
+      pod('outside', 'host', '10.9.0.1'),
+      pod('outside', 'no-ip', undefined),
+      pod('outside', 'in-subnet', '10.250.0.7'),
+      pod('outside', 'twin', '10.244.1.10'),
+      pod('outside', 'clusterip', '10.96.10.1'),
+      pod('outside', 'bad-command', '10.9.0.2', { [LAB_COMMAND_ANNOTATION]: '"sleep 1"' }),
+      pod('outside', 'command', '10.9.0.3', { [LAB_COMMAND_ANNOTATION]: '["sleep","100"]' }),
+    ]), { meshName: 'osm', subnet: SUBNET });
+    assert.equal(t.pods.get('outside/host')?.mesh, false);
+    assert.deepEqual(t.pods.get('outside/host')?.listen, [{ protocol: 'tcp', port: 7000 }]);
+    assert.deepEqual(t.pods.get('outside/command')?.command, ['sleep', '100']);
+    assert.deepEqual(t.problems.map((p) => `${p.key}: ${p.message}`).sort(), [
+      `outside/bad-command: annotation ${LAB_COMMAND_ANNOTATION} must be a non-empty JSON array of strings (argv)`,
+      'outside/clusterip: status.podIP 10.96.10.1 is already Service bookstore/bookstore\'s',
+      'outside/in-subnet: status.podIP 10.250.0.7 is inside the lab subnet 10.250.0.0/24',
+      'outside/no-ip: has no status.podIP: the lab runs only pods with an address',
+      'outside/twin: status.podIP 10.244.1.10 is already Pod bookbuyer/bookbuyer-5d8c7f9b6-k2x4p\'s',
+    ]);
+  });
+
+  it('changes a pod digest when what it runs changes, not otherwise', async () => {
+    const a = labTopology(await bookstore([pod('outside', 'host', '10.9.0.1')]), { meshName: 'osm', subnet: SUBNET });
+    const b = labTopology(await bookstore([pod('outside', 'host', '10.9.0.1')]), { meshName: 'osm', subnet: SUBNET });
+    const c = labTopology(await bookstore([pod('outside', 'host', '10.9.0.9')]), { meshName: 'osm', subnet: SUBNET });
+    assert.equal(a.pods.get('outside/host')?.digest, b.pods.get('outside/host')?.digest);
+    assert.notEqual(a.pods.get('outside/host')?.digest, c.pods.get('outside/host')?.digest);
+  });
+});
+
+describe('assignLabAddresses', () => {
+  it('keeps the numbers pods have and gives new pods the lowest free ones from 2', () => {
+    assert.deepEqual([...assignLabAddresses(SUBNET, ['a', 'b', 'c'], new Map([['b', 2]]))].sort(), [['a', 3], ['b', 2], ['c', 4]]);
+  });
+
+  it('throws when the subnet is full', () => {
+    assert.throws(() => assignLabAddresses('10.250.0.0/30', ['a', 'b'], new Map()), /has no host address number 3/);
+  });
+});
