@@ -229,6 +229,25 @@ describe('UpstreamTrafficSetting', () => {
     assert.equal(plain.typed_per_filter_config['envoy.filters.http.local_ratelimit'], undefined);
   });
 
+  it('an httpRoutes path ".*" limits the routes for every path: permissive mode\'s and an HTTPRouteGroup match without pathRegex (OSM v1.2 RegexMatchAll)', () => {
+    const limit = { httpRoutes: [{ path: '.*', rateLimit: { local: { requests: 3, unit: 'minute' } } }] };
+    const routeLimit = (r: Decoded) => r.typed_per_filter_config?.['envoy.filters.http.local_ratelimit']?.token_bucket?.max_tokens;
+    const permissive = config([...bookstoreMesh({ permissive: true }), ust(limit)], 'bookstore', 'bookstore');
+    const [route] = vhost(permissive.get(TypeUrl.RouteConfiguration, 'rds-inbound.14001'), 'inbound_virtual-host|bookstore-v1.bookstore.svc.cluster.local').routes;
+    assert.deepEqual([route.match.prefix, routeLimit(route)], ['/', 3]);
+
+    const objects = bookstoreMesh().filter((o) => !(o.kind === 'HTTPRouteGroup' && o.metadata.name === 'bookstore-service-routes'));
+    objects.push(k8s.httpRouteGroup('bookstore', 'bookstore-service-routes', [
+      { name: 'buy-a-book', methods: ['GET'] },
+      { name: 'books-bought', pathRegex: '/books-bought', methods: ['GET'] },
+    ]), ust(limit));
+    const smi = config(objects, 'bookstore', 'bookstore');
+    const routes = vhost(smi.get(TypeUrl.RouteConfiguration, 'rds-inbound.14001'), 'inbound_virtual-host|bookstore-v1.bookstore.svc.cluster.local').routes as Decoded[];
+    const byName = new Map(routes.map((r) => [r.name, r]));
+    assert.equal(routeLimit(byName.get('bookstore/bookstore-service-routes/buy-a-book')), 3, 'the match without pathRegex is the path .*');
+    assert.equal(routeLimit(byName.get('bookstore/bookstore-service-routes/books-bought')), undefined, 'a path regex of its own is not .*');
+  });
+
   it('reports a conflict and impossible limits; a host outside the namespace is an egress host', () => {
     const objects = [
       ...bookstoreMesh(),
