@@ -88,7 +88,7 @@ spec:
 ${ports.map(([portName, port]) => `    - name: ${portName}\n      port: ${port}\n      targetPort: ${port}\n`).join('')}`;
 }
 
-/** Lets `sources` use every path of the HTTP ports (and `tcpPorts`) of the pods of ServiceAccount `ns/sa`. */
+/** Lets `sources` use every path (a match without pathRegex) of the HTTP ports (and `tcpPorts`) of the pods of ServiceAccount `ns/sa`. */
 function allowAll(ns: string, sa: string, sources: [string, string][], tcpPorts: number[] = []): string {
   const rules = [`    - kind: HTTPRouteGroup\n      name: ${sa}-all\n      matches:\n        - all\n`];
   if (tcpPorts.length > 0) rules.push(`    - kind: TCPRoute\n      name: ${sa}-tcp\n`);
@@ -100,7 +100,6 @@ metadata:
 spec:
   matches:
     - name: all
-      pathRegex: ".*"
       methods: ["*"]
 ${tcpPorts.length > 0 ? `---
 apiVersion: specs.smi-spec.io/v1alpha4
@@ -234,10 +233,11 @@ spec:
       service('limits', 'limited', 'limits', '10.96.4.1', [['http', 14001]]),
       service('limits', 'breaker', 'limits', '10.96.4.2', [['http', 14002]]),
       service('limits', 'tcp-limited', 'limits', '10.96.4.3', [['tcp', 14003]]),
+      service('limits', 'route-limited', 'limits', '10.96.4.4', [['http', 14004]]),
       pod({
         ns: 'limits', name: 'limits-0', sa: 'limits', ip: '10.244.4.10', app: 'limits',
-        ports: [['http-a', 14001], ['http-b', 14002], ['tcp', 14003]],
-        command: [process.execPath, SLOW_APP, '300', 'http:14001', 'http:14002', 'tcp:14003'],
+        ports: [['http-a', 14001], ['http-b', 14002], ['tcp', 14003], ['http-c', 14004]],
+        command: [process.execPath, SLOW_APP, '300', 'http:14001', 'http:14002', 'tcp:14003', 'http:14004'],
       }),
       allowAll('limits', 'limits', [['curl', 'curl']], [14003]),
       `apiVersion: policy.openservicemesh.io/v1alpha1
@@ -278,6 +278,21 @@ spec:
       tcp:
         connections: 5
         unit: hour
+---
+# OSM's per-route demo: ".*" names the routes for every path (here the TrafficTarget's match without pathRegex).
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: UpstreamTrafficSetting
+metadata:
+  name: route-limited
+  namespace: limits
+spec:
+  host: route-limited.limits.svc.cluster.local
+  httpRoutes:
+    - path: .*
+      rateLimit:
+        local:
+          requests: 5
+          unit: hour
 `,
     ].join('---\n'),
     // Lab hosts outside the mesh: a web server reached through Egress, and an ingress gateway.
@@ -492,21 +507,24 @@ describe('OSM policies in traffic through the sidecars of a lab', { skip, timeou
     assert.equal(retrySucceeded, 1);
   });
 
-  it('UpstreamTrafficSetting: an HTTP rate limit answers 429 above it, connection limits overflow with 503, a TCP rate limit closes connections above it', async () => {
+  it('UpstreamTrafficSetting: an HTTP rate limit answers 429 above it (per service and per route), connection limits overflow with 503, a TCP rate limit closes connections above it', async () => {
     const before = await stats(CURL);
-    const [limited, breaker, tcp] = await runs(CURL,
+    const [limited, routeLimited, breaker, tcp] = await runs(CURL,
       ['--url', 'http://limited.limits:14001/', '--requests', '30'],
+      ['--url', 'http://route-limited.limits:14004/any/path', '--requests', '15'],
       ['--url', 'http://breaker.limits:14002/', '--requests', '60', '--concurrency', '6'],
       ['--tcp', 'tcp-limited.limits:14003', '--requests', '10']);
     const overflowed = grew(before, await stats(CURL), 'cluster.limits/breaker|14002.upstream_rq_pending_overflow');
     const limitsStats = await stats(LIMITS);
     const httpLimited = sumStats(limitsStats, (n) => n.endsWith('http_local_rate_limit.rate_limited'));
     const tcpLimited = sumStats(limitsStats, (n) => n.startsWith('local_rate_limit.') && n.endsWith('.rate_limited'));
-    console.log(`curl → limited (10 requests an hour): ${JSON.stringify(limited)}; limits-0's sidecar limited ${httpLimited}`);
+    console.log(`curl → limited (10 requests an hour): ${JSON.stringify(limited)}; limits-0's sidecar rate-limited ${httpLimited} HTTP requests (limited and route-limited)`);
+    console.log('curl → route-limited (httpRoutes ".*": 5 requests an hour):', JSON.stringify(routeLimited));
     console.log(`curl → breaker (1 connection, 1 pending request; answers take 300 ms): ${JSON.stringify(breaker)}; curl's sidecar overflowed ${overflowed}`);
     console.log(`curl → tcp-limited (5 connections an hour): ${JSON.stringify(tcp)}; limits-0's sidecar limited ${tcpLimited}`);
     assert.deepEqual({ statuses: limited.statuses, answeredBy: limited.answeredBy, errors: limited.errors }, { statuses: { '200': 10, '429': 20 }, answeredBy: { 'limits-0': 10 }, errors: {} });
-    assert.equal(httpLimited, 20);
+    assert.deepEqual({ statuses: routeLimited.statuses, answeredBy: routeLimited.answeredBy, errors: routeLimited.errors }, { statuses: { '200': 5, '429': 10 }, answeredBy: { 'limits-0': 5 }, errors: {} });
+    assert.equal(httpLimited, 30);
     assert.deepEqual(Object.keys(breaker.statuses).sort(), ['200', '503']);
     assert.equal(breaker.statuses['503'], overflowed);
     assert.deepEqual(breaker.answeredBy, { 'limits-0': breaker.statuses['200'] });
