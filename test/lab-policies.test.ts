@@ -28,7 +28,6 @@ const CURL: LabPodRef = { pod: 'curl', namespace: 'curl' };
 const OTHER: LabPodRef = { pod: 'other', namespace: 'curl' };
 const HTTPBIN_0: LabPodRef = { pod: 'httpbin-0', namespace: 'httpbin' };
 const HTTPBIN_1: LabPodRef = { pod: 'httpbin-1', namespace: 'httpbin' };
-const FLAKY: LabPodRef = { pod: 'flaky-0', namespace: 'flaky' };
 const LIMITS: LabPodRef = { pod: 'limits-0', namespace: 'limits' };
 const EXT_WEB: LabPodRef = { pod: 'ext-web', namespace: 'outside' };
 const INGRESS_GW: LabPodRef = { pod: 'ingress-gw', namespace: 'outside' };
