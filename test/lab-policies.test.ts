@@ -15,7 +15,7 @@ import { after, before, describe, it } from 'node:test';
 import { startLab, type Lab } from '../src/lab/lab.js';
 import type { TrafficSummary } from '../src/lab/traffic.js';
 import { envoyTestSkip } from './helpers/envoy.js';
-import { labEnvoyStats, labTrafficRuns, labTrafficUntil, sumStats, total, TRELLIS, type LabPodRef } from './helpers/lab.js';
+import { labEnvoyAdmin, labEnvoyStats, labTrafficRuns, labTrafficUntil, sumStats, total, TRELLIS, type LabPodRef } from './helpers/lab.js';
 
 const PREFIX = 'tlq';
 const SUBNET = '10.248.0.0/24';
@@ -491,18 +491,35 @@ describe('OSM policies in traffic through the sidecars of a lab', { skip, timeou
     assert.equal(after - before, 140);
   });
 
-  it('Retry: flaky-0 fails its first 3 requests; other (no Retry) sees the 503, curl (Retry 5xx) sees only successes', async () => {
+  it('Retry: flaky-0 fails its first 3 requests; curl\'s Retry applies only once MeshConfig featureFlags.enableRetryPolicy is on, other (no Retry) sees the 503', async () => {
+    // OSM v1.2's default: the feature flag is off, so curl's Retry is not in force yet.
+    const [unretried] = await runs(CURL, ['--url', 'http://flaky.flaky:14001/', '--requests', '1']);
     const [first] = await runs(OTHER, ['--url', 'http://flaky.flaky:14001/', '--requests', '1']);
+    console.log('curl → flaky (Retry, enableRetryPolicy off):', JSON.stringify(unretried));
     console.log('other → flaky (no Retry):', JSON.stringify(first));
-    assert.deepEqual({ statuses: first.statuses, answeredBy: first.answeredBy, errors: first.errors }, { statuses: { '503': 1 }, answeredBy: { 'flaky-0': 1 }, errors: {} });
+    for (const s of [unretried, first]) {
+      assert.deepEqual({ statuses: s.statuses, answeredBy: s.answeredBy, errors: s.errors }, { statuses: { '503': 1 }, answeredBy: { 'flaky-0': 1 }, errors: {} });
+    }
+    const meshConfig = path.join(manifestsDir, 'meshconfig.yaml');
+    await writeFile(meshConfig, `${(await readFile(meshConfig, 'utf8')).trimEnd()}\n  featureFlags:\n    enableRetryPolicy: true\n`);
+    // Wait for the retry policy in curl's sidecar itself (traffic would use up flaky-0's last failure).
+    const admin = labEnvoyAdmin(lab, CURL);
+    const since = Date.now();
+    for (;;) {
+      const dump = await admin.get('/config_dump?resource=dynamic_route_configs');
+      if (/"retry_on": "5xx"/.test(dump.body)) break;
+      if (Date.now() - since > 60_000) assert.fail('curl\'s sidecar has no retry policy 60 s after enableRetryPolicy was turned on');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    console.log(`curl's sidecar has the retry policy ${Date.now() - since} ms after enableRetryPolicy was turned on`);
     const before = await stats(CURL);
     const [s] = await runs(CURL, ['--url', 'http://flaky.flaky:14001/', '--requests', '20']);
     const after = await stats(CURL);
     const retried = grew(before, after, 'cluster.flaky/flaky|14001.upstream_rq_retry');
     const retrySucceeded = grew(before, after, 'cluster.flaky/flaky|14001.upstream_rq_retry_success');
-    console.log(`curl → flaky (Retry): ${JSON.stringify(s)}; curl's sidecar retried ${retried} times, ${retrySucceeded} retry succeeded`);
+    console.log(`curl → flaky (Retry in force): ${JSON.stringify(s)}; curl's sidecar retried ${retried} times, ${retrySucceeded} retry succeeded`);
     assert.deepEqual({ statuses: s.statuses, answeredBy: s.answeredBy, errors: s.errors }, { statuses: { '200': 20 }, answeredBy: { 'flaky-0': 20 }, errors: {} });
-    assert.equal(retried, 2);
+    assert.equal(retried, 1);
     assert.equal(retrySucceeded, 1);
   });
 
