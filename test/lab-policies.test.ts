@@ -15,7 +15,8 @@ import { after, before, describe, it } from 'node:test';
 import { startLab, type Lab } from '../src/lab/lab.js';
 import type { TrafficSummary } from '../src/lab/traffic.js';
 import { envoyTestSkip } from './helpers/envoy.js';
-import { labEnvoyAdmin, labEnvoyStats, labTrafficRuns, labTrafficUntil, sumStats, total, TRELLIS, type LabPodRef } from './helpers/lab.js';
+import { labEnvoyAdmin, labEnvoyStats, labTrafficRuns, sumStats, total, TRELLIS, type LabPodRef } from './helpers/lab.js';
+import { eventually } from './helpers/wait.js';
 
 const PREFIX = 'tlq';
 const SUBNET = '10.248.0.0/24';
@@ -127,6 +128,25 @@ spec:
   sources:
 ${sources.map(([sns, sname]) => `    - kind: ServiceAccount\n      name: ${sname}\n      namespace: ${sns}\n`).join('')}  rules:
 ${rules}`;
+}
+
+/** An Egress of curl/curl in namespace curl: `destination` is its hosts or ipAddresses (YAML under spec), then one port. */
+function egress(name: string, destination: string, port: number, protocol: string, more = ''): string {
+  return `apiVersion: policy.openservicemesh.io/v1alpha1
+kind: Egress
+metadata:
+  name: ${name}
+  namespace: curl
+spec:
+  sources:
+    - kind: ServiceAccount
+      name: curl
+      namespace: curl
+  ${destination}
+  ports:
+    - number: ${port}
+      protocol: ${protocol}
+${more ? `  ${more}` : ''}`;
 }
 
 function labApp(p: { name: string; ns: string; sa: string }, ...args: string[]): string[] {
@@ -301,7 +321,8 @@ spec:
       service('outside', 'ingress-gw', 'ingress-gw', 'None', [['http', 80]]),
       pod({ ns: 'outside', name: 'ingress-gw', sa: 'default', ip: '10.244.9.11', app: 'ingress-gw' }),
     ].join('---\n'),
-    'egress.yaml': `apiVersion: specs.smi-spec.io/v1alpha4
+    'egress.yaml': [
+      `apiVersion: specs.smi-spec.io/v1alpha4
 kind: HTTPRouteGroup
 metadata:
   name: ext-web-get
@@ -310,43 +331,10 @@ spec:
   matches:
     - name: get
       pathRegex: /get
----
-apiVersion: policy.openservicemesh.io/v1alpha1
-kind: Egress
-metadata:
-  name: ext-web-http
-  namespace: curl
-spec:
-  sources:
-    - kind: ServiceAccount
-      name: curl
-      namespace: curl
-  hosts:
-    - ext-web.outside
-  ports:
-    - number: 14080
-      protocol: http
-  matches:
-    - apiGroup: specs.smi-spec.io/v1alpha4
-      kind: HTTPRouteGroup
-      name: ext-web-get
----
-apiVersion: policy.openservicemesh.io/v1alpha1
-kind: Egress
-metadata:
-  name: ext-web-tcp
-  namespace: curl
-spec:
-  sources:
-    - kind: ServiceAccount
-      name: curl
-      namespace: curl
-  ipAddresses:
-    - ${IP.extWeb}/32
-  ports:
-    - number: 14090
-      protocol: tcp
 `,
+      egress('ext-web-http', 'hosts:\n    - ext-web.outside', 14080, 'http', 'matches:\n    - apiGroup: specs.smi-spec.io/v1alpha4\n      kind: HTTPRouteGroup\n      name: ext-web-get\n'),
+      egress('ext-web-tcp', `ipAddresses:\n    - ${IP.extWeb}/32`, 14090, 'tcp'),
+    ].join('---\n'),
   };
 }
 
@@ -505,12 +493,8 @@ describe('OSM policies in traffic through the sidecars of a lab', { skip, timeou
     // Wait for the retry policy in curl's sidecar itself (traffic would use up flaky-0's last failure).
     const admin = labEnvoyAdmin(lab, CURL);
     const since = Date.now();
-    for (;;) {
-      const dump = await admin.get('/config_dump?resource=dynamic_route_configs');
-      if (/"retry_on": "5xx"/.test(dump.body)) break;
-      if (Date.now() - since > 60_000) assert.fail('curl\'s sidecar has no retry policy 60 s after enableRetryPolicy was turned on');
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    await eventually(async () => /"retry_on": "5xx"/.test((await admin.get('/config_dump?resource=dynamic_route_configs')).body),
+      'the retry policy in curl\'s sidecar after enableRetryPolicy was turned on', 60_000, 100);
     console.log(`curl's sidecar has the retry policy ${Date.now() - since} ms after enableRetryPolicy was turned on`);
     const before = await stats(CURL);
     const [s] = await runs(CURL, ['--url', 'http://flaky.flaky:14001/', '--requests', '20']);
@@ -572,9 +556,14 @@ describe('OSM policies in traffic through the sidecars of a lab', { skip, timeou
 
     const meshConfig = path.join(manifestsDir, 'meshconfig.yaml');
     await writeFile(meshConfig, (await readFile(meshConfig, 'utf8')).replace('enableEgress: false', 'enableEgress: true'));
-    const open = await labTrafficUntil(lab, OTHER, ['--url', 'http://ext-web.outside:14080/get', '--requests', '10'], (s) => s.statuses['200'] === 10, 'other passing through with enableEgress');
-    console.log(`other → ext-web.outside:14080/get with enableEgress (after ${open.afterMs} ms):`, JSON.stringify(open.summary));
-    assert.deepEqual(open.summary.answeredBy, { 'ext-web': 10 });
+    let open: TrafficSummary | undefined;
+    const since = Date.now();
+    await eventually(async () => {
+      [open] = await runs(OTHER, ['--url', 'http://ext-web.outside:14080/get', '--requests', '10']);
+      return open.statuses['200'] === 10;
+    }, 'other passing through with enableEgress', 60_000, 0);
+    console.log(`other → ext-web.outside:14080/get with enableEgress (after ${Date.now() - since} ms):`, JSON.stringify(open));
+    assert.deepEqual(open?.answeredBy, { 'ext-web': 10 });
     for (const from of [OTHER, CURL]) {
       // Egress policies no longer apply (OSM v1.2): curl's /post passes too.
       const [http, tcpPass] = await runs(from, ['--url', 'http://ext-web.outside:14080/post', '--requests', '20'], ['--tcp', 'ext-web.outside:14090', '--requests', '10']);
