@@ -512,7 +512,7 @@ describe('OSM policies in traffic through the sidecars of a lab', { skip, timeou
     const [limited, routeLimited, breaker, tcp] = await runs(CURL,
       ['--url', 'http://limited.limits:14001/', '--requests', '30'],
       ['--url', 'http://route-limited.limits:14004/any/path', '--requests', '15'],
-      ['--url', 'http://breaker.limits:14002/', '--requests', '60', '--concurrency', '6'],
+      ['--url', 'http://breaker.limits:14002/', '--requests', '60', '--concurrency', '12'],
       ['--tcp', 'tcp-limited.limits:14003', '--requests', '10']);
     const overflowed = grew(before, await stats(CURL), 'cluster.limits/breaker|14002.upstream_rq_pending_overflow');
     const limitsStats = await stats(LIMITS);
