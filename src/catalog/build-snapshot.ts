@@ -89,10 +89,15 @@ export function portProtocol(port: Pick<ServicePort, 'name' | 'appProtocol'>): A
 
 const TLS_VERSIONS: readonly TlsVersion[] = ['TLS_AUTO', 'TLSv1_0', 'TLSv1_1', 'TLSv1_2', 'TLSv1_3'];
 
-/** OSM's defaults when there is no MeshConfig (permissive mode on, egress off, 24 h certificates, TLS 1.2–1.3). */
+/**
+ * OSM's defaults when there is no MeshConfig (permissive mode on, egress off, Retry policies off
+ * and Egress policies on as OSM v1.2's chart sets the feature flags, 24 h certificates, TLS 1.2–1.3).
+ */
 const DEFAULT_SETTINGS: MeshSettings = {
   permissiveTrafficPolicyMode: true,
   enableEgress: false,
+  enableRetryPolicy: false,
+  enableEgressPolicy: true,
   serviceCertValiditySeconds: DEFAULT_SERVICE_CERT_VALIDITY_SECONDS,
   tlsMinProtocolVersion: 'TLSv1_2',
   tlsMaxProtocolVersion: 'TLSv1_3',
@@ -195,6 +200,8 @@ function settingsOf(config: MeshConfig, problems: PolicyProblem[]): MeshSettings
   return {
     permissiveTrafficPolicyMode: config.spec?.traffic?.enablePermissiveTrafficPolicyMode ?? false,
     enableEgress: config.spec?.traffic?.enableEgress ?? false,
+    enableRetryPolicy: config.spec?.featureFlags?.enableRetryPolicy ?? DEFAULT_SETTINGS.enableRetryPolicy,
+    enableEgressPolicy: config.spec?.featureFlags?.enableEgressPolicy ?? DEFAULT_SETTINGS.enableEgressPolicy,
     serviceCertValiditySeconds: validity,
     tlsMinProtocolVersion: tlsMin,
     tlsMaxProtocolVersion: tlsMax,
@@ -202,6 +209,26 @@ function settingsOf(config: MeshConfig, problems: PolicyProblem[]): MeshSettings
     ecdhCurves: tlsNames('ecdhCurves', sidecar?.ecdhCurves, checkEcdhCurves, "Envoy's default curves are used"),
     configResyncIntervalSeconds: resync,
   };
+}
+
+/**
+ * The policies of a kind a MeshConfig feature flag turns on (OSM v1.2 `featureFlags`): all of
+ * them when `enabled`, else none, each reported (field `metadata`, `… is off: it is not in force`)
+ * so that a policy the mesh ignores is never silent.
+ */
+function featureGated<T extends { readonly name: string }>(
+  policies: T[],
+  kind: string,
+  enabled: boolean,
+  flag: 'enableRetryPolicy' | 'enableEgressPolicy',
+  problems: PolicyProblem[],
+): T[] {
+  if (enabled) return policies;
+  for (const p of policies) {
+    const [namespace, name] = p.name.split('/');
+    problems.push({ kind, namespace, name, field: 'metadata', message: `MeshConfig spec.featureFlags.${flag} is off: it is not in force` });
+  }
+  return [];
 }
 
 /**
@@ -530,7 +557,13 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
     return result.policies;
   }
   const trafficSplits = kept(keepLastGood('TrafficSplit', resolveTrafficSplits(store, namespaces, serviceNames, problems), options.previous?.trafficSplits, previousPartial, names('TrafficSplit'), none, problems));
-  const retryPolicies = kept(keepLastGood('Retry', resolveRetryPolicies(store, namespaces, problems), options.previous?.retryPolicies, previousPartial, names('Retry'), none, problems));
+  const retryPolicies = featureGated(
+    kept(keepLastGood('Retry', resolveRetryPolicies(store, namespaces, problems), options.previous?.retryPolicies, previousPartial, names('Retry'), none, problems)),
+    'Retry',
+    settings.enableRetryPolicy,
+    'enableRetryPolicy',
+    problems,
+  );
   const upstreamTrafficSettings = kept(keepLastGood(
     'UpstreamTrafficSetting',
     resolveUpstreamTrafficSettings(store, namespaces, serviceNames, problems),
@@ -551,7 +584,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
     });
   }
   const ingressBackends = resolveIngressBackends(store, namespaces, services, problems);
-  const egressPolicies = resolveEgressPolicies(store, namespaces, problems);
+  const egressPolicies = featureGated(resolveEgressPolicies(store, namespaces, problems), 'Egress', settings.enableEgressPolicy, 'enableEgressPolicy', problems);
 
   // Parts equal to the previous snapshot's are the previous objects: generators key what they
   // share between proxies and snapshots by these objects (src/envoy/shared-resources.ts).

@@ -77,6 +77,10 @@ export interface TrafficSplitPolicy {
 export interface MeshSettings {
   readonly permissiveTrafficPolicyMode: boolean;
   readonly enableEgress: boolean;
+  /** MeshConfig `spec.featureFlags.enableRetryPolicy` (OSM v1.2: false unless set): Retry policies apply only when true. */
+  readonly enableRetryPolicy: boolean;
+  /** MeshConfig `spec.featureFlags.enableEgressPolicy` (OSM v1.2 chart: true unless set false): Egress policies apply only when true. */
+  readonly enableEgressPolicy: boolean;
   /** Validity of service certificates, in seconds. */
   readonly serviceCertValiditySeconds: number;
   /** TLS versions of the sidecars' mTLS (`TLSv1_2`, …; MeshConfig `sidecar.tlsMinProtocolVersion`/`tlsMaxProtocolVersion`). */

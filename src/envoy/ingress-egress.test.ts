@@ -310,6 +310,20 @@ function egressMesh(...extra: KubeObject[]): KubeObject[] {
 }
 
 describe('egress (OSM Egress policies)', () => {
+  it('applies no Egress policy, and reports each, when MeshConfig featureFlags.enableEgressPolicy is false (OSM v1.2; unset is true, its chart default)', () => {
+    const egress = k8s.egress('bookbuyer', 'httpbin-80', { sources: [CURL], hosts: ['httpbin.org'], ports: [{ number: 80, protocol: 'http' }] });
+    const off = egressMesh(egress).map((o) => (o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), featureFlags: { enableEgressPolicy: false } } } : o));
+    const { snapshot, problems } = buildMeshSnapshot(memoryStore(off), { meshName: 'osm', generation: 1 });
+    assert.deepEqual(snapshot.egressPolicies, []);
+    assert.deepEqual(problems.map((p) => `${p.kind} ${p.namespace}/${p.name} ${p.field}: ${p.message}`), [
+      'Egress bookbuyer/httpbin-80 metadata: MeshConfig spec.featureFlags.enableEgressPolicy is off: it is not in force',
+    ]);
+    const listeners = generateProxyResources(snapshot, proxyOf('bookbuyer', 'bookbuyer'), CERTS).get(TypeUrl.Listener) ?? [];
+    const chains = listeners.flatMap((l) => (l.resource as { filter_chains?: { name?: string }[] }).filter_chains ?? []);
+    assert.deepEqual(chains.map((c) => c.name).filter((n) => n?.startsWith('egress')), []);
+    assert.equal(buildMeshSnapshot(memoryStore(egressMesh(egress)), { meshName: 'osm', generation: 1 }).snapshot.egressPolicies.length, 1, 'unset: on');
+  });
+
   it('http: a chain on the port, rds-egress by host, a LOGICAL_DNS cluster per host:port', () => {
     const cfg = configFor(egressMesh(k8s.egress('bookbuyer', 'httpbin-80', { sources: [CURL], hosts: ['httpbin.org'], ports: [{ number: 80, protocol: 'http' }] })), 'bookbuyer', 'bookbuyer');
     const c = chain(listener(cfg, 'outbound-listener'), 'egress-http.80');

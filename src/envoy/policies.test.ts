@@ -130,9 +130,14 @@ describe('services with several ports', () => {
   });
 });
 
+/** The bookstore mesh with MeshConfig `featureFlags` set (OSM v1.2 gates Retry and Egress policies on them). */
+function withFeatureFlags(objects: KubeObject[], featureFlags: Record<string, boolean>): KubeObject[] {
+  return objects.map((o) => (o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), featureFlags } } : o));
+}
+
 describe('Retry', () => {
   it('puts the retry policy on the outbound route from the source to the destination only', () => {
-    const objects = [...bookstoreMesh(), RETRY];
+    const objects = [...withFeatureFlags(bookstoreMesh(), { enableRetryPolicy: true }), RETRY];
     const c = config(objects, 'bookbuyer', 'bookbuyer');
     const rds = c.get(TypeUrl.RouteConfiguration, 'rds-outbound.14001');
     const retry = vhost(rds, 'outbound_virtual-host|bookstore.bookstore.svc.cluster.local').routes[0].route.retry_policy;
@@ -148,12 +153,24 @@ describe('Retry', () => {
       ...(RETRY.spec as object),
       retryPolicy: { retryOn: '5xx', perTryTimeout: 'soon', numRetries: -1, retryBackoffBaseInterval: '1s' },
     });
-    const { snapshot, problems } = build([...bookstoreMesh(), bad]);
+    const { snapshot, problems } = build([...withFeatureFlags(bookstoreMesh(), { enableRetryPolicy: true }), bad]);
     assert.deepEqual(
       problems.map((p: PolicyProblem) => `${p.kind} ${p.namespace}/${p.name} ${p.field}`),
       ['Retry bookbuyer/bad spec.retryPolicy.numRetries', 'Retry bookbuyer/bad spec.retryPolicy.perTryTimeout'],
     );
     assert.deepEqual(snapshot.retryPolicies, []);
+  });
+
+  it('is not in force, and is reported, unless MeshConfig featureFlags.enableRetryPolicy is true (OSM v1.2\'s default is false)', () => {
+    for (const objects of [bookstoreMesh(), withFeatureFlags(bookstoreMesh(), { enableRetryPolicy: false })]) {
+      const { snapshot, problems } = build([...objects, RETRY]);
+      assert.deepEqual(snapshot.retryPolicies, []);
+      assert.deepEqual(problems.map((p: PolicyProblem) => `${p.kind} ${p.namespace}/${p.name} ${p.field}: ${p.message}`), [
+        'Retry bookbuyer/retry metadata: MeshConfig spec.featureFlags.enableRetryPolicy is off: it is not in force',
+      ]);
+      const rds = config([...objects, RETRY], 'bookbuyer', 'bookbuyer', true).get(TypeUrl.RouteConfiguration, 'rds-outbound.14001');
+      assert.equal(vhost(rds, 'outbound_virtual-host|bookstore.bookstore.svc.cluster.local').routes[0].route.retry_policy, undefined);
+    }
   });
 });
 
@@ -227,6 +244,25 @@ describe('UpstreamTrafficSetting', () => {
     assert.deepEqual([routeLimit.token_bucket.max_tokens, routeLimit.token_bucket.fill_interval.seconds], [1, '3600']);
     const plain = vh.routes.find((r: Decoded) => r.name === 'bookstore/bookstore-service-routes/buy-a-book');
     assert.equal(plain.typed_per_filter_config['envoy.filters.http.local_ratelimit'], undefined);
+  });
+
+  it('an httpRoutes path ".*" limits the routes for every path: permissive mode\'s and an HTTPRouteGroup match without pathRegex (OSM v1.2 RegexMatchAll)', () => {
+    const limit = { httpRoutes: [{ path: '.*', rateLimit: { local: { requests: 3, unit: 'minute' } } }] };
+    const routeLimit = (r: Decoded | undefined) => r?.typed_per_filter_config?.['envoy.filters.http.local_ratelimit']?.token_bucket?.max_tokens;
+    const permissive = config([...bookstoreMesh({ permissive: true }), ust(limit)], 'bookstore', 'bookstore');
+    const [route] = vhost(permissive.get(TypeUrl.RouteConfiguration, 'rds-inbound.14001'), 'inbound_virtual-host|bookstore-v1.bookstore.svc.cluster.local').routes;
+    assert.deepEqual([route.match.prefix, routeLimit(route)], ['/', 3]);
+
+    const objects = bookstoreMesh().filter((o) => !(o.kind === 'HTTPRouteGroup' && o.metadata.name === 'bookstore-service-routes'));
+    objects.push(k8s.httpRouteGroup('bookstore', 'bookstore-service-routes', [
+      { name: 'buy-a-book', methods: ['GET'] },
+      { name: 'books-bought', pathRegex: '/books-bought', methods: ['GET'] },
+    ]), ust(limit));
+    const smi = config(objects, 'bookstore', 'bookstore');
+    const routes = vhost(smi.get(TypeUrl.RouteConfiguration, 'rds-inbound.14001'), 'inbound_virtual-host|bookstore-v1.bookstore.svc.cluster.local').routes as Decoded[];
+    const byName = new Map(routes.map((r) => [r.name, r]));
+    assert.equal(routeLimit(byName.get('bookstore/bookstore-service-routes/buy-a-book')), 3, 'the match without pathRegex is the path .*');
+    assert.equal(routeLimit(byName.get('bookstore/bookstore-service-routes/books-bought')), undefined, 'a path regex of its own is not .*');
   });
 
   it('reports a conflict and impossible limits; a host outside the namespace is an egress host', () => {

@@ -214,6 +214,8 @@ export interface MeshConfig extends KubeObject {
       configResyncInterval?: string;
     };
     observability?: { enableDebugServer?: boolean };
+    /** OSM v1.2 feature flags; Trellis reads the two that decide whether Retry and Egress policies apply. */
+    featureFlags?: { enableRetryPolicy?: boolean; enableEgressPolicy?: boolean };
   };
 }
 

@@ -113,7 +113,7 @@ function meshDocuments(port: number, weights: [number, number]): Map<string, Doc
           apiVersion: 'config.openservicemesh.io/v1alpha2',
           kind: 'MeshConfig',
           metadata: { name: 'osm-mesh-config', namespace: 'osm-system' },
-          spec: { traffic: { enablePermissiveTrafficPolicyMode: false, enableEgress: false } },
+          spec: { traffic: { enablePermissiveTrafficPolicyMode: false, enableEgress: false }, featureFlags: { enableRetryPolicy: true } },
         },
         sa('client', 'greeter'),
         sa('client', 'stranger'),

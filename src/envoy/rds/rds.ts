@@ -144,24 +144,33 @@ function outboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy, clien
 interface InboundRule {
   match: Route['match'];
   name: string;
+  /** The route's path as OSM v1.2 writes it (the match's `pathRegex`, `.*` for every path): what UpstreamTrafficSetting `httpRoutes[].path` names. */
+  path: string;
   sources: ServiceIdentity[];
 }
+
+/**
+ * OSM v1.2's path regex of a route that matches every path (`constants.RegexMatchAll`): the
+ * path of permissive mode's route and of an HTTPRouteGroup match without `pathRegex`, which an
+ * UpstreamTrafficSetting `httpRoutes[].path` of `.*` names (OSM's per-route rate limit demo).
+ */
+const MATCH_ALL_PATH = '.*';
 
 /** The allowed (match, sources) pairs for requests to `svc` on a proxy of `identity` in SMI mode. */
 function inboundRules(snapshot: MeshSnapshot, identity: ServiceIdentity, svc: MeshService): InboundRule[] {
   const rules = new Map<string, InboundRule>();
-  const add = (name: string, match: Route['match'], sources: readonly ServiceIdentity[]): void => {
+  const add = (name: string, match: Route['match'], path: string, sources: readonly ServiceIdentity[]): void => {
     const key = JSON.stringify(match);
-    const rule = rules.get(key) ?? { match, name, sources: [] };
+    const rule = rules.get(key) ?? { match, name, path, sources: [] };
     rule.sources.push(...sources);
     rules.set(key, rule);
   };
   for (const tt of inboundTrafficTargets(snapshot, identity)) {
     if (!targetCoversPort(tt, svc)) continue;
-    for (const m of tt.httpMatches) add(m.name, routeMatch(m), tt.sources);
+    for (const m of tt.httpMatches) add(m.name, routeMatch(m), m.pathRegex ?? MATCH_ALL_PATH, tt.sources);
     // A TCPRoute that covers an HTTP port allows every request on it.
     if (tt.tcpPorts === 'any' || (tt.tcpPorts && (tt.tcpPorts.includes(svc.port) || tt.tcpPorts.includes(svc.targetPort)))) {
-      add(`${tt.name}/tcp`, { prefix: '/' }, tt.sources);
+      add(`${tt.name}/tcp`, { prefix: '/' }, MATCH_ALL_PATH, tt.sources);
     }
   }
   return [...rules.values()];
@@ -190,28 +199,33 @@ export function generateInboundRouteConfigurations(snapshot: MeshSnapshot, proxy
     );
     if (domains.length === 0) continue;
     const cluster = localClusterName(svc);
-    const routes: Route[] = permissive
-      ? [{ name: `inbound_route|${serviceFqdn(svc)}`, match: { prefix: '/' }, route: { cluster } }]
+    // Each route with its OSM path, which UpstreamTrafficSetting httpRoutes are matched against.
+    const routes: { route: Route; path: string }[] = permissive
+      ? [{ route: { name: `inbound_route|${serviceFqdn(svc)}`, match: { prefix: '/' }, route: { cluster } }, path: MATCH_ALL_PATH }]
       : inboundRules(snapshot, proxy.identity, svc).map((rule) => ({
-          name: rule.name,
-          match: rule.match,
-          route: { cluster },
-          typed_per_filter_config: {
-            [HTTP_RBAC_FILTER]: typedConfig(ExtensionType.HttpRbacPerRoute, {
-              rbac: {
-                rules: {
-                  action: 'ALLOW',
-                  policies: { [rule.name]: { permissions: [{ any: true }], principals: identityPrincipals(rule.sources) } },
+          path: rule.path,
+          route: {
+            name: rule.name,
+            match: rule.match,
+            route: { cluster },
+            typed_per_filter_config: {
+              [HTTP_RBAC_FILTER]: typedConfig(ExtensionType.HttpRbacPerRoute, {
+                rbac: {
+                  rules: {
+                    action: 'ALLOW',
+                    policies: { [rule.name]: { permissions: [{ any: true }], principals: identityPrincipals(rule.sources) } },
+                  },
                 },
-              },
-            }),
+              }),
+            },
           },
         }));
     const setting = upstreamTrafficSettingFor(snapshot, svc);
     const statPrefix = `inbound_${localClusterName(svc)}`;
-    for (const route of routes) {
-      // A route whose path regex is exactly an httpRoutes path gets that route's own limit.
-      const perRoute = setting?.httpRoutes.find((r) => r.path === route.match?.safe_regex?.regex);
+    for (const { route, path } of routes) {
+      // A route whose OSM path is exactly an httpRoutes path gets that route's own limit
+      // (OSM v1.2 `NewRouteWeightedCluster`): `.*` names the routes for every path.
+      const perRoute = setting?.httpRoutes.find((r) => r.path === path);
       if (perRoute) {
         route.typed_per_filter_config = {
           ...route.typed_per_filter_config,
@@ -223,7 +237,7 @@ export function generateInboundRouteConfigurations(snapshot: MeshSnapshot, proxy
     hosts.push({
       name: `inbound_virtual-host|${serviceFqdn(svc)}`,
       domains,
-      routes,
+      routes: routes.map((r) => r.route),
       ...(setting?.httpRateLimit
         ? { typed_per_filter_config: { [HTTP_LOCAL_RATE_LIMIT_FILTER]: httpLocalRateLimitConfig(statPrefix, setting.httpRateLimit) } }
         : {}),
