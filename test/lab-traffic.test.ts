@@ -6,24 +6,30 @@
  * without them, failing under CI=true.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { findEnvoyBinary, startLab, type Lab } from '../src/lab/lab.js';
+import { EnvoyAdmin, findEnvoy } from '../src/lab/envoy.js';
+import { startLab, type Lab } from '../src/lab/lab.js';
+import { inNetns } from '../src/lab/network.js';
 import { describeMissing, missingLabPrerequisites } from '../src/lab/prerequisites.js';
 import type { TrafficSummary } from '../src/lab/traffic.js';
+import { eventually } from './helpers/wait.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const TRELLIS = path.join(REPO, 'bin', 'trellis.js');
+/** `trellis lab app|traffic` without the rest of the CLI (starts faster; same commands). */
+const TRELLIS = path.join(REPO, 'bin', 'trellis-lab-tools.js');
 const PREFIX = 'tlp';
 const SUBNET = '10.253.0.0/24';
 
 function missing(): string | undefined {
   const lacking = missingLabPrerequisites();
   if (lacking.length > 0) return describeMissing(lacking);
-  if (!findEnvoyBinary()) return 'no Envoy binary (set TRELLIS_ENVOY or install .cache/envoy-venv)';
+  if (!findEnvoy()) return 'no Envoy binary (set TRELLIS_ENVOY or install .cache/envoy-venv)';
   return undefined;
 }
 const lacking = missing();
@@ -274,6 +280,42 @@ describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 6
     const s = await traffic(BOOKBUYER, [...args.slice(0, 2), '--requests', '500', '--concurrency', '4', ...BOOKBUYER_HEADERS]);
     console.log(`pod removed (bookbuyer's sidecar ACKed ${ackedMs} ms after the file was written):`, JSON.stringify(s));
     assert.deepEqual({ statuses: s.statuses, answeredBy: s.answeredBy, errors: s.errors }, { statuses: { '200': 500 }, answeredBy: { [BOOKSTORE_V1]: 500 }, errors: {} });
+  });
+
+  it("keeps serving while the controller is dead (steady traffic across a SIGKILL of the lab's controller; last: the lab has no controller after it)", async () => {
+    const state = lab.state();
+    const buyer = state.pods.find((p) => p.name === BOOKBUYER.pod && p.namespace === BOOKBUYER.namespace);
+    assert.ok(buyer?.adminSocket && state.controllerPid, 'the lab state names bookbuyer\'s admin socket and the controller');
+    const admin = new EnvoyAdmin(buyer.adminSocket);
+    // Requests bookbuyer's sidecar sent to bookstore's clusters, as Envoy counts them.
+    const sent = async () => {
+      let n = 0;
+      for (const [name, value] of await admin.stats()) if (/^cluster\.bookstore\/bookstore(-v[12])?\|14001\.upstream_rq_total$/.test(name)) n += value;
+      return n;
+    };
+    const argv = inNetns(buyer.netns, [process.execPath, TRELLIS, 'lab', 'traffic', '--url', BOOKS_BOUGHT, '--until-signal', '--interval-ms', '5', ...BOOKBUYER_HEADERS]);
+    const client = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    client.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    const exited = once(client, 'exit');
+    try {
+      const start = await sent();
+      await eventually(async () => (await sent()) >= start + 100, '100 requests before the fault', 60_000, 50);
+      process.kill(state.controllerPid, 'SIGKILL');
+      await eventually(() => fetch(`http://${lab.controllerHttp}/healthz`).then(() => false, () => true), 'the controller gone', 30_000, 50);
+      const killed = await sent();
+      await eventually(async () => (await sent()) >= killed + 300, '300 requests with the controller dead', 60_000, 50);
+    } finally {
+      client.kill('SIGTERM');
+    }
+    await exited;
+    const s = JSON.parse(stdout) as TrafficSummary;
+    console.log('steady traffic across the controller\'s SIGKILL:', JSON.stringify(s));
+    assert.ok(s.requests >= 400, `${s.requests} requests`);
+    assert.deepEqual(s.statuses, { '200': s.requests });
+    assert.deepEqual(s.errors, {});
+    assert.equal(sum(s.answeredBy), s.requests);
+    assert.ok(Object.keys(s.answeredBy).every((pod) => [BOOKSTORE_V1, BOOKSTORE_V2].includes(pod)), JSON.stringify(s.answeredBy));
   });
 });
 
