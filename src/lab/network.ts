@@ -333,6 +333,9 @@ async function deleteLink(link: string): Promise<boolean> {
     await ip('link', 'del', link);
     return true;
   } catch (err) {
+    // A veth end whose netns was just deleted goes away late (the kernel's netns clean-up runs
+    // asynchronously): it may still be listed while `ip link del` finds no such device.
+    if (/Cannot find device/.test(err instanceof Error ? err.message : String(err))) return false;
     if ((await hostLinks()).includes(link)) throw err;
     return false;
   }
