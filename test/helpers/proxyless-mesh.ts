@@ -310,7 +310,7 @@ export interface SplitScenarioClient {
 
 /**
  * What every proxyless client must do on a mesh started with the split 75/25: split RPCs by the
- * TrafficSplit, follow a new split within 2 s of the file change, and stop using a removed
+ * TrafficSplit, follow a new split after the file changes, and stop using a removed
  * endpoint.
  * @returns the outcome of 1000 RPCs after v1-b's endpoint was removed.
  */
@@ -325,12 +325,11 @@ export async function assertSplitScenario(mesh: ProxylessMesh, client: SplitScen
   assert.ok((initial.counts['v1-a'] ?? 0) > 0 && (initial.counts['v1-b'] ?? 0) > 0, 'both hello-v1 endpoints used');
   await client.afterInitialSplit?.();
 
-  // New weights: they hold (over a window of 200 RPCs) within 2 s of the file change.
+  // New weights: they hold over a window of 200 RPCs (how soon is the benchmark's split_change, not a test's).
   const changedAt = Date.now();
   await mesh.writeSplit(20, 80);
   const seen = await pollUntil(() => client.run(200), (o) => Object.keys(o.errors).length === 0 && within(sharePercent(o.counts, 'hello-v1'), 20), 5000, 'the 20/80 split');
   t.diagnostic(`new split held ${seen.at - changedAt} ms after the file changed`);
-  assert.ok(seen.at - changedAt <= 2000, `new split held ${seen.at - changedAt} ms after the change (want ≤ 2000)`);
   const after = await client.run(1000);
   assert.deepEqual(after.errors, {});
   const v1After = sharePercent(after.counts, 'hello-v1');
