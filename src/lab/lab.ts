@@ -10,7 +10,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { createWriteStream, existsSync, readdirSync } from 'node:fs';
+import { createWriteStream } from 'node:fs';
 import { chmod, chown, copyFile, mkdir, readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
@@ -22,6 +22,7 @@ import {
   addOnLinkRoutes, createLabNetwork, createPodNetwork, deletePodNetwork, inNetns, labSubnetAddress, removeLabNetwork,
   removeOnLinkRoutes, runCommand, writePodHosts, checkLabPrefix, type LabNetwork, type PodNetwork,
 } from './network.js';
+import { findEnvoy, startEnvoy, type EnvoyProcess } from './envoy.js';
 import { describeMissing, missingLabPrerequisites } from './prerequisites.js';
 import {
   defaultLabStateDir, processAlive, processCommandLine, readLabState, writeLabState, type LabPodState, type LabState,
@@ -188,7 +189,7 @@ async function waitForController(address: string, proc: LabProcess, logFile: str
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (exitCode !== undefined) throw new Error(`the controller exited (${exitCode}) before it was ready: see ${logFile}`);
-    const answer = await httpGet({ address }, '/readyz').catch(() => undefined);
+    const answer = await httpGet(address, '/readyz').catch(() => undefined);
     if (answer?.status === 200) return;
     if (Date.now() > deadline) throw new Error(`the controller at ${address} was not ready after ${timeoutMs} ms: see ${logFile}`);
     await sleep(100);
@@ -205,7 +206,7 @@ interface RunningPod {
   network?: PodNetwork;
   proxyUuid?: string;
   adminSocket?: string;
-  envoy?: LabProcess;
+  envoy?: EnvoyProcess;
   app?: LabProcess;
   appArgv?: readonly string[];
   routes: Set<string>;
@@ -263,7 +264,7 @@ export async function startLab(options: LabOptions): Promise<Lab> {
   await runCommand(['setpriv', `--reuid=${PROXY_UID}`, `--regid=${PROXY_UID}`, '--clear-groups', 'test', '-x', stateDir]).catch(() => {
     throw new Error(`uid ${PROXY_UID} (Envoy's) cannot reach the state dir ${stateDir} (a parent directory is not world-searchable): pick a --state-dir it can reach, such as the default /run/trellis-lab/${prefix}`);
   });
-  const envoyPath = await usableEnvoy(options.envoyPath ?? findEnvoyBinary(), stateDir);
+  const envoyPath = await usableEnvoy(options.envoyPath ?? findEnvoy(), stateDir);
   // What a crashed lab of this prefix left behind goes first.
   const leftovers = await cleanUpLab(prefix, stateDir, { keepStateDir: true });
   if (leftovers.length > 0) logger.warn({ removed: leftovers }, 'removed what an earlier lab with this prefix left');
@@ -279,18 +280,6 @@ export async function startLab(options: LabOptions): Promise<Lab> {
     throw err;
   }
   return supervisor.api();
-}
-
-/** Interim `findEnvoy` (src/lab/envoy.ts's replaces it): `$TRELLIS_ENVOY`, else the repository's `.cache/envoy-venv` Envoy. */
-export function findEnvoyBinary(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  if (env.TRELLIS_ENVOY) return env.TRELLIS_ENVOY;
-  const lib = path.join(REPO_ROOT, '.cache/envoy-venv/lib');
-  if (!existsSync(lib)) return undefined;
-  for (const python of readdirSync(lib).filter((d) => d.startsWith('python')).sort().reverse()) {
-    const candidate = path.join(lib, python, 'site-packages/envoy/_bin/envoy');
-    if (existsSync(candidate)) return candidate;
-  }
-  return undefined;
 }
 
 interface SupervisorOptions extends LabOptions {
@@ -452,7 +441,14 @@ class Supervisor {
           adminSocketPath: running.adminSocket,
         });
         await chownTree(running.dir, PROXY_UID);
-        running.envoy = await this.startEnvoy(pod.netns, boot.files.bootstrap, running.adminSocket, path.join(running.dir, 'envoy.log'));
+        running.envoy = await startEnvoy({
+          envoyPath: this.options.envoyPath,
+          netns: pod.netns,
+          bootstrapPath: boot.files.bootstrap,
+          adminSocket: running.adminSocket,
+          logFile: path.join(running.dir, 'envoy.log'),
+          logLevel: this.options.envoyLogLevel,
+        });
         this.watchExit(running, 'envoy', running.envoy);
       }
       running.appArgv = appArgv(spec);
@@ -469,26 +465,7 @@ class Supervisor {
     return running;
   }
 
-  /** Envoy in `netns` as uid 1500 (`--disable-hot-restart`, one worker); resolves once its admin answers. */
-  private async startEnvoy(netns: string, bootstrap: string, adminSocket: string, logFile: string): Promise<LabProcess> {
-    const proc = await startProcess(inNetns(netns, [
-      this.options.envoyPath, '-c', bootstrap, '--disable-hot-restart', '--concurrency', '1', '-l', this.options.envoyLogLevel ?? 'warning',
-    ], { uid: PROXY_UID, gid: PROXY_UID }), logFile);
-    let exited = false;
-    void proc.exited.then(() => { exited = true; });
-    const deadline = Date.now() + 30_000;
-    while (!(await httpGet({ socketPath: adminSocket }, '/ready').then(() => true, () => false))) {
-      if (exited) throw new Error(`envoy in ${netns} exited at start: see ${logFile}`);
-      if (Date.now() > deadline) {
-        await proc.stop();
-        throw new Error(`envoy in ${netns}: no admin interface on ${adminSocket} after 30 s: see ${logFile}`);
-      }
-      await sleep(50);
-    }
-    return proc;
-  }
-
-  private watchExit(running: RunningPod, what: string, proc: LabProcess): void {
+  private watchExit(running: RunningPod, what: string, proc: LabProcess | EnvoyProcess): void {
     void proc.exited.then((code) => {
       if (running.stopping || this.stopped) return;
       running.exited.push(`${what} (pid ${proc.pid}) exited with ${code === null ? 'a signal' : code}`);
@@ -518,6 +495,7 @@ class Supervisor {
       podIp: p.spec.podIp,
       labAddress: p.labAddress,
       mesh: p.spec.mesh,
+      ports: p.spec.listen.map((l) => l.port),
       ...(p.proxyUuid ? { proxyUuid: p.proxyUuid } : {}),
       ...(p.envoy ? { envoyPid: p.envoy.pid } : {}),
       ...(p.adminSocket ? { adminSocket: p.adminSocket } : {}),

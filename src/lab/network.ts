@@ -352,10 +352,11 @@ async function deleteLink(link: string): Promise<boolean> {
 
 async function removeNetns(prefix: string, netns: string): Promise<void> {
   await killNetnsProcesses(netns);
+  // The /etc/netns dir first: once the netns is gone, nothing of it is left.
+  await rm(join(NETNS_ETC, netns), { recursive: true, force: true });
   if ((await netnsNames()).includes(netns)) await ip('netns', 'del', netns);
   const veth = hostVethName(prefix, netns);
   if ((await hostLinks()).includes(veth)) await deleteLink(veth);
-  await rm(join(NETNS_ETC, netns), { recursive: true, force: true });
 }
 
 /**

@@ -37,6 +37,8 @@ export interface LabPodState {
   readonly appPid?: number;
   /** The app's argv. */
   readonly app?: readonly string[];
+  /** The pod's TCP container ports: the app is ready once it listens on all of them. */
+  readonly ports: readonly number[];
   /** Set when a process of the pod exited: `envoy exited with 1`, … */
   readonly exited?: readonly string[];
   /** Why the pod could not be started, if it could not. */

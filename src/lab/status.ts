@@ -3,7 +3,10 @@
  * Envoy's xDS streams (connected, ACK/NACK per type, from `/debug/proxies`), plus whether
  * Envoy's admin says it is LIVE (`/ready`).
  */
+import { readFile } from 'node:fs/promises';
 import http from 'node:http';
+import { splitHostPort } from '../util/address.js';
+import { EnvoyAdmin } from './envoy.js';
 import type { LabPodState, LabState } from './state.js';
 import { processAlive } from './state.js';
 
@@ -20,6 +23,8 @@ export interface LabPodStatus {
   readonly mesh: boolean;
   readonly appPid: number | undefined;
   readonly appRunning: boolean;
+  /** The pod's container ports the app does not listen on (yet). */
+  readonly appNotListening: readonly number[];
   readonly envoyPid: number | undefined;
   readonly envoyRunning: boolean;
   /** Whether the controller has an ADS stream of this pod's proxy. */
@@ -59,12 +64,12 @@ const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 /** Time allowed for one status request, in ms. */
 const REQUEST_TIMEOUT_MS = 5000;
 
-/** GET over TCP (`host:port`) or a Unix socket; bounded body and time. */
-export function httpGet(target: { readonly address?: string; readonly socketPath?: string }, requestPath: string): Promise<{ status: number; body: string }> {
+/** GET `http://<address><requestPath>` (`address` is `host:port`); bounded body and time. */
+export function httpGet(address: string, requestPath: string): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const [host, port] = target.address ? [target.address.slice(0, target.address.lastIndexOf(':')), Number(target.address.slice(target.address.lastIndexOf(':') + 1))] : [undefined, undefined];
+    const { host, port } = splitHostPort(address);
     const req = http.request(
-      { ...(target.socketPath ? { socketPath: target.socketPath } : { host, port }), path: requestPath, method: 'GET', timeout: REQUEST_TIMEOUT_MS },
+      { host, port, path: requestPath, method: 'GET', timeout: REQUEST_TIMEOUT_MS },
       (res) => {
         const chunks: Buffer[] = [];
         let size = 0;
@@ -102,9 +107,27 @@ function typeStates(view: ProxyView | undefined): Pick<LabPodStatus, 'connected'
   return { connected: true, types, nacks };
 }
 
+/**
+ * The pod's ports nothing listens on in its netns, from `/proc/<app pid>/net/tcp{,6}` (the
+ * sockets of the process's network namespace; state `0A` is LISTEN).
+ */
+async function notListening(pod: LabPodState): Promise<number[]> {
+  const ports = pod.ports ?? [];
+  if (ports.length === 0 || pod.appPid === undefined) return [...ports];
+  const listening = new Set<number>();
+  for (const table of ['tcp', 'tcp6']) {
+    const text = await readFile(`/proc/${pod.appPid}/net/${table}`, 'utf8').catch(() => '');
+    for (const line of text.split('\n').slice(1)) {
+      const fields = line.trim().split(/\s+/);
+      if (fields[3] === '0A') listening.add(parseInt(fields[1]?.split(':')[1] ?? '', 16));
+    }
+  }
+  return ports.filter((p) => !listening.has(p));
+}
+
 async function envoyState(pod: LabPodState): Promise<string | undefined> {
   if (!pod.adminSocket) return undefined;
-  const answer = await httpGet({ socketPath: pod.adminSocket }, '/ready').catch(() => undefined);
+  const answer = await new EnvoyAdmin(pod.adminSocket, MAX_ANSWER_BYTES, REQUEST_TIMEOUT_MS).get('/ready').catch(() => undefined);
   return answer?.body.trim() || undefined;
 }
 
@@ -116,7 +139,7 @@ export async function labStatus(state: LabState): Promise<LabStatus> {
   let proxies: ProxyView[] = [];
   let controllerError: string | undefined;
   try {
-    const answer = await httpGet({ address: state.httpAddress }, '/debug/proxies');
+    const answer = await httpGet(state.httpAddress, '/debug/proxies');
     if (answer.status !== 200) throw new Error(`HTTP ${answer.status}`);
     proxies = JSON.parse(answer.body) as ProxyView[];
   } catch (err) {
@@ -131,6 +154,7 @@ export async function labStatus(state: LabState): Promise<LabStatus> {
     mesh: pod.mesh,
     appPid: pod.appPid,
     appRunning: processAlive(pod.appPid),
+    appNotListening: await notListening(pod),
     envoyPid: pod.envoyPid,
     envoyRunning: processAlive(pod.envoyPid),
     ...typeStates(proxies.find((p) => p.uuid === pod.proxyUuid)),
@@ -159,7 +183,7 @@ export async function labStatus(state: LabState): Promise<LabStatus> {
  * and has ACKed the last response of every type it subscribed to (at least CDS and LDS).
  */
 export function podReady(pod: LabPodStatus): boolean {
-  if (pod.error !== undefined || !pod.appRunning) return false;
+  if (pod.error !== undefined || !pod.appRunning || pod.appNotListening.length > 0) return false;
   if (!pod.mesh) return true;
   const types = Object.keys(pod.types);
   return pod.envoyRunning && pod.envoyState === 'LIVE' && pod.connected &&
@@ -180,7 +204,7 @@ export function formatLabStatus(status: LabStatus): string {
     p.name,
     p.namespace,
     p.podIp,
-    p.appRunning ? String(p.appPid) : 'down',
+    p.appRunning ? `${p.appPid}${p.appNotListening.length > 0 ? ' (starting)' : ''}` : 'down',
     p.mesh ? (p.envoyRunning ? String(p.envoyPid) : 'down') : '-',
     p.mesh ? (p.envoyState ?? '?') : 'outside mesh',
     p.mesh ? (p.connected ? 'connected' : 'no') : '-',
@@ -198,6 +222,7 @@ export function formatLabStatus(status: LabStatus): string {
   for (const p of status.pods) {
     for (const n of p.nacks) out.push(`NACK ${p.namespace}/${p.name} ${n.type} version ${n.version}: ${n.message}`);
     if (p.error) out.push(`error ${p.namespace}/${p.name}: ${p.error}`);
+    if (p.appRunning && p.appNotListening.length > 0) out.push(`starting ${p.namespace}/${p.name}: nothing listens on port ${p.appNotListening.join(', ')} yet`);
     for (const e of p.exited) out.push(`exited ${p.namespace}/${p.name}: ${e}`);
   }
   for (const problem of status.problems) out.push(`not run: ${problem.key}: ${problem.message}`);
