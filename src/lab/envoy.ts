@@ -90,6 +90,7 @@ export async function startEnvoy(options: StartEnvoyOptions): Promise<EnvoyProce
   let written = 0;
   let tail = '';
   const sink = (chunk: Buffer) => {
+    if (log.writableEnded) return;
     tail = (tail + chunk.toString('utf8')).slice(-4096);
     if (written >= maxLogBytes) return;
     const part = chunk.subarray(0, maxLogBytes - written);
@@ -103,7 +104,8 @@ export async function startEnvoy(options: StartEnvoyOptions): Promise<EnvoyProce
     child.on('exit', (code) => resolve(code));
     child.on('error', (err) => { tail += `\n${err.message}`; resolve(null); });
   });
-  void exited.then(() => log.end());
+  // 'close' comes after the output pipes are drained ('exit' may come before the last chunks).
+  child.on('close', () => log.end());
   let done = false;
   void exited.then(() => { done = true; });
   const stop = async () => {
@@ -320,8 +322,10 @@ export function compareWithController(envoyDump: ConfigDump, trellisDump: Config
         differences.push(`${type} ${name}: Envoy has version ${resource.version}, the controller sent ${sent.version ?? '(none)'}`);
       }
     }
-    const expected = type === 'CDS' || type === 'LDS' ? [...t.keys()] : type === 'EDS' ? [...envoy.edsClusters] : [];
-    for (const name of expected) if (!e.has(name)) differences.push(`${type} ${name}: the controller sent it, Envoy does not have it`);
+    if (type === 'CDS' || type === 'LDS') {
+      for (const name of t.keys()) if (!e.has(name)) differences.push(`${type} ${name}: the controller sent it, Envoy does not have it`);
+    }
+    if (type === 'EDS') for (const name of envoy.edsClusters) if (!e.has(name)) differences.push(`EDS ${name}: Envoy's EDS cluster has no endpoints`);
   }
   for (const [name, value] of options.stats ?? []) {
     if (name.endsWith('.update_rejected') && value !== 0) differences.push(`${name} is ${value}`);

@@ -160,23 +160,12 @@ function describe(sidecar: LabSidecar): string {
  */
 export async function waitForSidecarInSync(sidecar: LabSidecar, controllerHttp: string, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  if (process.env.TLE_DEBUG_DIR) {
-    const { writeFile } = await import('node:fs/promises');
-    await writeFile(path.join(process.env.TLE_DEBUG_DIR, `${sidecar.options.name}.${Date.now()}.stats`), [...(await sidecar.admin.stats())].map(([k, v]) => `${k}: ${v}`).join('\n'));
-    await writeFile(path.join(process.env.TLE_DEBUG_DIR, `${sidecar.options.name}.${Date.now()}.trellis.json`), JSON.stringify(await getJson<ConfigDump>(`${controllerHttp}/debug/config_dump?proxy=${sidecar.uuid}`), null, 1));
-  }
   let last: string[] = [];
   for (;;) {
     last = await sidecarDifferences(sidecar, controllerHttp);
     if (last.length === 0) return;
     if (Date.now() > deadline) break;
     await new Promise((r) => setTimeout(r, 200));
-  }
-  if (process.env.TLE_DEBUG_DIR) {
-    const { writeFile } = await import('node:fs/promises');
-    const trellisDump = await getJson<ConfigDump>(`${controllerHttp}/debug/config_dump?proxy=${sidecar.uuid}`);
-    await writeFile(path.join(process.env.TLE_DEBUG_DIR, `${sidecar.options.name}.envoy.json`), JSON.stringify(await sidecar.admin.configDump(), null, 1));
-    await writeFile(path.join(process.env.TLE_DEBUG_DIR, `${sidecar.options.name}.trellis.json`), JSON.stringify(trellisDump, null, 1));
   }
   const log = await readFile(sidecar.logFile, 'utf8').catch(() => '');
   throw new Error(`${describe(sidecar)} not in sync with the controller after ${timeoutMs} ms:\n  ${last.join('\n  ')}\nEnvoy's log (last lines):\n${log.split('\n').filter((l) => !l.includes('"GET /')).slice(-10).join('\n')}`);
