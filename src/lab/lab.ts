@@ -73,6 +73,16 @@ export interface LabOptions {
   readonly envoyLogLevel?: string;
 }
 
+/** Options of {@link Lab.exec} and {@link execIn}. */
+export interface ExecOptions {
+  /** SIGKILL after this many ms (default 60 000). */
+  readonly timeoutMs?: number;
+  /** Text written to its stdin (then closed). */
+  readonly input?: string;
+  /** When aborted, the command gets SIGTERM (`trellis lab traffic --until-signal` then prints its summary). */
+  readonly signal?: AbortSignal;
+}
+
 /** What {@link Lab.exec} returns. */
 export interface ExecResult {
   /** Exit status (128 + signal number when killed by a signal). */
@@ -96,7 +106,7 @@ export interface Lab {
    * traffic is intercepted), and collects its output (bounded).
    * @throws Error when the lab runs no such pod.
    */
-  exec(pod: string, namespace: string, argv: readonly string[], options?: { readonly timeoutMs?: number; readonly input?: string }): Promise<ExecResult>;
+  exec(pod: string, namespace: string, argv: readonly string[], options?: ExecOptions): Promise<ExecResult>;
   /** The lab's status (see `labStatus`). */
   status(): Promise<LabStatus>;
   /**
@@ -108,6 +118,12 @@ export interface Lab {
   settled(): Promise<void>;
   /** The state the supervisor last wrote. */
   state(): LabState;
+  /**
+   * Starts the controller again with the same flags, state dir and CA once the running one
+   * has exited (SIGKILL first if it still runs), and resolves with its PID once it is ready.
+   * A test kills it by `state().controllerPid` to play a crash, then calls this.
+   */
+  restartController(): Promise<number>;
   /** Stops everything and removes every name with the prefix and the state dir. @returns what was removed. */
   stop(): Promise<string[]>;
 }
@@ -116,6 +132,8 @@ export interface Lab {
 interface LabProcess {
   readonly pid: number;
   readonly exited: Promise<number | null>;
+  /** Sends `signal` unless the process has exited already. */
+  kill(signal: NodeJS.Signals): void;
   stop(): Promise<void>;
 }
 
@@ -143,6 +161,7 @@ function startProcess(argv: readonly string[], logFile: string, env?: NodeJS.Pro
     child.once('spawn', () => resolve({
       pid: child.pid!,
       exited,
+      kill: (signal) => { if (!done) child.kill(signal); },
       stop: async () => {
         if (done) return;
         child.kill('SIGTERM');
@@ -321,24 +340,7 @@ class Supervisor {
 
   async start(): Promise<void> {
     await this.writeState();
-    const logFile = path.join(this.options.stateDir, 'controller.log');
-    this.controller = await startProcess([
-      process.execPath, TRELLIS_BIN, 'controller',
-      '--manifests', this.options.manifestsDir,
-      '--mesh-name', this.options.meshName ?? 'osm',
-      '--state-dir', this.controllerStateDir,
-      '--xds-address', this.xdsAddress,
-      '--http-address', this.options.httpAddress,
-    ], logFile);
-    void this.controller.exited.then((code) => {
-      if (!this.stopped) {
-        this.log.error({ code }, 'the controller exited');
-        this.error = `the controller exited (${code}): see ${logFile}`;
-        void this.writeState();
-      }
-    });
-    await this.writeState();
-    await waitForController(this.options.httpAddress, this.controller, logFile, 60_000);
+    await this.startController();
     this.source = new ManifestsSource({ dir: this.options.manifestsDir, store: this.store, logger: this.log.child({ component: 'manifests' }) });
     this.store.onChange(() => this.schedule());
     await this.source.start();
@@ -346,6 +348,53 @@ class Supervisor {
     await this.settled();
     this.phase = 'running';
     await this.writeState();
+  }
+
+  /**
+   * Runs the controller (`--xds-address <bridge>:15128`, its state and CA in the lab's
+   * `controller/` dir) and resolves once it is ready; an exit the supervisor did not ask for is
+   * recorded as the lab's error.
+   * @throws Error when it exits before it is ready or is not ready within 60 s.
+   */
+  private async startController(): Promise<void> {
+    const logFile = path.join(this.options.stateDir, 'controller.log');
+    const controller = await startProcess([
+      process.execPath, TRELLIS_BIN, 'controller',
+      '--manifests', this.options.manifestsDir,
+      '--mesh-name', this.options.meshName ?? 'osm',
+      '--state-dir', this.controllerStateDir,
+      '--xds-address', this.xdsAddress,
+      '--http-address', this.options.httpAddress,
+    ], logFile);
+    this.controller = controller;
+    void controller.exited.then((code) => {
+      if (!this.stopped && this.controller === controller) {
+        this.log.error({ code }, 'the controller exited');
+        this.error = `the controller (pid ${controller.pid}) exited (${code === null ? 'killed by a signal' : code}): see ${logFile}`;
+        void this.writeState();
+      }
+    });
+    await this.writeState();
+    await waitForController(this.options.httpAddress, controller, logFile, 60_000);
+  }
+
+  /**
+   * Starts the controller again with the same flags, state dir and CA, after the one running
+   * exited (it is sent SIGKILL first if it still runs: a crash, not a shutdown). Sidecars keep
+   * their last configuration meanwhile and reconnect by themselves.
+   * @returns the new controller's PID, once it is ready.
+   * @throws Error when the lab is stopped or the new controller is not ready (see its log).
+   */
+  async restartController(): Promise<number> {
+    if (this.stopped) throw new Error(`lab ${this.network.prefix} is stopped`);
+    const old = this.controller;
+    if (old) {
+      old.kill('SIGKILL');
+      await old.exited;
+    }
+    this.error = undefined;
+    await this.startController();
+    return this.controller!.pid;
   }
 
   /** Runs a reconcile after the current one (coalescing requests made meanwhile). */
@@ -565,6 +614,7 @@ class Supervisor {
       manifestsDir: this.options.manifestsDir,
       controllerHttp: this.options.httpAddress,
       xdsAddress: this.xdsAddress,
+      restartController: () => this.restartController(),
       exec: (pod, namespace, argv, opts) => {
         const running = this.pods.get(`${namespace}/${pod}`);
         if (!running?.network) throw new Error(`lab ${this.network.prefix} runs no pod ${namespace}/${pod}`);
@@ -583,7 +633,7 @@ class Supervisor {
  * Runs `argv` in `netns` as root with bounded output.
  * @returns the exit status (128 + signal when killed) and output.
  */
-export function execIn(netns: string, argv: readonly string[], options: { readonly timeoutMs?: number; readonly input?: string } = {}): Promise<ExecResult> {
+export function execIn(netns: string, argv: readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
   return new Promise((resolve, reject) => {
     const [command, ...args] = inNetns(netns, argv);
     const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'] });
@@ -600,9 +650,13 @@ export function execIn(netns: string, argv: readonly string[], options: { readon
     child.stdout.on('data', collect(out));
     child.stderr.on('data', collect(err));
     const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
-    child.once('error', (e) => { clearTimeout(timer); reject(e); });
+    const terminate = () => child.kill('SIGTERM');
+    if (options.signal?.aborted) terminate();
+    options.signal?.addEventListener('abort', terminate, { once: true });
+    child.once('error', (e) => { clearTimeout(timer); options.signal?.removeEventListener('abort', terminate); reject(e); });
     child.once('close', (code, signal) => {
       clearTimeout(timer);
+      options.signal?.removeEventListener('abort', terminate);
       const signals: Record<string, number> = { SIGKILL: 9, SIGTERM: 15, SIGINT: 2 };
       resolve({ code: code ?? 128 + (signal ? signals[signal] ?? 1 : 1), stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') });
     });
