@@ -6,38 +6,19 @@
  * without them, failing under CI=true.
  */
 import assert from 'node:assert/strict';
-import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { findEnvoyBinary, startLab, type Lab } from '../src/lab/lab.js';
-import { describeMissing, missingLabPrerequisites } from '../src/lab/prerequisites.js';
+import { startLab, type Lab } from '../src/lab/lab.js';
 import type { TrafficSummary } from '../src/lab/traffic.js';
+import {
+  ackedVersions, BOOKBUYER, BOOKBUYER_HEADERS, BOOKS_BOUGHT, BOOKSTORE_V1, BOOKSTORE_V2, bookstoreManifests, BOOKTHIEF, BOOKWAREHOUSE,
+  labTrafficSkip, newConfigurationAcked as acked, sum, traffic as trafficIn, trafficUntil as trafficUntilIn, type LabPodRef,
+} from './helpers/lab.js';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const TRELLIS = path.join(REPO, 'bin', 'trellis.js');
 const PREFIX = 'tlp';
 const SUBNET = '10.253.0.0/24';
-
-function missing(): string | undefined {
-  const lacking = missingLabPrerequisites();
-  if (lacking.length > 0) return describeMissing(lacking);
-  if (!findEnvoyBinary()) return 'no Envoy binary (set TRELLIS_ENVOY or install .cache/envoy-venv)';
-  return undefined;
-}
-const lacking = missing();
-if (lacking && process.env.CI) throw new Error(`the lab traffic tests cannot run under CI: ${lacking}`);
-const skip = lacking ? `needs a lab: ${lacking}` : false;
-
-const BOOKBUYER = { pod: 'bookbuyer-5d8c7f9b6-k2x4p', namespace: 'bookbuyer' };
-const BOOKTHIEF = { pod: 'bookthief-7c9d6b5f4-q8w2n', namespace: 'bookthief' };
-const BOOKWAREHOUSE = { pod: 'bookwarehouse-59f4c8b7d-t6h3c', namespace: 'bookwarehouse' };
-const BOOKSTORE_V1 = 'bookstore-6b7f8d9c5-m4v1a';
-const BOOKSTORE_V2 = 'bookstore-v2-8c4d5e6f7-r9v2b';
-/** The headers the `books-bought` match of HTTPRouteGroup bookstore-service-routes requires. */
-const BOOKBUYER_HEADERS = ['--header', 'user-agent:bookbuyer-http-client/1.0', '--header', 'client-app:bookbuyer'];
-const BOOKS_BOUGHT = 'http://bookstore.bookstore:14001/books-bought';
+const skip = labTrafficSkip('the lab traffic tests');
 
 const EXTRA_V1_POD = `---
 apiVersion: v1
@@ -82,65 +63,14 @@ spec:
         - buy-a-book
 `;
 
-function sum(counts: Record<string, number>): number {
-  return Object.values(counts).reduce((a, b) => a + b, 0);
-}
-
 describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 600_000 }, () => {
   let lab: Lab;
   let manifests: string;
 
-  /** Runs `trellis lab traffic ARGS` in a pod and returns its summary. */
-  async function traffic(from: { pod: string; namespace: string }, args: string[]): Promise<TrafficSummary> {
-    const r = await lab.exec(from.pod, from.namespace, [process.execPath, TRELLIS, 'lab', 'traffic', ...args], { timeoutMs: 120_000 });
-    assert.equal(r.code, 0, `lab traffic in ${from.namespace}/${from.pod} failed (${r.code}): ${r.stderr}`);
-    return JSON.parse(r.stdout) as TrafficSummary;
-  }
-
-  /**
-   * Sends batches of `args` traffic until a batch satisfies `done` (the configuration changed
-   * and Envoy applied it), within a generous bound.
-   * @returns the first satisfying batch and the time since `since` (ms).
-   */
-  async function trafficUntil(
-    from: { pod: string; namespace: string },
-    args: string[],
-    done: (s: TrafficSummary) => boolean,
-    what: string,
-    since = Date.now(),
-  ): Promise<{ summary: TrafficSummary; afterMs: number }> {
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      const summary = await traffic(from, args);
-      if (done(summary)) return { summary, afterMs: Date.now() - since };
-      if (Date.now() > deadline) assert.fail(`${what}: still not after 60 s; last batch ${JSON.stringify(summary)}`);
-    }
-  }
-
-  /** Per xDS type, the versions a proxy identity's streams have ACKed and been sent (controller's /debug/proxies). */
-  async function versions(identity: string): Promise<{ acked: string; sent: string }> {
-    const res = await fetch(`http://${lab.controllerHttp}/debug/proxies`);
-    const proxies = (await res.json()) as { identity: string; streams: { types: Record<string, { versionAcked?: string | null; lastVersionSent?: string | null }> }[] }[];
-    const types = proxies.filter((p) => p.identity === identity).flatMap((p) => p.streams.flatMap((st) => Object.entries(st.types)));
-    const line = (pick: (v: { versionAcked?: string | null; lastVersionSent?: string | null }) => unknown) =>
-      types.map(([type, v]) => `${type}=${String(pick(v))}`).sort().join(' ');
-    return { acked: line((v) => v.versionAcked), sent: line((v) => v.lastVersionSent) };
-  }
-
-  /**
-   * Waits until the sidecar of `identity` has ACKed a configuration other than `before` and
-   * everything it was sent (the controller's push applied), within a generous bound.
-   * @returns the time since `since`, ms.
-   */
-  async function newConfigurationAcked(identity: string, before: string, since: number): Promise<number> {
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      const v = await versions(identity);
-      if (v.acked !== before && v.acked === v.sent) return Date.now() - since;
-      if (Date.now() > deadline) assert.fail(`${identity}: no new configuration ACKed after 60 s (acked ${v.acked}, sent ${v.sent})`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  }
+  const traffic = (from: LabPodRef, args: string[]): Promise<TrafficSummary> => trafficIn(lab, from, args);
+  const trafficUntil = (from: LabPodRef, args: string[], done: (s: TrafficSummary) => boolean, what: string) => trafficUntilIn(lab, from, args, done, what);
+  const versions = (identity: string) => ackedVersions(lab, identity);
+  const newConfigurationAcked = (identity: string, before: string, since: number) => acked(lab, identity, before, since);
 
   async function edit(file: string, change: (text: string) => string): Promise<void> {
     const p = path.join(manifests, file);
@@ -148,9 +78,7 @@ describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 6
   }
 
   before(async () => {
-    manifests = await mkdtemp(path.join(tmpdir(), `${PREFIX}-manifests-`));
-    await cp(path.join(REPO, 'examples', 'bookstore'), manifests, { recursive: true });
-    await rm(path.join(manifests, 'README.md'));
+    manifests = await bookstoreManifests(PREFIX);
     lab = await startLab({
       manifestsDir: manifests,
       prefix: PREFIX,
