@@ -6,7 +6,7 @@
  * - Lab `tlf` (state-of-the-world ADS, MeshConfig `serviceCertValidityDuration: 1m`): service
  *   certificates rotating (a third of their lifetime left: 40 s after issuance) while an invalid
  *   manifest is written (nothing changes), then the controller killed (SIGKILL) and restarted
- *   with the same state dir and CA.
+ *   with the same state dir and CA, while its MeshConfig is broken (permissive mode stays off).
  * - Lab `tlfd` (every sidecar on delta xDS): the bookstore checks (the split over v1/v2 with
  *   counts, a refused request, TCP to mysql).
  *
@@ -22,8 +22,8 @@ import { EnvoyAdmin } from '../src/lab/envoy.js';
 import { startLab, type Lab } from '../src/lab/lab.js';
 import type { TrafficSummary } from '../src/lab/traffic.js';
 import {
-  ackedVersions, BOOKBUYER, BOOKBUYER_HEADERS, BOOKS_BOUGHT, BOOKSTORE_V1, BOOKSTORE_V2, bookstoreManifests, BOOKWAREHOUSE,
-  labTrafficSkip, steadyTraffic, sum, traffic,
+  ackedVersions, BOOKBUYER, BOOKBUYER_HEADERS, BOOKS_BOUGHT, BOOKSTORE_V1, BOOKSTORE_V2, bookstoreManifests, BOOKTHIEF, BOOKWAREHOUSE,
+  labTrafficSkip, steadyTraffic, sum, traffic, whileSending,
 } from './helpers/lab.js';
 import { eventually } from './helpers/wait.js';
 
@@ -104,6 +104,30 @@ async function connectedStates(lab: Lab): Promise<Map<string, number>> {
   return states;
 }
 
+/**
+ * What the client sidecars have served upstream: bookbuyer's requests to the bookstore
+ * clusters, bookwarehouse's connections to the mysql cluster (Envoy's cluster stats).
+ */
+async function upstreamCounts(lab: Lab): Promise<{ http: number; tcp: number }> {
+  const total = (stats: Map<string, number>, name: RegExp) => {
+    const found = [...stats].filter(([k]) => name.test(k));
+    assert.ok(found.length > 0, `no stat ${name} in ${[...stats.keys()].filter((k) => k.startsWith('cluster.')).slice(0, 40).join(' ')}`);
+    return found.reduce((a, [, v]) => a + v, 0);
+  };
+  const buyer = await admin(lab, BOOKBUYER.pod, BOOKBUYER.namespace).stats();
+  const warehouse = await admin(lab, BOOKWAREHOUSE.pod, BOOKWAREHOUSE.namespace).stats();
+  return { http: total(buyer, /^cluster\.bookstore\/bookstore-v[12]\|14001\.upstream_rq_total$/), tcp: total(warehouse, /^cluster\.bookwarehouse\/mysql\|3306\.upstream_cx_total$/) };
+}
+
+/** Resolves once the steady clients' requests flow: bookbuyer's sidecar (and bookwarehouse's, with `tcp`) counts more upstream. */
+async function flowing(lab: Lab, tcp = true): Promise<void> {
+  const before = await upstreamCounts(lab);
+  await eventually(async () => {
+    const now = await upstreamCounts(lab);
+    return now.http > before.http && (!tcp || now.tcp > before.tcp);
+  }, 'the steady clients sending', WAIT_MS, 100);
+}
+
 /** bookbuyer's ACKed versions of every type but SDS (what a rotation pushes). */
 async function nonSecretVersions(lab: Lab): Promise<string> {
   const { acked } = await ackedVersions(lab, 'bookbuyer/bookbuyer');
@@ -111,18 +135,133 @@ async function nonSecretVersions(lab: Lab): Promise<string> {
 }
 
 describe('faults with traffic flowing through the bookstore sidecars', { skip, timeout: 900_000, concurrency: true }, () => {
-  describe('lab tlf: state-of-the-world xDS, service certificates valid 1 min', { concurrency: false }, () => {
+  describe('lab tlf: state-of-the-world xDS', { concurrency: false }, () => {
     let lab: Lab;
     let manifests: string;
 
     before(async () => {
-      manifests = await bookstoreManifests('tlf', async (dir) => {
+      manifests = await bookstoreManifests('tlf');
+      lab = await startLab({ manifestsDir: manifests, prefix: 'tlf', subnet: '10.247.0.0/25', httpAddress: '127.0.0.1:19601', stateDir: `/tmp/tlf-lab-${process.pid}` });
+      await lab.waitForAllAcked(WAIT_MS);
+    });
+
+    after(async () => {
+      await lab?.stop();
+      if (manifests) await rm(manifests, { recursive: true, force: true });
+    });
+
+    it('an invalid manifest written under traffic changes nothing: same split, no request fails, the controller reports it', async () => {
+      const file = path.join(manifests, 'split.yaml');
+      const original = await readFile(file, 'utf8');
+      const splitTo100 = original.replace(/weight: 50(\s+- service: bookstore-v2\s+)weight: 50/, 'weight: 100$1weight: 0');
+      assert.notEqual(splitTo100, original);
+      const policies = () => controllerJson<{ manifestErrors: { file: string; text: string }[]; trafficSplits: unknown }>(lab, '/debug/policies');
+      const splitsBefore = JSON.stringify((await policies()).trafficSplits);
+      const versionsBefore = await nonSecretVersions(lab);
+      const bad: [string, string, RegExp][] = [
+        // 100/0, then a YAML syntax error: the file keeps the objects it had.
+        ['a YAML syntax error', `${splitTo100}    - service: [bookstore-v3\n`, /split\.yaml:\d+: /],
+        // 100/0 with a weight that is no integer: the document is skipped, its last valid version stays.
+        ['a weight that is not an integer', splitTo100.replace('weight: 0', 'weight: heavy'), /split\.yaml:\d+: TrafficSplit bookstore\/bookstore-split: spec\.backends\[1\]\.weight: /],
+      ];
+      const steady = steadyTraffic(lab, BOOKBUYER, [...BOOKS_BOUGHT_TRAFFIC, ...STEADY]);
+      const { summaries: [s] } = await whileSending([steady], async () => {
+        await flowing(lab, false);
+        for (const [what, text, reported] of bad) {
+          await writeFile(file, text);
+          let errors: { text: string }[] = [];
+          await eventually(async () => {
+            errors = (await policies()).manifestErrors.filter((e) => reported.test(e.text));
+            return errors.length > 0;
+          }, `the controller reporting ${what} in split.yaml`, WAIT_MS, 100);
+          console.log(`invalid manifest (${what}): the controller reports ${errors.map((e) => JSON.stringify(e.text)).join('; ')}`);
+          const batch = await traffic(lab, BOOKBUYER, ['--url', BOOKS_BOUGHT, '--requests', '400', '--concurrency', '4', ...BOOKBUYER_HEADERS]);
+          console.log(`split with ${what} in split.yaml:`, JSON.stringify(batch));
+          assertNoFailures(batch, '200', `with ${what}`);
+          assertSplit(batch, 0.4, `with ${what}`);
+          assert.equal(JSON.stringify((await policies()).trafficSplits), splitsBefore, `with ${what}: /debug/policies trafficSplits`);
+          assert.equal(await nonSecretVersions(lab), versionsBefore, `with ${what}: bookbuyer's sidecar was sent a new configuration`);
+        }
+      }).finally(() => writeFile(file, original));
+      await eventually(async () => !(await policies()).manifestErrors.some((e) => e.file.endsWith('split.yaml')), 'the errors of split.yaml gone once it is valid again', WAIT_MS, 100);
+      console.log('bookbuyer → bookstore while the invalid manifests were in place:', JSON.stringify(s));
+      assertNoFailures(s, '200', 'bookbuyer → bookstore during the invalid manifests');
+      assertSplit(s, 0.4, 'bookbuyer → bookstore during the invalid manifests');
+    });
+
+    it('the controller killed (SIGKILL) and restarted: the sidecars keep serving, reconnect and ACK again, no request fails', async () => {
+      // The MeshConfig is broken before the kill (the running controller keeps its last valid
+      // version): the restarted one has never seen it and must keep permissive mode off.
+      const meshConfigFile = path.join(manifests, 'meshconfig.yaml');
+      const meshConfig = await readFile(meshConfigFile, 'utf8');
+      await writeFile(meshConfigFile, `${meshConfig.trimEnd()}\n  certificate:\n    serviceCertValidityDuration: 24h\n`);
+      await eventually(async () => (await controllerJson<{ manifestErrors: { text: string }[] }>(lab, '/debug/policies')).manifestErrors.some((e) => /certKeyBitSize: is required/.test(e.text)), 'the broken MeshConfig reported', WAIT_MS, 100);
+      const webClient = steadyTraffic(lab, BOOKBUYER, [...BOOKS_BOUGHT_TRAFFIC, ...STEADY]);
+      const tcpClient = steadyTraffic(lab, BOOKWAREHOUSE, [...MYSQL_TRAFFIC, ...STEADY]);
+      const oldPid = lab.state().controllerPid;
+      const marks: string[] = [];
+      let killedAt = 0;
+      const mark = (what: string) => marks.push(`${what} +${Date.now() - killedAt} ms`);
+      const { summaries: [web, tcp] } = await whileSending([webClient, tcpClient], async () => {
+        await flowing(lab);
+        assert.ok(oldPid !== undefined, 'the lab state names the controller PID');
+        killedAt = Date.now();
+        process.kill(oldPid, 'SIGKILL');
+        await eventually(async () => lab.state().error?.includes(`controller (pid ${oldPid}) exited`) ?? false, 'the lab noticing the controller exited', WAIT_MS, 50);
+        assert.equal(await controllerAnswers(lab), false, 'the controller is gone');
+        // Every sidecar sees its ADS stream gone, and still serves on its last configuration.
+        await eventually(async () => [...(await connectedStates(lab)).values()].every((v) => v === 0), 'every sidecar disconnected', WAIT_MS, 100);
+        mark('every sidecar disconnected');
+        // The steady clients go on meanwhile: bookbuyer's sidecar answers more requests from
+        // bookstore, bookwarehouse's opens more connections to mysql (each TCP request is one).
+        const served = await upstreamCounts(lab);
+        await eventually(async () => {
+          const now = await upstreamCounts(lab);
+          return now.http >= served.http + 100 && now.tcp >= served.tcp + 50;
+        }, '100 HTTP requests and 50 TCP connections served while the controller is down', WAIT_MS, 100);
+        assert.equal(await controllerAnswers(lab), false, 'the controller is still down');
+        mark('100 requests and 50 TCP connections served while down');
+        const newPid = await lab.restartController();
+        mark(`controller ${newPid} ready`);
+        assert.notEqual(newPid, oldPid);
+        const status = await lab.waitForAllAcked(WAIT_MS);
+        mark(`every sidecar (${status.pods.filter((p) => p.mesh).length}) ACKed again`);
+        assert.equal(lab.state().error, undefined);
+        await eventually(async () => [...(await connectedStates(lab)).values()].every((v) => v === 1), 'every sidecar connected again', WAIT_MS, 100);
+        const { settings, meshConfig: seen } = await controllerJson<{ settings: { permissiveTrafficPolicyMode: boolean }; meshConfig: { unreadable?: string } }>(lab, '/debug/policies');
+        assert.equal(settings.permissiveTrafficPolicyMode, false, 'the restarted controller keeps permissive mode off');
+        assert.match(seen.unreadable ?? '', /certKeyBitSize: is required/);
+        // On the configuration the new controller sent: bookbuyer served, bookthief still refused.
+        const after = await traffic(lab, BOOKBUYER, ['--url', BOOKS_BOUGHT, '--requests', '200', '--concurrency', '2', ...BOOKBUYER_HEADERS]);
+        assertNoFailures(after, '200', 'after the restart');
+        const thief = await traffic(lab, BOOKTHIEF, ['--url', BOOKS_BOUGHT, '--requests', '20', ...BOOKBUYER_HEADERS]);
+        console.log('bookthief after the restart with the MeshConfig broken:', JSON.stringify(thief));
+        assert.deepEqual({ answeredBy: thief.answeredBy, errors: thief.errors }, { answeredBy: {}, errors: { ECONNREFUSED: 20 } });
+      }).finally(() => writeFile(meshConfigFile, meshConfig));
+      console.log(`controller killed and restarted (pid ${oldPid}): ${marks.join(', ')}`);
+      console.log('steady traffic across the kill and restart:', JSON.stringify({ http: web, tcp }));
+      assertNoFailures(web, '200', 'bookbuyer → bookstore across the kill and restart');
+      assertSplit(web, 0.3, 'bookbuyer → bookstore across the kill and restart');
+      assertNoFailures(tcp, 'ok', 'bookwarehouse → mysql across the kill and restart');
+      assert.deepEqual(Object.keys(tcp.answeredBy), ['mysql-0']);
+    });
+  });
+
+  describe('lab tlfd: every sidecar on delta xDS, service certificates valid 1 min', { concurrency: true }, () => {
+    let lab: Lab;
+    let manifests: string;
+
+    before(async () => {
+      manifests = await bookstoreManifests('tlfd', async (dir) => {
         const file = path.join(dir, 'meshconfig.yaml');
         // The minimum validity (the controller refuses less than 1m): rotation 40 s after issuance.
         await writeFile(file, `${(await readFile(file, 'utf8')).trimEnd()}\n  certificate:\n    serviceCertValidityDuration: 1m\n    certKeyBitSize: 2048\n`);
       });
-      lab = await startLab({ manifestsDir: manifests, prefix: 'tlf', subnet: '10.247.0.0/25', httpAddress: '127.0.0.1:19601', stateDir: `/tmp/tlf-lab-${process.pid}` });
+      lab = await startLab({ manifestsDir: manifests, prefix: 'tlfd', subnet: '10.247.0.128/25', httpAddress: '127.0.0.1:19602', stateDir: `/tmp/tlfd-lab-${process.pid}`, delta: true });
       await lab.waitForAllAcked(WAIT_MS);
+      // Every sidecar's stream is an incremental one, and the MeshConfig is in force.
+      const proxies = await controllerJson<{ identity: string; streams: { mode: string }[] }[]>(lab, '/debug/proxies');
+      assert.deepEqual([...new Set(proxies.flatMap((p) => p.streams.map((st) => st.mode)))], ['delta'], JSON.stringify(proxies));
       const { settings, manifestErrors } = await controllerJson<{ settings: { permissiveTrafficPolicyMode: boolean; serviceCertValiditySeconds: number }; manifestErrors: unknown[] }>(lab, '/debug/policies');
       assert.deepEqual({ manifestErrors, permissive: settings.permissiveTrafficPolicyMode, validity: settings.serviceCertValiditySeconds }, { manifestErrors: [], permissive: false, validity: 60 });
     });
@@ -132,133 +271,33 @@ describe('faults with traffic flowing through the bookstore sidecars', { skip, t
       if (manifests) await rm(manifests, { recursive: true, force: true });
     });
 
-    describe('at the same time', { concurrency: true }, () => {
-      it('service certificates rotate under traffic: the serving sidecar gets a new serial, no request fails', async () => {
-        // The serving sidecars (bookstore-v1 and -v2) and the client's (bookbuyer), each with its own service certificate.
-        const sidecars = [BOOKSTORE_V1, BOOKSTORE_V2, BOOKBUYER.pod].map((name) => {
-          const pod = lab.state().pods.find((p) => p.name === name)!;
-          return { name, envoy: admin(lab, name, pod.namespace), spiffe: `spiffe://cluster.local/ns/${pod.namespace}/sa/${pod.serviceAccount}` };
-        });
-        const certs = () => Promise.all(sidecars.map((sc) => serviceCert(sc.envoy, sc.spiffe)));
-        const first = await certs();
-        for (const c of first) {
-          // 1 min, from notBefore (backdated 1 min for clock skew) to notAfter.
-          assert.equal(Date.parse(c.expiration_time) - Date.parse(c.valid_from), 120_000, `a 1 min certificate: ${JSON.stringify(c)}`);
-        }
-        const steady = steadyTraffic(lab, BOOKBUYER, [...BOOKS_BOUGHT_TRAFFIC, ...STEADY]);
-        let s: TrafficSummary | undefined;
-        try {
-          await eventually(async () => (await certs()).every((c, i) => c.serial_number !== first[i].serial_number), 'every sidecar holding a rotated service certificate', WAIT_MS, 500);
-        } finally {
-          s = await steady.stop();
-        }
-        const last = await certs();
-        console.log(`rotation: ${sidecars.map((sc, i) => `${sc.name} ${first[i].serial_number} (${first[i].valid_from}) → ${last[i].serial_number} (${last[i].valid_from})`).join('; ')}; traffic ${JSON.stringify(s)}`);
-        assertNoFailures(s, '200', 'bookbuyer → bookstore during the rotation');
-        assertSplit(s, 0.3, 'bookbuyer → bookstore during the rotation');
+    it('service certificates rotate under traffic: every sidecar gets a new serial, no request fails, past the first ones\' expiry', async () => {
+      // The serving sidecars (bookstore-v1 and -v2, mysql) and the clients' (bookbuyer, bookwarehouse), each with its own service certificate.
+      const sidecars = [BOOKSTORE_V1, BOOKSTORE_V2, 'mysql-0', BOOKBUYER.pod, BOOKWAREHOUSE.pod].map((name) => {
+        const pod = lab.state().pods.find((p) => p.name === name)!;
+        return { name, envoy: admin(lab, name, pod.namespace), spiffe: `spiffe://cluster.local/ns/${pod.namespace}/sa/${pod.serviceAccount}` };
       });
-
-      it('an invalid manifest written under traffic changes nothing: same split, no request fails, the controller reports it', async () => {
-        const file = path.join(manifests, 'split.yaml');
-        const original = await readFile(file, 'utf8');
-        const splitTo100 = original.replace(/weight: 50(\s+- service: bookstore-v2\s+)weight: 50/, 'weight: 100$1weight: 0');
-        assert.notEqual(splitTo100, original);
-        const policies = () => controllerJson<{ manifestErrors: { file: string; text: string }[]; trafficSplits: unknown }>(lab, '/debug/policies');
-        const splitsBefore = JSON.stringify((await policies()).trafficSplits);
-        const versionsBefore = await nonSecretVersions(lab);
-        const bad: [string, string, RegExp][] = [
-          // 100/0, then a YAML syntax error: the file keeps the objects it had.
-          ['a YAML syntax error', `${splitTo100}    - service: [bookstore-v3\n`, /split\.yaml:\d+: /],
-          // 100/0 with a weight that is no integer: the document is skipped, its last valid version stays.
-          ['a weight that is not an integer', splitTo100.replace('weight: 0', 'weight: heavy'), /split\.yaml:\d+: TrafficSplit bookstore\/bookstore-split: spec\.backends\[1\]\.weight: /],
-        ];
-        const steady = steadyTraffic(lab, BOOKBUYER, [...BOOKS_BOUGHT_TRAFFIC, ...STEADY]);
-        let s: TrafficSummary | undefined;
-        try {
-          for (const [what, text, reported] of bad) {
-            await writeFile(file, text);
-            let errors: { text: string }[] = [];
-            await eventually(async () => {
-              errors = (await policies()).manifestErrors.filter((e) => reported.test(e.text));
-              return errors.length > 0;
-            }, `the controller reporting ${what} in split.yaml`, WAIT_MS, 100);
-            console.log(`invalid manifest (${what}): the controller reports ${errors.map((e) => JSON.stringify(e.text)).join('; ')}`);
-            const batch = await traffic(lab, BOOKBUYER, ['--url', BOOKS_BOUGHT, '--requests', '400', '--concurrency', '4', ...BOOKBUYER_HEADERS]);
-            console.log(`split with ${what} in split.yaml:`, JSON.stringify(batch));
-            assertNoFailures(batch, '200', `with ${what}`);
-            assertSplit(batch, 0.4, `with ${what}`);
-            assert.equal(JSON.stringify((await policies()).trafficSplits), splitsBefore, `with ${what}: /debug/policies trafficSplits`);
-            assert.equal(await nonSecretVersions(lab), versionsBefore, `with ${what}: bookbuyer's sidecar was sent a new configuration`);
-          }
-        } finally {
-          await writeFile(file, original);
-          s = await steady.stop();
-        }
-        await eventually(async () => !(await policies()).manifestErrors.some((e) => e.file.endsWith('split.yaml')), 'the errors of split.yaml gone once it is valid again', WAIT_MS, 100);
-        console.log('bookbuyer → bookstore while the invalid manifests were in place:', JSON.stringify(s));
-        assertNoFailures(s, '200', 'bookbuyer → bookstore during the invalid manifests');
-        assertSplit(s, 0.4, 'bookbuyer → bookstore during the invalid manifests');
-      });
-    });
-
-    it('the controller killed (SIGKILL) and restarted: the sidecars keep serving, reconnect and ACK again, no request fails', async () => {
-      const web = steadyTraffic(lab, BOOKBUYER, [...BOOKS_BOUGHT_TRAFFIC, ...STEADY]);
-      const tcp = steadyTraffic(lab, BOOKWAREHOUSE, [...MYSQL_TRAFFIC, ...STEADY]);
-      let outage: { http: TrafficSummary; tcp: TrafficSummary } | undefined;
-      let steady: { http: TrafficSummary; tcp: TrafficSummary } | undefined;
-      let newPid: number;
-      const oldPid = lab.state().controllerPid;
-      try {
-        assert.ok(oldPid !== undefined, 'the lab state names the controller PID');
-        process.kill(oldPid, 'SIGKILL');
-        await eventually(async () => lab.state().error?.includes(`controller (pid ${oldPid}) exited`) ?? false, 'the lab noticing the controller exited', WAIT_MS, 50);
-        assert.equal(await controllerAnswers(lab), false, 'the controller is gone');
-        // Every sidecar sees its ADS stream gone, and still serves on its last configuration.
-        await eventually(async () => [...(await connectedStates(lab)).values()].every((v) => v === 0), 'every sidecar disconnected', WAIT_MS, 100);
-        outage = {
-          http: await traffic(lab, BOOKBUYER, ['--url', BOOKS_BOUGHT, '--requests', '200', '--concurrency', '2', ...BOOKBUYER_HEADERS]),
-          tcp: await traffic(lab, BOOKWAREHOUSE, [...MYSQL_TRAFFIC, '--requests', '50']),
-        };
-        newPid = await lab.restartController();
-        assert.notEqual(newPid, oldPid);
-        const status = await lab.waitForAllAcked(WAIT_MS);
-        assert.equal(lab.state().error, undefined);
-        await eventually(async () => [...(await connectedStates(lab)).values()].every((v) => v === 1), 'every sidecar connected again', WAIT_MS, 100);
-        console.log(`controller restarted (pid ${oldPid} → ${newPid}); every sidecar ACKed again: ${status.pods.filter((p) => p.mesh).length} sidecars`);
-        // Traffic on the configuration the new controller sent.
-        const after = await traffic(lab, BOOKBUYER, ['--url', BOOKS_BOUGHT, '--requests', '200', '--concurrency', '2', ...BOOKBUYER_HEADERS]);
-        assertNoFailures(after, '200', 'after the restart');
-      } finally {
-        steady = { http: await web.stop(), tcp: await tcp.stop() };
+      const certs = () => Promise.all(sidecars.map((sc) => serviceCert(sc.envoy, sc.spiffe)));
+      const first = await certs();
+      for (const c of first) {
+        // 1 min, from notBefore (backdated 1 min for clock skew) to notAfter.
+        assert.equal(Date.parse(c.expiration_time) - Date.parse(c.valid_from), 120_000, `a 1 min certificate: ${JSON.stringify(c)}`);
       }
-      console.log('while the controller was down:', JSON.stringify(outage));
-      console.log('steady traffic across the kill and restart:', JSON.stringify(steady));
-      assertNoFailures(outage.http, '200', 'bookbuyer → bookstore while the controller was down');
-      assertSplit(outage.http, 0.3, 'bookbuyer → bookstore while the controller was down');
-      assertNoFailures(outage.tcp, 'ok', 'bookwarehouse → mysql while the controller was down');
-      assertNoFailures(steady.http, '200', 'bookbuyer → bookstore across the kill and restart');
-      assertSplit(steady.http, 0.3, 'bookbuyer → bookstore across the kill and restart');
-      assertNoFailures(steady.tcp, 'ok', 'bookwarehouse → mysql across the kill and restart');
-      assert.deepEqual(Object.keys(steady.tcp.answeredBy), ['mysql-0']);
-    });
-  });
-
-  describe('lab tlfd: every sidecar on delta xDS', { concurrency: true }, () => {
-    let lab: Lab;
-    let manifests: string;
-
-    before(async () => {
-      manifests = await bookstoreManifests('tlfd');
-      lab = await startLab({ manifestsDir: manifests, prefix: 'tlfd', subnet: '10.247.0.128/25', httpAddress: '127.0.0.1:19602', stateDir: `/tmp/tlfd-lab-${process.pid}`, delta: true });
-      await lab.waitForAllAcked(WAIT_MS);
-      // Every sidecar's stream is an incremental one.
-      const proxies = await controllerJson<{ identity: string; streams: { mode: string }[] }[]>(lab, '/debug/proxies');
-      assert.deepEqual([...new Set(proxies.flatMap((p) => p.streams.map((st) => st.mode)))], ['delta'], JSON.stringify(proxies));
-    });
-
-    after(async () => {
-      await lab?.stop();
-      if (manifests) await rm(manifests, { recursive: true, force: true });
+      // HTTP over kept-alive connections, and TCP with a new connection (a new mTLS handshake
+      // between the sidecars) per request: once the first certificates have expired, only the
+      // rotated ones can make those handshakes.
+      const expired = Math.max(...first.map((c) => Date.parse(c.expiration_time))) + 1000;
+      const clients = [steadyTraffic(lab, BOOKBUYER, [...BOOKS_BOUGHT_TRAFFIC, ...STEADY]), steadyTraffic(lab, BOOKWAREHOUSE, [...MYSQL_TRAFFIC, ...STEADY])];
+      const { summaries: [web, tcp] } = await whileSending(clients, async () => {
+        await flowing(lab);
+        await eventually(async () => (await certs()).every((c, i) => c.serial_number !== first[i].serial_number), 'every sidecar holding a rotated service certificate', WAIT_MS, 500);
+        await eventually(() => Date.now() > expired, 'the first certificates expired', WAIT_MS, 200);
+      });
+      const last = await certs();
+      console.log(`rotation: ${sidecars.map((sc, i) => `${sc.name} ${first[i].serial_number} (${first[i].valid_from}) → ${last[i].serial_number} (${last[i].valid_from})`).join('; ')}; traffic ${JSON.stringify({ http: web, tcp })}`);
+      assertNoFailures(web, '200', 'bookbuyer → bookstore during the rotation');
+      assertSplit(web, 0.3, 'bookbuyer → bookstore during the rotation');
+      assertNoFailures(tcp, 'ok', 'bookwarehouse → mysql during the rotation');
     });
 
     it('bookbuyer → bookstore.bookstore:14001/books-bought splits 50/50 over bookstore-v1 and bookstore-v2', async () => {

@@ -111,7 +111,8 @@ export function steadyTraffic(lab: Lab, from: LabPodRef, args: string[]): Steady
     async stop() {
       abort.abort();
       const r = await run;
-      assert.equal(r.code, 0, `steady lab traffic in ${from.namespace}/${from.pod} failed (${r.code}): ${r.stderr}`);
+      // 143 (SIGTERM) with nothing printed: stopped before it could catch the signal.
+      assert.equal(r.code, 0, `steady lab traffic in ${from.namespace}/${from.pod} failed (${r.code}${r.code === 143 && r.stdout === '' ? ': stopped before it started' : ''}): ${r.stderr}`);
       return JSON.parse(r.stdout) as TrafficSummary;
     },
   };
@@ -140,4 +141,20 @@ export async function newConfigurationAcked(lab: Lab, identity: string, before: 
     if (Date.now() > deadline) assert.fail(`${identity}: no new configuration ACKed after 60 s (acked ${v.acked}, sent ${v.sent})`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/**
+ * Runs `body` while steady clients send, then stops them and returns their summaries in order.
+ * When `body` throws, the clients are stopped (their own failures ignored) and its error is
+ * thrown, so a failing check is never hidden behind a client stopped too early.
+ */
+export async function whileSending<T>(clients: readonly SteadyTraffic[], body: () => Promise<T>): Promise<{ result: T; summaries: TrafficSummary[] }> {
+  let result: T;
+  try {
+    result = await body();
+  } catch (err) {
+    await Promise.allSettled(clients.map((c) => c.stop()));
+    throw err;
+  }
+  return { result, summaries: await Promise.all(clients.map((c) => c.stop())) };
 }
