@@ -247,6 +247,12 @@ export async function runController(options: ControllerOptions): Promise<Running
     metrics,
     meshName: options.meshName,
     meshConfigNamespace: options.controllerNamespace ?? defaultControllerNamespace(),
+    meshConfigUnreadable: source instanceof ManifestsSource
+      ? (wanted) => {
+          const error = source.errorHiding('MeshConfig', wanted.namespace, wanted.name);
+          return error && formatManifestError(error);
+        }
+      : undefined,
     resyncIntervalMs: options.resyncIntervalMs,
     debounceQuietMs: options.debounceQuietMs,
     verifyPodIdentity: options.kubernetes !== undefined,

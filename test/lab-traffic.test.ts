@@ -6,44 +6,21 @@
  * without them, failing under CI=true.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { EnvoyAdmin, findEnvoy } from '../src/lab/envoy.js';
 import { startLab, type Lab } from '../src/lab/lab.js';
-import { inNetns } from '../src/lab/network.js';
-import { describeMissing, missingLabPrerequisites } from '../src/lab/prerequisites.js';
 import type { TrafficSummary } from '../src/lab/traffic.js';
-import { eventually } from './helpers/wait.js';
+import {
+  ackedVersions, BOOKBUYER, BOOKBUYER_HEADERS, BOOKS_BOUGHT, BOOKSTORE_V1, BOOKSTORE_V2, bookstoreManifests, BOOKTHIEF, BOOKWAREHOUSE,
+  LAB_TOOLS, newConfigurationAcked as acked, total, traffic as trafficIn, trafficUntil as trafficUntilIn, type LabPodRef,
+} from './helpers/lab.js';
+import { envoyTestSkip } from './helpers/envoy.js';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-/** `trellis lab app|traffic` without the rest of the CLI (starts faster; same commands). */
-const TRELLIS = path.join(REPO, 'bin', 'trellis-lab-tools.js');
 const PREFIX = 'tlp';
 const SUBNET = '10.253.0.0/24';
-
-function missing(): string | undefined {
-  const lacking = missingLabPrerequisites();
-  if (lacking.length > 0) return describeMissing(lacking);
-  if (!findEnvoy()) return 'no Envoy binary (set TRELLIS_ENVOY or install .cache/envoy-venv)';
-  return undefined;
-}
-const lacking = missing();
-if (lacking && process.env.CI) throw new Error(`the lab traffic tests cannot run under CI: ${lacking}`);
-const skip = lacking ? `needs a lab: ${lacking}` : false;
-
-const BOOKBUYER = { pod: 'bookbuyer-5d8c7f9b6-k2x4p', namespace: 'bookbuyer' };
-const BOOKTHIEF = { pod: 'bookthief-7c9d6b5f4-q8w2n', namespace: 'bookthief' };
-const BOOKWAREHOUSE = { pod: 'bookwarehouse-59f4c8b7d-t6h3c', namespace: 'bookwarehouse' };
-const BOOKSTORE_V1 = 'bookstore-6b7f8d9c5-m4v1a';
-const BOOKSTORE_V2 = 'bookstore-v2-8c4d5e6f7-r9v2b';
-/** The headers the `books-bought` match of HTTPRouteGroup bookstore-service-routes requires. */
-const BOOKBUYER_HEADERS = ['--header', 'user-agent:bookbuyer-http-client/1.0', '--header', 'client-app:bookbuyer'];
-const BOOKS_BOUGHT = 'http://bookstore.bookstore:14001/books-bought';
+const { skip } = envoyTestSkip(['ip', 'setpriv', 'iptables-restore']);
 
 const EXTRA_V1_POD = `---
 apiVersion: v1
@@ -88,67 +65,14 @@ spec:
         - buy-a-book
 `;
 
-function sum(counts: Record<string, number>): number {
-  return Object.values(counts).reduce((a, b) => a + b, 0);
-}
-
-/** Runs `trellis lab traffic ARGS` in a pod of `lab` and returns its summary. */
-async function labTraffic(lab: Lab, from: { pod: string; namespace: string }, args: string[]): Promise<TrafficSummary> {
-  const r = await lab.exec(from.pod, from.namespace, [process.execPath, TRELLIS, 'lab', 'traffic', ...args], { timeoutMs: 120_000 });
-  assert.equal(r.code, 0, `lab traffic in ${from.namespace}/${from.pod} failed (${r.code}): ${r.stderr}`);
-  return JSON.parse(r.stdout) as TrafficSummary;
-}
-
 describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 600_000 }, () => {
   let lab: Lab;
   let manifests: string;
 
-  const traffic = (from: { pod: string; namespace: string }, args: string[]) => labTraffic(lab, from, args);
-
-  /**
-   * Sends batches of `args` traffic until a batch satisfies `done` (the configuration changed
-   * and Envoy applied it), within a generous bound.
-   * @returns the first satisfying batch and the time since `since` (ms).
-   */
-  async function trafficUntil(
-    from: { pod: string; namespace: string },
-    args: string[],
-    done: (s: TrafficSummary) => boolean,
-    what: string,
-    since = Date.now(),
-  ): Promise<{ summary: TrafficSummary; afterMs: number }> {
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      const summary = await traffic(from, args);
-      if (done(summary)) return { summary, afterMs: Date.now() - since };
-      if (Date.now() > deadline) assert.fail(`${what}: still not after 60 s; last batch ${JSON.stringify(summary)}`);
-    }
-  }
-
-  /** Per xDS type, the versions a proxy identity's streams have ACKed and been sent (controller's /debug/proxies). */
-  async function versions(identity: string): Promise<{ acked: string; sent: string }> {
-    const res = await fetch(`http://${lab.controllerHttp}/debug/proxies`);
-    const proxies = (await res.json()) as { identity: string; streams: { types: Record<string, { versionAcked?: string | null; lastVersionSent?: string | null }> }[] }[];
-    const types = proxies.filter((p) => p.identity === identity).flatMap((p) => p.streams.flatMap((st) => Object.entries(st.types)));
-    const line = (pick: (v: { versionAcked?: string | null; lastVersionSent?: string | null }) => unknown) =>
-      types.map(([type, v]) => `${type}=${String(pick(v))}`).sort().join(' ');
-    return { acked: line((v) => v.versionAcked), sent: line((v) => v.lastVersionSent) };
-  }
-
-  /**
-   * Waits until the sidecar of `identity` has ACKed a configuration other than `before` and
-   * everything it was sent (the controller's push applied), within a generous bound.
-   * @returns the time since `since`, ms.
-   */
-  async function newConfigurationAcked(identity: string, before: string, since: number): Promise<number> {
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      const v = await versions(identity);
-      if (v.acked !== before && v.acked === v.sent) return Date.now() - since;
-      if (Date.now() > deadline) assert.fail(`${identity}: no new configuration ACKed after 60 s (acked ${v.acked}, sent ${v.sent})`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  }
+  const traffic = (from: LabPodRef, args: string[]): Promise<TrafficSummary> => trafficIn(lab, from, args);
+  const trafficUntil = (from: LabPodRef, args: string[], done: (s: TrafficSummary) => boolean, what: string) => trafficUntilIn(lab, from, args, done, what);
+  const versions = (identity: string) => ackedVersions(lab, identity);
+  const newConfigurationAcked = (identity: string, before: string, since: number) => acked(lab, identity, before, since);
 
   async function edit(file: string, change: (text: string) => string): Promise<void> {
     const p = path.join(manifests, file);
@@ -156,9 +80,7 @@ describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 6
   }
 
   before(async () => {
-    manifests = await mkdtemp(path.join(tmpdir(), `${PREFIX}-manifests-`));
-    await cp(path.join(REPO, 'examples', 'bookstore'), manifests, { recursive: true });
-    await rm(path.join(manifests, 'README.md'));
+    manifests = await bookstoreManifests(PREFIX);
     lab = await startLab({
       manifestsDir: manifests,
       prefix: PREFIX,
@@ -209,7 +131,7 @@ describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 6
     const refused = await traffic(BOOKBUYER, ['--tcp', 'mysql.bookwarehouse:3306', '--requests', '20']);
     console.log('mysql from bookbuyer:', JSON.stringify(refused));
     assert.deepEqual(refused.answeredBy, {});
-    assert.equal(sum(refused.errors), 20);
+    assert.equal(total(refused.errors), 20);
   });
 
   it('bookthief is refused until MeshConfig turns permissive mode on, and again once it is off', async () => {
@@ -281,48 +203,12 @@ describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 6
     console.log(`pod removed (bookbuyer's sidecar ACKed ${ackedMs} ms after the file was written):`, JSON.stringify(s));
     assert.deepEqual({ statuses: s.statuses, answeredBy: s.answeredBy, errors: s.errors }, { statuses: { '200': 500 }, answeredBy: { [BOOKSTORE_V1]: 500 }, errors: {} });
   });
-
-  it("keeps serving while the controller is dead (steady traffic across a SIGKILL of the lab's controller; last: the lab has no controller after it)", async () => {
-    const state = lab.state();
-    const buyer = state.pods.find((p) => p.name === BOOKBUYER.pod && p.namespace === BOOKBUYER.namespace);
-    assert.ok(buyer?.adminSocket && state.controllerPid, 'the lab state names bookbuyer\'s admin socket and the controller');
-    const admin = new EnvoyAdmin(buyer.adminSocket);
-    // Requests bookbuyer's sidecar sent to bookstore's clusters, as Envoy counts them.
-    const sent = async () => {
-      let n = 0;
-      for (const [name, value] of await admin.stats()) if (/^cluster\.bookstore\/bookstore(-v[12])?\|14001\.upstream_rq_total$/.test(name)) n += value;
-      return n;
-    };
-    const argv = inNetns(buyer.netns, [process.execPath, TRELLIS, 'lab', 'traffic', '--url', BOOKS_BOUGHT, '--until-signal', '--interval-ms', '5', ...BOOKBUYER_HEADERS]);
-    const client = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    client.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    const exited = once(client, 'exit');
-    try {
-      const start = await sent();
-      await eventually(async () => (await sent()) >= start + 100, '100 requests before the fault', 60_000, 50);
-      process.kill(state.controllerPid, 'SIGKILL');
-      await eventually(() => fetch(`http://${lab.controllerHttp}/healthz`).then(() => false, () => true), 'the controller gone', 30_000, 50);
-      const killed = await sent();
-      await eventually(async () => (await sent()) >= killed + 300, '300 requests with the controller dead', 60_000, 50);
-    } finally {
-      client.kill('SIGTERM');
-    }
-    await exited;
-    const s = JSON.parse(stdout) as TrafficSummary;
-    console.log('steady traffic across the controller\'s SIGKILL:', JSON.stringify(s));
-    assert.ok(s.requests >= 400, `${s.requests} requests`);
-    assert.deepEqual(s.statuses, { '200': s.requests });
-    assert.deepEqual(s.errors, {});
-    assert.equal(sum(s.answeredBy), s.requests);
-    assert.ok(Object.keys(s.answeredBy).every((pod) => [BOOKSTORE_V1, BOOKSTORE_V2].includes(pod)), JSON.stringify(s.answeredBy));
-  });
 });
 
 /** The manifests of the echo lab: a client, two flaky HTTP services (one with a Retry), a gRPC service and a host outside the mesh. */
 function echoManifests(): string {
   const app = (pod: string, sa: string, listen: string[], extra: string[] = []) =>
-    JSON.stringify([process.execPath, TRELLIS, 'lab', 'app', '--pod', pod, '--namespace', 'echo', '--service-account', sa, ...listen.flatMap((l) => ['--listen', l]), ...extra]);
+    JSON.stringify([process.execPath, LAB_TOOLS, 'lab', 'app', '--pod', pod, '--namespace', 'echo', '--service-account', sa, ...listen.flatMap((l) => ['--listen', l]), ...extra]);
   const service = (name: string, ip: string, port: number, portName: string) => `---
 apiVersion: v1
 kind: ServiceAccount
@@ -410,7 +296,7 @@ describe('retries, gRPC and plaintext through the sidecars of an echo lab', { sk
   const CLIENT = { pod: 'client-0', namespace: 'echo' };
   const OUTSIDER = { pod: 'outsider-0', namespace: 'outside' };
 
-  const traffic = (from: { pod: string; namespace: string }, args: string[]) => labTraffic(lab, from, args);
+  const traffic = (from: LabPodRef, args: string[]): Promise<TrafficSummary> => trafficIn(lab, from, args);
 
   before(async () => {
     manifests = await mkdtemp(path.join(tmpdir(), `${PREFIX}-echo-manifests-`));
@@ -444,6 +330,6 @@ describe('retries, gRPC and plaintext through the sidecars of an echo lab', { sk
     console.log('outsider → fragile-0 pod IP:', JSON.stringify(s));
     assert.deepEqual(s.answeredBy, {});
     assert.deepEqual(s.statuses, {});
-    assert.equal(sum(s.errors), 20);
+    assert.equal(total(s.errors), 20);
   });
 });

@@ -122,6 +122,36 @@ describe('buildMeshSnapshot', () => {
     assert.deepEqual(back.problems, []);
   });
 
+  it('keeps permissive mode off while the MeshConfig could not be loaded since the start: an unreadable MeshConfig never opens the mesh', () => {
+    const without = memoryStore(bookstoreMesh().filter((o) => o.kind !== 'MeshConfig'));
+    const unreadable = 'meshconfig.yaml:11: MeshConfig osm-system/osm-mesh-config: spec.certificate.certKeyBitSize: is required';
+    const first = buildMeshSnapshot(without, { meshName: 'osm', generation: 1, meshConfigUnreadable: unreadable });
+    assert.equal(first.snapshot.settings.permissiveTrafficPolicyMode, false);
+    assert.deepEqual(first.snapshot.meshConfig, { name: 'osm-system/osm-mesh-config', deleted: false, unreadable });
+    assert.deepEqual(first.problems.map(formatProblem), [
+      `MeshConfig osm-system/osm-mesh-config: metadata: could not be loaded (${unreadable}); permissive mode is off (an unreadable MeshConfig never opens the mesh) and the other settings are the defaults until a valid version is loaded`,
+    ]);
+    assert.deepEqual(outboundServices(first.snapshot, serviceIdentity('bookthief', 'bookthief')), [], 'bookthief reaches nothing');
+    // Still unreadable at the next build; once it loads, its settings; gone instead, OSM's defaults.
+    const later = buildMeshSnapshot(without, { meshName: 'osm', generation: 2, previous: first.snapshot, meshConfigUnreadable: unreadable });
+    assert.equal(later.snapshot.settings.permissiveTrafficPolicyMode, false);
+    const loaded = buildMeshSnapshot(memoryStore(bookstoreMesh().map((o) => (o.kind === 'MeshConfig' ? k8s.meshConfig(true) : o))), { meshName: 'osm', generation: 3, previous: later.snapshot });
+    assert.equal(loaded.snapshot.settings.permissiveTrafficPolicyMode, true);
+    assert.deepEqual(loaded.snapshot.meshConfig, { name: 'osm-system/osm-mesh-config', deleted: false });
+    const removed = buildMeshSnapshot(without, { meshName: 'osm', generation: 3, previous: later.snapshot });
+    assert.equal(removed.snapshot.settings.permissiveTrafficPolicyMode, true);
+    assert.equal(removed.snapshot.meshConfig, undefined);
+    // A valid version loaded once and then broken: the store keeps it (its last valid version); the
+    // source's error does not matter then.
+    const valid = buildMeshSnapshot(memoryStore(bookstoreMesh()), { meshName: 'osm', generation: 4, previous: later.snapshot, meshConfigUnreadable: unreadable });
+    assert.equal(valid.snapshot.settings.permissiveTrafficPolicyMode, false);
+    assert.deepEqual(valid.problems, []);
+    // A mesh that started without any MeshConfig (OSM's defaults) keeps them when a broken one appears later.
+    const none = build(bookstoreMesh().filter((o) => o.kind !== 'MeshConfig')).snapshot;
+    const broken = buildMeshSnapshot(without, { meshName: 'osm', generation: 8, previous: none, meshConfigUnreadable: unreadable });
+    assert.equal(broken.snapshot.settings.permissiveTrafficPolicyMode, true);
+  });
+
   it('reads only the MeshConfig of its name and namespace, and reports another one', () => {
     const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
     const elsewhere = { ...k8s.meshConfig(true), metadata: { name: 'osm-mesh-config', namespace: 'default' } };

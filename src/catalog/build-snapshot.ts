@@ -58,6 +58,12 @@ export interface BuildOptions {
   readonly previous?: MeshSnapshot;
   /** The MeshConfig to read (default {@link DEFAULT_MESH_CONFIG}: `osm-system/osm-mesh-config`). */
   readonly meshConfig?: { readonly namespace: string; readonly name: string };
+  /**
+   * Why the MeshConfig may exist although the store has none: the source's error on it (an
+   * invalid document of it, or a file it could be in that could not be read or parsed). While
+   * it is set and no valid MeshConfig was seen, permissive mode is off (see `meshSettings`).
+   */
+  readonly meshConfigUnreadable?: string;
 }
 
 /** The result of {@link buildMeshSnapshot}: the snapshot, and the policies it had to skip. */
@@ -106,19 +112,26 @@ const DEFAULT_SETTINGS: MeshSettings = {
   configResyncIntervalSeconds: undefined,
 };
 
+/** The settings while the MeshConfig could not be loaded since the controller started: {@link DEFAULT_SETTINGS} with permissive mode off. */
+const UNREADABLE_SETTINGS: MeshSettings = { ...DEFAULT_SETTINGS, permissiveTrafficPolicyMode: false };
+
 /** The MeshConfig OSM's controller reads: `osm-mesh-config` in its namespace. */
 export const DEFAULT_MESH_CONFIG = { namespace: 'osm-system', name: 'osm-mesh-config' } as const;
 
 /**
  * The mesh settings and where they come from. The MeshConfig read is `wanted`'s; another one is
  * reported and ignored. When it is gone but the previous snapshot's settings came from it, those
- * settings stay in force (a deletion never opens the mesh); only a mesh that has had no
- * MeshConfig since the controller started gets {@link DEFAULT_SETTINGS}.
+ * settings stay in force (a deletion never opens the mesh). A controller that starts with it
+ * `unreadable` (an invalid document, a file that does not parse) has never seen its settings:
+ * permissive mode is off (an unknown never opens the mesh) with OSM's other defaults, until a
+ * valid version is loaded. Only a mesh that has had no MeshConfig since the controller started,
+ * and none unreadable at start, gets {@link DEFAULT_SETTINGS}.
  */
 function meshSettings(
   store: StoreReader,
   wanted: { readonly namespace: string; readonly name: string },
   previous: MeshSnapshot | undefined,
+  unreadable: string | undefined,
   problems: PolicyProblem[],
 ): { settings: MeshSettings; meshConfig: MeshSnapshot['meshConfig'] } {
   const configs = store.list<MeshConfig>('MeshConfig');
@@ -135,7 +148,17 @@ function meshSettings(
     });
   }
   if (!config) {
-    if (previous?.meshConfig) {
+    if (unreadable !== undefined && (previous === undefined || previous.meshConfig?.unreadable !== undefined)) {
+      problems.push({
+        kind: 'MeshConfig',
+        namespace: wanted.namespace,
+        name: wanted.name,
+        field: 'metadata',
+        message: `could not be loaded (${unreadable}); permissive mode is off (an unreadable MeshConfig never opens the mesh) and the other settings are the defaults until a valid version is loaded`,
+      });
+      return { settings: UNREADABLE_SETTINGS, meshConfig: { name: wantedKey, deleted: false, unreadable } };
+    }
+    if (previous?.meshConfig && previous.meshConfig.unreadable === undefined) {
       problems.push({
         kind: 'MeshConfig',
         namespace: wanted.namespace,
@@ -505,7 +528,8 @@ function resolveTrafficSplits(
  * EndpointSlices, else from the Pods the selector matches), service identities (the service
  * accounts of those Pods, and of Deployments' pod templates), resolved TrafficTargets and
  * TrafficSplits, and MeshConfig settings (OSM's defaults, permissive mode on, while no
- * MeshConfig was seen; the last ones seen, kept in `previous`, once it is deleted),
+ * MeshConfig was seen; permissive mode off while it is `meshConfigUnreadable` since the start;
+ * the last ones seen, kept in `previous`, once it is deleted),
  * IngressBackends with their Ingress routes (`ingress.ts`) and Egress policies (`egress.ts`).
  *
  * Pure: reads only `store` and `options.previous`. Policies that reference something missing or impossible are
@@ -519,7 +543,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
       .filter((n) => n.metadata.labels?.[MONITORED_BY_LABEL] === options.meshName)
       .map((n) => n.metadata.name),
   );
-  const { settings, meshConfig } = meshSettings(store, options.meshConfig ?? DEFAULT_MESH_CONFIG, options.previous, problems);
+  const { settings, meshConfig } = meshSettings(store, options.meshConfig ?? DEFAULT_MESH_CONFIG, options.previous, options.meshConfigUnreadable, problems);
 
   const { services, endpoints, identitiesByService, servicesByIdentity } = buildServices(store, namespaces, problems);
 

@@ -108,10 +108,12 @@ export interface MeshSnapshot {
   readonly settings: MeshSettings;
   /**
    * The MeshConfig `settings` come from (`<namespace>/<name>`); `deleted` when it is gone and
-   * its last settings stay in force. Undefined when the controller has seen none since it
-   * started: `settings` are OSM's defaults then.
+   * its last settings stay in force; `unreadable` (the source's error) when it could not be
+   * loaded since the controller started: `settings` are OSM's defaults with permissive mode off
+   * then. Undefined when the controller has seen none since it started: `settings` are OSM's
+   * defaults then.
    */
-  readonly meshConfig?: { readonly name: string; readonly deleted: boolean };
+  readonly meshConfig?: { readonly name: string; readonly deleted: boolean; readonly unreadable?: string };
   /** Names of the namespaces monitored by this mesh. */
   readonly namespaces: ReadonlySet<string>;
   /** Every MeshService, sorted by namespace, name, port. */

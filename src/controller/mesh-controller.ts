@@ -80,6 +80,11 @@ export interface MeshControllerOptions {
   readonly meshName: string;
   /** Namespace of the MeshConfig `osm-mesh-config` the controller reads (default `osm-system`). */
   readonly meshConfigNamespace?: string;
+  /**
+   * The source's error that may hide the MeshConfig `wanted` (an invalid document of it, a file
+   * that could not be parsed), formatted, or undefined (see `BuildOptions.meshConfigUnreadable`).
+   */
+  readonly meshConfigUnreadable?: (wanted: { readonly namespace: string; readonly name: string }) => string | undefined;
   /** Quiet period of the push debouncer, in ms (default 100). */
   readonly debounceQuietMs?: number;
   /** Longest a change waits for a push, in ms (default 1000). */
@@ -390,9 +395,11 @@ export class MeshController {
 
   private rebuild(): MeshSnapshot {
     this.storeChanged = false;
+    const meshConfig = this.options.meshConfigNamespace === undefined ? DEFAULT_MESH_CONFIG : { ...DEFAULT_MESH_CONFIG, namespace: this.options.meshConfigNamespace };
     const { snapshot, problems } = buildMeshSnapshot(this.options.store, {
       meshName: this.options.meshName,
-      meshConfig: this.options.meshConfigNamespace === undefined ? undefined : { ...DEFAULT_MESH_CONFIG, namespace: this.options.meshConfigNamespace },
+      meshConfig,
+      meshConfigUnreadable: this.options.meshConfigUnreadable?.(meshConfig),
       generation: ++this.generation,
       previous: this.generation > 1 ? this.mesh : undefined,
     });

@@ -76,6 +76,16 @@ export interface LabOptions {
   readonly envoyLogLevel?: string;
 }
 
+/** Options of {@link Lab.exec} and {@link execIn}. */
+export interface ExecOptions {
+  /** SIGKILL after this many ms (default 60 000). */
+  readonly timeoutMs?: number;
+  /** Text written to its stdin (then closed). */
+  readonly input?: string;
+  /** When aborted, the command gets SIGTERM (`trellis lab traffic --until-signal` then prints its summary). */
+  readonly signal?: AbortSignal;
+}
+
 /** What {@link Lab.exec} returns. */
 export interface ExecResult {
   /** Exit status (128 + signal number when killed by a signal). */
@@ -99,7 +109,7 @@ export interface Lab {
    * traffic is intercepted), and collects its output (bounded).
    * @throws Error when the lab runs no such pod.
    */
-  exec(pod: string, namespace: string, argv: readonly string[], options?: { readonly timeoutMs?: number; readonly input?: string }): Promise<ExecResult>;
+  exec(pod: string, namespace: string, argv: readonly string[], options?: ExecOptions): Promise<ExecResult>;
   /** The lab's status (see `labStatus`). */
   status(): Promise<LabStatus>;
   /**
@@ -121,6 +131,13 @@ export interface Lab {
   startController(): Promise<void>;
   /** The state the supervisor last wrote. */
   state(): LabState;
+  /**
+   * Starts the controller again with the same flags, state dir and CA once the running one
+   * has exited (SIGKILL first if it still runs: a crash, recorded as the lab's error until the
+   * new one starts), the same start as {@link Lab.startController}, and resolves with its PID
+   * once it is ready. A test kills it by `state().controllerPid` to play a crash, then calls this.
+   */
+  restartController(): Promise<number>;
   /** Stops everything and removes every name with the prefix and the state dir. @returns what was removed. */
   stop(): Promise<string[]>;
 }
@@ -129,6 +146,8 @@ export interface Lab {
 interface LabProcess {
   readonly pid: number;
   readonly exited: Promise<number | null>;
+  /** Sends `signal` unless the process has exited already. */
+  kill(signal: NodeJS.Signals): void;
   stop(): Promise<void>;
 }
 
@@ -156,6 +175,7 @@ function startProcess(argv: readonly string[], logFile: string, env?: NodeJS.Pro
     child.once('spawn', () => resolve({
       pid: child.pid!,
       exited,
+      kill: (signal) => { if (!done) child.kill(signal); },
       stop: async () => {
         if (done) return;
         child.kill('SIGTERM');
@@ -356,12 +376,15 @@ class Supervisor {
   }
 
   /**
-   * Runs the controller (`trellis controller` on the bridge address, state under the lab's) and
-   * resolves once its `/readyz` answers 200. Its CA persists in its state dir: a restarted
-   * controller serves the sidecars' certificates as before.
-   * @throws Error when it runs already, exits or is not ready within 60 s.
+   * Runs the controller (`trellis controller --xds-address <bridge>:15128`, its state and CA in
+   * the lab's `controller/` dir) and resolves once its `/readyz` answers 200. Its CA persists in
+   * its state dir: a restarted controller serves the sidecars' certificates as before. An exit the
+   * supervisor did not ask for ({@link Supervisor.stopController} does ask) is recorded as the
+   * lab's error until a controller is started again.
+   * @throws Error when it runs already, exits before it is ready or is not ready within 60 s.
    */
   async startController(): Promise<void> {
+    if (this.stopped) throw new Error(`lab ${this.network.prefix} is stopped`);
     if (this.controller && !this.controllerExited) throw new Error(`lab ${this.network.prefix}: the controller runs already (pid ${this.controller.pid})`);
     const logFile = path.join(this.options.stateDir, 'controller.log');
     const controller = await startProcess([
@@ -380,7 +403,7 @@ class Supervisor {
       this.controllerExited = true;
       if (!this.stopped && !this.stoppingController) {
         this.log.error({ code }, 'the controller exited');
-        this.error = `the controller exited (${code}): see ${logFile}`;
+        this.error = `the controller (pid ${controller.pid}) exited (${code === null ? 'killed by a signal' : code}): see ${logFile}`;
         void this.writeState();
       }
     });
@@ -397,6 +420,25 @@ class Supervisor {
       this.stoppingController = false;
     }
     await this.writeState();
+  }
+
+  /**
+   * Starts the controller again with the same flags, state dir and CA (see
+   * {@link Supervisor.startController}), after the one running exited: it is sent SIGKILL first
+   * if it still runs (a crash, not a shutdown: the exit is recorded as the lab's error until the
+   * new one starts). Sidecars keep their last configuration meanwhile and reconnect by themselves.
+   * @returns the new controller's PID, once it is ready.
+   * @throws Error when the lab is stopped or the new controller is not ready (see its log).
+   */
+  async restartController(): Promise<number> {
+    if (this.stopped) throw new Error(`lab ${this.network.prefix} is stopped`);
+    const old = this.controller;
+    if (old && !this.controllerExited) {
+      old.kill('SIGKILL');
+      await old.exited;
+    }
+    await this.startController();
+    return this.controller!.pid;
   }
 
   /** Runs a reconcile after the current one (coalescing requests made meanwhile). */
@@ -616,6 +658,7 @@ class Supervisor {
       manifestsDir: this.options.manifestsDir,
       controllerHttp: this.options.httpAddress,
       xdsAddress: this.xdsAddress,
+      restartController: () => this.restartController(),
       exec: (pod, namespace, argv, opts) => {
         const running = this.pods.get(`${namespace}/${pod}`);
         if (!running?.network) throw new Error(`lab ${this.network.prefix} runs no pod ${namespace}/${pod}`);
@@ -636,7 +679,7 @@ class Supervisor {
  * Runs `argv` in `netns` as root with bounded output.
  * @returns the exit status (128 + signal when killed) and output.
  */
-export function execIn(netns: string, argv: readonly string[], options: { readonly timeoutMs?: number; readonly input?: string } = {}): Promise<ExecResult> {
+export function execIn(netns: string, argv: readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
   return new Promise((resolve, reject) => {
     const [command, ...args] = inNetns(netns, argv);
     const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'] });
@@ -653,9 +696,13 @@ export function execIn(netns: string, argv: readonly string[], options: { readon
     child.stdout.on('data', collect(out));
     child.stderr.on('data', collect(err));
     const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
-    child.once('error', (e) => { clearTimeout(timer); reject(e); });
+    const terminate = () => child.kill('SIGTERM');
+    if (options.signal?.aborted) terminate();
+    options.signal?.addEventListener('abort', terminate, { once: true });
+    child.once('error', (e) => { clearTimeout(timer); options.signal?.removeEventListener('abort', terminate); reject(e); });
     child.once('close', (code, signal) => {
       clearTimeout(timer);
+      options.signal?.removeEventListener('abort', terminate);
       const signals: Record<string, number> = { SIGKILL: 9, SIGTERM: 15, SIGINT: 2 };
       resolve({ code: code ?? 128 + (signal ? signals[signal] ?? 1 : 1), stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') });
     });

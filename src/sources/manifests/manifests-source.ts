@@ -167,6 +167,16 @@ export class ManifestsSource {
     return this.#errors;
   }
 
+  /**
+   * The first current error that may hide the object `kind` `namespace`/`name` (so that the
+   * store may lack it although a file holds it): one of a document of that kind whose namespace
+   * and name are theirs or unknown, or one whose kind is unknown (a file that could not be read
+   * or parsed, a document without a kind). Undefined when none.
+   */
+  errorHiding(kind: string, namespace: string, name: string): ManifestError | undefined {
+    return this.#errors.find((e) => e.kind === undefined || (e.kind === kind && (e.namespace ?? namespace) === namespace && (e.name ?? name) === name));
+  }
+
   /** The current warnings (YAML 1.1/1.2 ambiguous scalars); the objects concerned are loaded. */
   warnings(): readonly ManifestWarning[] {
     return this.#warnings;
