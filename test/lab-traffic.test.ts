@@ -13,7 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import { startLab, type Lab } from '../src/lab/lab.js';
 import type { TrafficSummary } from '../src/lab/traffic.js';
 import {
-  ackedVersions, BOOKBUYER, BOOKBUYER_HEADERS, BOOKS_BOUGHT, BOOKSTORE_V1, BOOKSTORE_V2, bookstoreManifests, BOOKTHIEF, BOOKWAREHOUSE,
+  ackedVersions, BOOKBUYER, BOOKBUYER_HEADERS, BOOKS_BOUGHT, BOOKSTORE_V1, BOOKSTORE_V2, bookstoreManifests, bookstoreV1Pod, BOOKTHIEF, BOOKWAREHOUSE,
   LAB_TOOLS, newConfigurationAcked as acked, total, traffic as trafficIn, trafficUntil as trafficUntilIn, type LabPodRef,
 } from './helpers/lab.js';
 import { envoyTestSkip } from './helpers/envoy.js';
@@ -22,27 +22,7 @@ const PREFIX = 'tlp';
 const SUBNET = '10.253.0.0/24';
 const { skip } = envoyTestSkip(['ip', 'setpriv', 'iptables-restore']);
 
-const EXTRA_V1_POD = `---
-apiVersion: v1
-kind: Pod
-metadata:
-  name: bookstore-6b7f8d9c5-x7k2z
-  namespace: bookstore
-  labels:
-    app: bookstore
-    version: v1
-spec:
-  serviceAccountName: bookstore
-  containers:
-    - name: bookstore
-      image: openservicemesh/bookstore:latest-main
-      ports:
-        - name: web
-          containerPort: 14001
-status:
-  phase: Running
-  podIP: 10.244.3.11
-`;
+const EXTRA_V1_POD = `---\n${bookstoreV1Pod('bookstore-6b7f8d9c5-x7k2z', '10.244.3.11')}`;
 
 const BOOKTHIEF_BUYS_A_BOOK = `apiVersion: access.smi-spec.io/v1alpha3
 kind: TrafficTarget

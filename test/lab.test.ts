@@ -12,6 +12,7 @@ import type { LabStatus } from '../src/lab/status.js';
 import { envoyTestSkip } from './helpers/envoy.js';
 import { labLeftovers } from './helpers/lab-prerequisites.js';
 import { bookstoreLabDir } from './helpers/lab-manifests.js';
+import { bookstoreV1Pod } from './helpers/lab.js';
 import { eventually } from './helpers/wait.js';
 
 // h-lab's prefix and a slice of its subnet 10.251.0.0/24 (test/lab-network.test.ts uses another).
@@ -37,25 +38,7 @@ async function netnsList(): Promise<string[]> {
   return (await runCommand(['ip', 'netns', 'list'])).split('\n').map((l) => l.split(' ')[0]).filter((n) => n !== '');
 }
 
-const EXTRA_POD = `apiVersion: v1
-kind: Pod
-metadata:
-  name: bookstore-extra
-  namespace: bookstore
-  labels:
-    app: bookstore
-    version: v1
-spec:
-  serviceAccountName: bookstore
-  containers:
-    - name: bookstore
-      ports:
-        - name: web
-          containerPort: 14001
-status:
-  phase: Running
-  podIP: 10.244.3.30
-`;
+const EXTRA_POD = bookstoreV1Pod('bookstore-extra', '10.244.3.30');
 
 describe('trellis lab: examples/bookstore with real Envoy sidecars', { skip }, () => {
   let dir: string;

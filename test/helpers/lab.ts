@@ -42,6 +42,29 @@ export const BOOKBUYER_HEADERS = ['--header', 'user-agent:bookbuyer-http-client/
 /** The URL of bookstore's `books-bought` route. */
 export const BOOKS_BOUGHT = 'http://bookstore.bookstore:14001/books-bought';
 
+/** A Pod manifest (YAML) of one more bookstore-v1 pod (service account bookstore, port 14001) named `name` at `podIP`. */
+export function bookstoreV1Pod(name: string, podIP: string): string {
+  return `apiVersion: v1
+kind: Pod
+metadata:
+  name: ${name}
+  namespace: bookstore
+  labels:
+    app: bookstore
+    version: v1
+spec:
+  serviceAccountName: bookstore
+  containers:
+    - name: bookstore
+      ports:
+        - name: web
+          containerPort: 14001
+status:
+  phase: Running
+  podIP: ${podIP}
+`;
+}
+
 /**
  * A copy of examples/bookstore (without its README) in a new temp dir named `<prefix>-manifests-…`,
  * mode 0755; `change` may edit the copy before the lab reads it.
