@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { readFile, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startLab, type Lab } from '../src/lab/lab.js';
 import { podNetnsName } from '../src/lab/network.js';
 import { envoyTestSkip } from './helpers/envoy.js';
-import { BOOKBUYER, bookstoreManifests } from './helpers/lab.js';
+import { BOOKBUYER, bookstoreManifests, TRELLIS } from './helpers/lab.js';
 
 // h-isolate's prefix, subnet and ops port.
 const PREFIX = 'tis';
@@ -180,6 +181,19 @@ describe('trellis lab: a pod cannot reach the lab\'s secrets, other pods or the 
     const books = await lab.exec(BOOKBUYER.pod, BOOKBUYER.namespace, ['curl', '-sS', '-m', '10', '-H', 'client-app: bookbuyer', '-A', 'bookbuyer-http-client/1.0', 'http://bookstore.bookstore:14001/books-bought']);
     assert.equal(books.code, 0, books.stderr);
     assert.match(JSON.parse(books.stdout).pod, /^bookstore-/);
+  });
+
+  it('trellis lab exec (the CLI) runs as confined as Lab.exec', async () => {
+    const cli = (argv: readonly string[]) => new Promise<{ code: number; stdout: string }>((resolve) => {
+      execFile(process.execPath, [TRELLIS, 'lab', 'exec', BOOKBUYER.pod, '-n', BOOKBUYER.namespace, '--prefix', PREFIX, '--state-dir', stateDir, '--', ...argv],
+        { encoding: 'utf8', timeout: 60_000 }, (error, stdout) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout }));
+    });
+    const r = await cli(['sh', '-c', ATTEMPTS, 'sh', ...attemptArgs]);
+    assert.equal(r.code, 0);
+    const seen = outcomes(r.stdout);
+    assert.equal(seen.size, 11, r.stdout);
+    for (const [name, outcome] of seen) assert.equal(outcome, 'denied', `trellis lab exec could ${name}`);
+    assert.match((await cli(['grep', 'CapEff', '/proc/self/status'])).stdout, /^CapEff:\t0000000000000400$/m);
   });
 
   it('a pod command listens on port 80, is reached through the mesh, and cannot do what lab exec cannot', async () => {
