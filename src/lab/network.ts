@@ -3,7 +3,7 @@
  * `P-br` carrying the subnet's first address, and one network namespace per pod joined to it by a
  * veth pair. Pods get their `status.podIP`/32 plus one subnet address on `eth0`, on-link routes for
  * every address the lab assigned, and no default route: nothing the lab creates can reach past the
- * bridge, and the host gets only the subnet's connected route (no forwarding, no NAT, no sysctl).
+ * bridge, and the host gets only the subnet's connected route (no forwarding, no NAT, no host-wide sysctl: only the bridge's own ARP settings).
  *
  * Every name created here starts with `P-` (the lab's prefix), so {@link removeLabNetwork} finds
  * all of it again, also after a crash. Needs root and iproute2's `ip`.
