@@ -12,7 +12,7 @@ import {
   cleanUpLab, DEFAULT_LAB_HTTP_ADDRESS, DEFAULT_LAB_PREFIX, DEFAULT_LAB_SUBNET, startLab, type Lab,
 } from '../lab/lab.js';
 import { findEnvoy } from '../lab/envoy.js';
-import { checkLabPrefix, inNetns, labSubnetAddress } from '../lab/network.js';
+import { checkLabPrefix, inPod, labSubnetAddress } from '../lab/network.js';
 import { describeMissing, missingLabPrerequisites } from '../lab/prerequisites.js';
 import { processAlive, sleep } from '../lab/process.js';
 import { defaultLabStateDir, readLabOwner, readLabState } from '../lab/state.js';
@@ -88,7 +88,7 @@ async function up(opts: UpOptions): Promise<void> {
   const stateDir = opts.stateDir !== undefined ? path.resolve(opts.stateDir) : defaultLabStateDir(opts.prefix);
   await mkdir(stateDir, { recursive: true, mode: 0o755 });
   const logFile = path.join(stateDir, 'supervisor.log');
-  const fd = openSync(logFile, 'w', 0o644);
+  const fd = openSync(logFile, 'w', 0o600);
   const args = [
     TRELLIS_BIN, 'lab', 'supervise', '--manifests', path.resolve(opts.manifests), '--envoy', envoy!, '--prefix', opts.prefix,
     '--subnet', opts.subnet, '--http-address', opts.httpAddress, '--state-dir', stateDir, ...(opts.delta ? ['--delta'] : []),
@@ -139,7 +139,7 @@ async function supervise(opts: UpOptions): Promise<void> {
   process.once('SIGINT', shutdown);
 }
 
-/** `lab exec`: runs a command in a pod's netns as root, inheriting stdio; passes its exit status through. */
+/** `lab exec`: runs a command in a pod's netns as its app runs (`inPod`), inheriting stdio; passes its exit status through. */
 async function exec(pod: string, argv: string[], opts: CommonOptions & { namespace: string }): Promise<void> {
   const stateDir = await stateDirOf(opts);
   const state = await readLabState(stateDir);
@@ -147,7 +147,7 @@ async function exec(pod: string, argv: string[], opts: CommonOptions & { namespa
   const found = state.pods.find((p) => p.name === pod && p.namespace === opts.namespace);
   if (!found || found.netns === '') return fail(`lab ${opts.prefix} runs no pod ${opts.namespace}/${pod} (trellis lab status lists them)`);
   if (argv.length === 0) return fail('lab exec needs a command after --');
-  const [command, ...args] = inNetns(found.netns, argv);
+  const [command, ...args] = inPod(found.netns, argv, stateDir);
   const child = spawn(command, args, { stdio: 'inherit' });
   const code = await new Promise<number>((resolve) => {
     child.once('error', (err) => { process.stderr.write(`trellis lab exec: ${err.message}\n`); resolve(127); });

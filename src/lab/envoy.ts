@@ -85,7 +85,7 @@ export function envoyArgv(options: StartEnvoyOptions): string[] {
 export async function startEnvoy(options: StartEnvoyOptions): Promise<EnvoyProcess> {
   const [command, ...args] = envoyArgv(options);
   const maxLogBytes = options.maxLogBytes ?? 1024 * 1024;
-  const log = createWriteStream(options.logFile, { flags: 'a', mode: 0o644 });
+  const log = createWriteStream(options.logFile, { flags: 'a', mode: 0o600 });
   const child = spawn(command!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let written = 0;
   let tail = '';

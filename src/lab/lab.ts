@@ -19,7 +19,7 @@ import { applyInterception, interceptionOptions, PROXY_UID } from '../injector/i
 import { ManifestsSource } from '../sources/manifests/index.js';
 import { ObjectStore } from '../store/object-store.js';
 import {
-  addOnLinkRoutes, createLabNetwork, createPodNetwork, deletePodNetwork, inNetns, labSubnetAddress, removeLabNetwork,
+  addOnLinkRoutes, createLabNetwork, createPodNetwork, deletePodNetwork, inPod, labSubnetAddress, removeLabNetwork,
   removeOnLinkRoutes, runCommand, writePodHosts, checkLabPrefix, type LabNetwork, type PodNetwork,
 } from './network.js';
 import { findEnvoy, startEnvoy, type EnvoyProcess } from './envoy.js';
@@ -105,8 +105,9 @@ export interface Lab {
   /** The controller's ADS `host:port` (on the bridge address). */
   readonly xdsAddress: string;
   /**
-   * Runs `argv` in a pod's network namespace, as root (the app's user, not Envoy's uid: its
-   * traffic is intercepted), and collects its output (bounded).
+   * Runs `argv` in a pod's network namespace as its app runs (uid 0 without capabilities but
+   * CAP_NET_BIND_SERVICE, the state dir and /run hidden, every mount read-only; not Envoy's uid:
+   * its traffic is intercepted), and collects its output (bounded).
    * @throws Error when the lab runs no such pod.
    */
   exec(pod: string, namespace: string, argv: readonly string[], options?: ExecOptions): Promise<ExecResult>;
@@ -157,7 +158,7 @@ interface LabProcess {
  */
 function startProcess(argv: readonly string[], logFile: string, env?: NodeJS.ProcessEnv, cwd?: string): Promise<LabProcess> {
   return new Promise((resolve, reject) => {
-    const log = createWriteStream(logFile, { flags: 'a', mode: 0o644 });
+    const log = createWriteStream(logFile, { flags: 'a', mode: 0o600 });
     const child: ChildProcess = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], env: env ?? process.env, cwd });
     let written = 0;
     const sink = (chunk: Buffer): void => {
@@ -545,7 +546,7 @@ class Supervisor {
         this.watchExit(running, 'envoy', running.envoy);
       }
       running.appArgv = appArgv(spec);
-      running.app = await startProcess(inNetns(pod.netns, running.appArgv), path.join(running.dir, 'app.log'), {
+      running.app = await startProcess(inPod(pod.netns, running.appArgv, this.options.stateDir), path.join(running.dir, 'app.log'), {
         ...process.env, POD_NAME: spec.name, POD_NAMESPACE: spec.namespace, POD_IP: spec.podIp, SERVICE_ACCOUNT: spec.serviceAccount,
       }, running.dir);
       this.watchExit(running, 'app', running.app);
@@ -662,7 +663,7 @@ class Supervisor {
       exec: (pod, namespace, argv, opts) => {
         const running = this.pods.get(`${namespace}/${pod}`);
         if (!running?.network) throw new Error(`lab ${this.network.prefix} runs no pod ${namespace}/${pod}`);
-        return execIn(running.netns, argv, opts);
+        return execIn(running.netns, this.options.stateDir, argv, opts);
       },
       status: () => labStatus(this.lastState),
       waitForAllAcked: (timeoutMs) => this.waitForAllAcked(timeoutMs),
@@ -676,12 +677,13 @@ class Supervisor {
 }
 
 /**
- * Runs `argv` in `netns` as root with bounded output.
+ * Runs `argv` in a pod's `netns` as its app runs (`inPod`: uid 0 without capabilities, the lab's
+ * `stateDir` hidden) with bounded output.
  * @returns the exit status (128 + signal when killed) and output.
  */
-export function execIn(netns: string, argv: readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
+export function execIn(netns: string, stateDir: string, argv: readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
   return new Promise((resolve, reject) => {
-    const [command, ...args] = inNetns(netns, argv);
+    const [command, ...args] = inPod(netns, argv, stateDir);
     const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'] });
     const out: Buffer[] = [];
     const err: Buffer[] = [];

@@ -3,7 +3,7 @@
  * `P-br` carrying the subnet's first address, and one network namespace per pod joined to it by a
  * veth pair. Pods get their `status.podIP`/32 plus one subnet address on `eth0`, on-link routes for
  * every address the lab assigned, and no default route: nothing the lab creates can reach past the
- * bridge, and the host gets only the subnet's connected route (no forwarding, no NAT, no sysctl).
+ * bridge, and the host gets only the subnet's connected route (no forwarding, no NAT, no host-wide sysctl: only the bridge's own ARP settings).
  *
  * Every name created here starts with `P-` (the lab's prefix), so {@link removeLabNetwork} finds
  * all of it again, also after a crash. Needs root and iproute2's `ip`.
@@ -12,7 +12,7 @@ import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { isIPv4 } from 'node:net';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { parseCidr } from '../catalog/cidr.js';
 import { processAlive, sleep } from './process.js';
 
@@ -174,12 +174,25 @@ export async function createLabNetwork(prefix: string, subnet: string): Promise<
   await ip('link', 'add', lab.bridge, 'type', 'bridge');
   try {
     await ip('addr', 'add', `${lab.bridgeAddress}/${s.prefixLength}`, 'dev', lab.bridge);
+    await answerArpForBridgeOnly(lab.bridge);
     await ip('link', 'set', lab.bridge, 'up');
   } catch (error) {
     await ip('link', 'del', lab.bridge).catch(() => undefined);
     throw error;
   }
   return lab;
+}
+
+/**
+ * Sets `arp_ignore=1` and `arp_announce=2` on the lab's own bridge (per-interface settings of a
+ * link the lab created, not host-wide sysctls): the host answers ARP on the bridge for the
+ * bridge's address only, not for its other addresses (a pod IP or ClusterIP equal to one of the
+ * host's addresses is not the host), and speaks on it only with the bridge's address.
+ */
+async function answerArpForBridgeOnly(bridge: string): Promise<void> {
+  const conf = join('/proc/sys/net/ipv4/conf', bridge);
+  await writeFile(join(conf, 'arp_ignore'), '1\n');
+  await writeFile(join(conf, 'arp_announce'), '2\n');
 }
 
 function shortHash(text: string, hexChars: number): string {
@@ -377,6 +390,70 @@ export async function removeLabNetwork(prefix: string): Promise<string[]> {
     removed.push(`dir ${join(NETNS_ETC, dir)}`);
   }
   return removed;
+}
+
+/**
+ * Paths a pod never sees: `/run` (the lab's claims and default state dirs under
+ * `/run/trellis-lab`, every netns file under `/run/netns`, and the host daemons' Unix sockets,
+ * which trust uid 0) and the lab's state dir (the controller's CA key, every sidecar's xDS key
+ * and admin socket, the logs).
+ */
+export function podHiddenPaths(stateDir: string): string[] {
+  const paths = [...new Set(['/run', resolve(stateDir)])];
+  return paths.filter((p) => !paths.some((q) => p.startsWith(`${q}/`)));
+}
+
+/**
+ * The group id a pod's processes run with: one per netns name (from its hash), so a pod cannot
+ * ptrace, or open `/proc/<pid>/{root,fd,environ}` of, another pod's processes (the kernel
+ * requires the same uid and gid, and uid 0 is everyone's).
+ */
+export function podGid(netns: string): number {
+  return POD_GID_BASE + Number.parseInt(shortHash(netns, 6), 16);
+}
+
+/** Lowest group id of {@link podGid} (a range no distribution allots: 2e9 + 24 bits). */
+const POD_GID_BASE = 2_000_000_000;
+
+/**
+ * Run by `sh` in the new mount namespace `ip netns exec` gives (private: a slave of the host's):
+ * `$1` paths follow, each hidden under an empty read-only tmpfs; then every mount is made
+ * read-only (a mount under a hidden path is unreachable and skipped); then back to the caller's
+ * directory unless it is hidden (a cwd under the state dir would reach it with `..`), else `/`;
+ * then the rest of the argv is exec'd (setpriv, which drops the capabilities). Any failure
+ * exits 126 before the command runs.
+ */
+const POD_MOUNT_SCRIPT = [
+  'cwd=$(pwd -P) || cwd=/',
+  'n=$1; shift',
+  'while [ "$n" -gt 0 ]; do',
+  '  mount -t tmpfs -o ro,nosuid,nodev,noexec,size=4k,mode=0555 trellis-lab-hidden "$1" || exit 126',
+  '  shift; n=$((n - 1))',
+  'done',
+  'findmnt -n -l -o TARGET | while IFS= read -r m; do',
+  '  [ -e "$m" ] || continue',
+  '  mount -o remount,bind,ro "$m" || exit 126',
+  'done || exit 126',
+  'cd -- "$cwd" 2>/dev/null || cd /',
+  'exec "$@"',
+].join('\n');
+
+/**
+ * The argv that runs a pod's process (its app, its `lab.trellis.dev/command`, `lab exec`) in its
+ * netns, confined: uid 0 (so it reads the repository and node wherever they are) with the pod's
+ * {@link podGid}, no supplementary groups, no capability but CAP_NET_BIND_SERVICE (bounding,
+ * inheritable and ambient sets: ports below 1024 bind; no setns, ptrace of the supervisor,
+ * iptables or mount) and no_new_privs, in a private mount namespace where every mount is
+ * read-only and {@link podHiddenPaths} are empty. The process is `argv`'s (each step execs the next).
+ */
+export function inPod(netns: string, argv: readonly string[], stateDir: string): string[] {
+  const hidden = podHiddenPaths(stateDir);
+  const caps = '-all,+net_bind_service';
+  return inNetns(netns, [
+    'sh', '-c', POD_MOUNT_SCRIPT, 'trellis-lab-pod', String(hidden.length), ...hidden,
+    'setpriv', `--bounding-set=${caps}`, `--inh-caps=${caps}`, `--ambient-caps=${caps}`, '--no-new-privs',
+    `--regid=${podGid(netns)}`, '--clear-groups', '--', ...argv,
+  ]);
 }
 
 /**

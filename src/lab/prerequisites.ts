@@ -15,6 +15,8 @@ export interface MissingPrerequisite {
 const TOOLS: readonly { readonly command: string; readonly howToGet: string }[] = [
   { command: 'ip', howToGet: 'install iproute2 (apt-get install iproute2)' },
   { command: 'setpriv', howToGet: 'install util-linux (apt-get install util-linux)' },
+  { command: 'findmnt', howToGet: 'install util-linux (apt-get install util-linux)' },
+  { command: 'mount', howToGet: 'install mount (apt-get install mount)' },
   { command: 'iptables-restore', howToGet: 'install iptables (apt-get install iptables)' },
 ];
 
@@ -34,8 +36,8 @@ export function whichCommand(command: string, env: NodeJS.ProcessEnv = process.e
 }
 
 /**
- * Lists what the lab lacks: root, and the given commands (default: `ip`, `setpriv`,
- * `iptables-restore`). Empty when everything is there.
+ * Lists what the lab lacks: root, and the given commands (default: `ip`, `setpriv`, `findmnt`,
+ * `mount`, `iptables-restore`). Empty when everything is there.
  */
 export function missingLabPrerequisites(
   commands: readonly string[] = TOOLS.map((t) => t.command),

@@ -69,11 +69,11 @@ export interface LabState {
   readonly problems: readonly LabPodProblem[];
 }
 
-/** Writes the state file atomically (a temp file renamed over it), mode 0644. */
+/** Writes the state file atomically (a temp file renamed over it), mode 0600 (root's: pods and Envoy never read it). */
 export async function writeLabState(state: LabState): Promise<void> {
   const file = labStateFile(state.stateDir);
   const temp = `${file}.${process.pid}.tmp`;
-  await writeFile(temp, `${JSON.stringify(state, null, 2)}\n`, { mode: 0o644 });
+  await writeFile(temp, `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
   await rename(temp, file);
 }
 
@@ -144,7 +144,7 @@ export async function claimLabPrefix(prefix: string, stateDir: string): Promise<
   const owner = { pid: process.pid, stateDir, since: new Date().toISOString() };
   for (let attempt = 0; ; attempt++) {
     try {
-      await writeFile(ownerFile(prefix), `${JSON.stringify(owner)}\n`, { flag: 'wx', mode: 0o644 });
+      await writeFile(ownerFile(prefix), `${JSON.stringify(owner)}\n`, { flag: 'wx', mode: 0o600 });
       return;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err;
