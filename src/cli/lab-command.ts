@@ -3,8 +3,8 @@
  * background): the mesh on one Linux host with real Envoy sidecars (src/lab/lab.ts).
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, openSync } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
+import { closeSync, existsSync, fstatSync, openSync, readSync } from 'node:fs';
+import { mkdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
@@ -14,9 +14,9 @@ import {
 import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inNetns, labSubnetAddress } from '../lab/network.js';
 import { describeMissing, missingLabPrerequisites } from '../lab/prerequisites.js';
-import { processAlive, sleep } from '../lab/process.js';
+import { lastLoggedError, processAlive, sleep } from '../lab/process.js';
 import { defaultLabStateDir, readLabOwner, readLabState } from '../lab/state.js';
-import { allReady, formatLabStatus, labStatus, type LabStatus } from '../lab/status.js';
+import { allReady, formatLabStatus, labFailedForGood, labFailures, labStatus, type LabStatus } from '../lab/status.js';
 
 const TRELLIS_BIN = path.resolve(import.meta.dirname, '../../bin/trellis.js');
 /** The most of the supervisor's log `up` prints when the supervisor fails, in bytes. */
@@ -67,9 +67,16 @@ function fail(message: string): void {
   process.exitCode = 1;
 }
 
-async function logTail(file: string): Promise<string> {
-  const text = await readFile(file, 'utf8').catch(() => '');
-  return text.slice(-LOG_TAIL_BYTES).trim();
+/**
+ * Why the supervisor exited, from its log read through `fd` (the log file itself is gone once
+ * the failed lab removed its state dir): its own error line, else the end of the log.
+ */
+function supervisorFailure(fd: number): string {
+  const buffer = Buffer.alloc(LOG_TAIL_BYTES * 16);
+  const size = fstatSync(fd).size;
+  const bytes = readSync(fd, buffer, 0, buffer.length, Math.max(0, size - buffer.length));
+  const log = buffer.subarray(0, bytes).toString('utf8');
+  return lastLoggedError(log) ?? (log.slice(-LOG_TAIL_BYTES).trim() || 'it logged nothing');
 }
 
 /** `lab up`: checks what is needed, starts `lab supervise` detached, waits until every sidecar ACKed. */
@@ -83,28 +90,45 @@ async function up(opts: UpOptions): Promise<void> {
     });
   }
   if (missing.length > 0) return fail(`lab up needs ${describeMissing(missing)}`);
+  const manifests = path.resolve(opts.manifests);
+  const manifestsStat = await stat(manifests).catch((err: NodeJS.ErrnoException) => err);
+  if (manifestsStat instanceof Error) return fail(`--manifests ${manifests}: ${manifestsStat.code === 'ENOENT' ? 'no such directory' : `cannot read it (${manifestsStat.code ?? manifestsStat.message})`}`);
+  if (!manifestsStat.isDirectory()) return fail(`--manifests ${manifests} is not a directory (the lab reads a directory of manifests)`);
   const owner = await readLabOwner(opts.prefix);
   if (owner?.alive) return fail(`lab ${opts.prefix} is running already (pid ${owner.pid}, state dir ${owner.stateDir}); trellis lab down --prefix ${opts.prefix}`);
   const stateDir = opts.stateDir !== undefined ? path.resolve(opts.stateDir) : defaultLabStateDir(opts.prefix);
   await mkdir(stateDir, { recursive: true, mode: 0o755 });
   const logFile = path.join(stateDir, 'supervisor.log');
-  const fd = openSync(logFile, 'w', 0o644);
+  // Kept open (read back on failure): a lab that fails to start removes its state dir, log too.
+  const fd = openSync(logFile, 'w+', 0o644);
+  try {
+    await superviseUntilReady(opts, { manifests, envoy: envoy!, stateDir, logFile, fd });
+  } finally {
+    closeSync(fd);
+  }
+}
+
+async function superviseUntilReady(opts: UpOptions, run: { manifests: string; envoy: string; stateDir: string; logFile: string; fd: number }): Promise<void> {
+  const { stateDir, logFile, fd } = run;
   const args = [
-    TRELLIS_BIN, 'lab', 'supervise', '--manifests', path.resolve(opts.manifests), '--envoy', envoy!, '--prefix', opts.prefix,
+    TRELLIS_BIN, 'lab', 'supervise', '--manifests', run.manifests, '--envoy', run.envoy, '--prefix', opts.prefix,
     '--subnet', opts.subnet, '--http-address', opts.httpAddress, '--state-dir', stateDir, ...(opts.delta ? ['--delta'] : []),
   ];
   const child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', fd, fd] });
-  closeSync(fd);
   const pid = child.pid!;
   child.unref();
   const deadline = Date.now() + opts.timeout * 1000;
   let status: LabStatus | undefined;
   for (;;) {
-    if (!processAlive(pid)) return fail(`the lab supervisor exited:\n${await logTail(logFile)}`);
+    if (!processAlive(pid)) return fail(`the lab failed to start: ${supervisorFailure(fd)}`);
     const state = await readLabState(stateDir).catch(() => undefined);
     if (state && state.supervisorPid === pid && state.phase === 'running') {
       status = await labStatus(state);
       if (allReady(status)) break;
+      if (labFailedForGood(status)) {
+        process.stdout.write(formatLabStatus(status));
+        return fail(`lab ${opts.prefix} is of no use: ${labFailures(status).join('; ')}; it keeps running (trellis lab down --prefix ${opts.prefix}); log: ${logFile}`);
+      }
     }
     if (Date.now() > deadline) {
       process.stdout.write(status ? formatLabStatus(status) : '');
@@ -162,6 +186,8 @@ async function status(opts: CommonOptions & { json: boolean }): Promise<void> {
   if (!state) return fail(`no lab ${opts.prefix} (no state in ${stateDir})`);
   const result = await labStatus(state);
   process.stdout.write(opts.json ? `${JSON.stringify(result, null, 2)}\n` : formatLabStatus(result));
+  const failures = labFailures(result);
+  if (failures.length > 0) fail(`lab ${opts.prefix} is of no use: ${failures.join('; ')}`);
 }
 
 async function down(opts: CommonOptions): Promise<void> {

@@ -11,7 +11,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { chmod, chown, copyFile, mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { chmod, chown, copyFile, mkdir, open, readdir, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import { writeProxyBootstrap } from '../cli/bootstrap-command.js';
@@ -24,7 +24,7 @@ import {
 } from './network.js';
 import { findEnvoy, startEnvoy, type EnvoyProcess } from './envoy.js';
 import { describeMissing, missingLabPrerequisites } from './prerequisites.js';
-import { processAlive, processCommandLine, sleep } from './process.js';
+import { lastLoggedError, processAlive, processCommandLine, sleep } from './process.js';
 import {
   claimLabPrefix, defaultLabStateDir, readLabOwner, readLabState, releaseLabPrefix, writeLabState, type LabPodState, type LabState,
 } from './state.js';
@@ -211,20 +211,42 @@ async function usableEnvoy(envoyPath: string | undefined, stateDir: string): Pro
   throw new Error(`Envoy ${envoyPath} cannot be run by uid ${PROXY_UID}, not even copied to ${copy} (is ${stateDir} on a noexec mount?)`);
 }
 
-/** Resolves once `GET http://address/readyz` answers 200; rejects when `proc` exits or time is up. */
-async function waitForController(address: string, proc: LabProcess, logFile: string, timeoutMs: number): Promise<void> {
+/**
+ * Resolves once `GET http://address/readyz` answers 200 and `proc` has logged `controller
+ * started` past `logOffset` of `logFile` (another process on the same `--http-address` answers
+ * `/readyz` too); rejects when `proc` exits (with the controller's own error line, e.g. `cannot
+ * listen on --http-address …: EADDRINUSE`) or time is up.
+ */
+async function waitForController(address: string, proc: LabProcess, logFile: string, logOffset: number, timeoutMs: number): Promise<void> {
   let exitCode: number | null | undefined;
   void proc.exited.then((code) => { exitCode = code; });
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (exitCode !== undefined) {
-      const tail = (await readFile(logFile, 'utf8').catch(() => '')).slice(-1500).trim();
-      throw new Error(`the controller exited (${exitCode}) before it was ready; the end of ${logFile}:\n${tail}`);
+      const log = await readLogFrom(logFile, logOffset);
+      const reason = lastLoggedError(log) ?? (log.slice(-1500).trim() || 'it logged nothing');
+      throw new Error(`the controller exited (${exitCode === null ? 'killed by a signal' : exitCode}) before it was ready: ${reason}`);
     }
     const answer = await httpGet(address, '/readyz').catch(() => undefined);
-    if (answer?.status === 200) return;
+    if (answer?.status === 200 && (await readLogFrom(logFile, logOffset)).includes('"msg":"controller started"')) return;
     if (Date.now() > deadline) throw new Error(`the controller at ${address} was not ready after ${timeoutMs} ms: see ${logFile}`);
     await sleep(100);
+  }
+}
+
+/** Largest part of a controller log {@link waitForController} reads, in bytes. */
+const MAX_START_LOG_BYTES = 256 * 1024;
+
+/** Up to {@link MAX_START_LOG_BYTES} of `file` from byte `offset` ('' when it cannot be read). */
+async function readLogFrom(file: string, offset: number): Promise<string> {
+  const handle = await open(file, 'r').catch(() => undefined);
+  if (!handle) return '';
+  try {
+    const buffer = Buffer.alloc(MAX_START_LOG_BYTES);
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, offset);
+    return buffer.subarray(0, bytesRead).toString('utf8');
+  } finally {
+    await handle.close();
   }
 }
 
@@ -387,6 +409,7 @@ class Supervisor {
     if (this.stopped) throw new Error(`lab ${this.network.prefix} is stopped`);
     if (this.controller && !this.controllerExited) throw new Error(`lab ${this.network.prefix}: the controller runs already (pid ${this.controller.pid})`);
     const logFile = path.join(this.options.stateDir, 'controller.log');
+    const logOffset = (await stat(logFile).catch(() => undefined))?.size ?? 0;
     const controller = await startProcess([
       process.execPath, TRELLIS_BIN, 'controller',
       '--manifests', this.options.manifestsDir,
@@ -408,7 +431,7 @@ class Supervisor {
       }
     });
     await this.writeState();
-    await waitForController(this.options.httpAddress, controller, logFile, 60_000);
+    await waitForController(this.options.httpAddress, controller, logFile, logOffset, 60_000);
   }
 
   /** Stops the controller (SIGTERM, then SIGKILL); the sidecars keep their configuration and reconnect once it runs again. */

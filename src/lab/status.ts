@@ -47,6 +47,8 @@ export interface LabStatus {
   readonly supervisorPid: number;
   readonly supervisorRunning: boolean;
   readonly controllerPid: number | undefined;
+  /** Whether the controller the supervisor recorded runs. */
+  readonly controllerRunning: boolean;
   readonly controllerHttp: string;
   readonly xdsAddress: string;
   readonly subnet: string;
@@ -169,6 +171,7 @@ export async function labStatus(state: LabState): Promise<LabStatus> {
     supervisorPid: state.supervisorPid,
     supervisorRunning: processAlive(state.supervisorPid),
     controllerPid: state.controllerPid,
+    controllerRunning: processAlive(state.controllerPid),
     controllerHttp: state.httpAddress,
     xdsAddress: state.xdsAddress,
     subnet: state.subnet,
@@ -190,9 +193,32 @@ export function podReady(pod: LabPodStatus): boolean {
     REQUIRED_TYPES.every((t) => types.includes(t)) && types.every((t) => pod.types[t] === 'ACK');
 }
 
-/** Whether every pod of the lab is ready ({@link podReady}) and the lab is running. */
+/** Whether every pod of the lab is ready ({@link podReady}) and the lab is running with its controller. */
 export function allReady(status: LabStatus): boolean {
-  return status.phase === 'running' && status.controllerError === undefined && status.pods.every(podReady);
+  return status.phase === 'running' && labFailures(status).length === 0 && status.pods.every(podReady);
+}
+
+/**
+ * Why the lab is of no use as it is (empty when it is fine): its supervisor or controller is
+ * not running, the controller does not answer, or the directory has pods and none of them runs
+ * (a directory without pods is fine). `lab up` and `lab status` exit 1 on any.
+ */
+export function labFailures(status: LabStatus): string[] {
+  const failures: string[] = [];
+  if (!status.supervisorRunning) failures.push(`the supervisor (pid ${status.supervisorPid}) is not running`);
+  if (!status.controllerRunning && status.phase !== 'starting') failures.push(status.error ?? 'the controller is not running');
+  else if (status.controllerError !== undefined) failures.push(status.controllerError);
+  const wanted = status.pods.length + status.problems.length;
+  if (status.phase === 'running' && wanted > 0 && !status.pods.some((p) => p.error === undefined && p.appRunning)) {
+    failures.push(`none of the ${wanted} pods of the directory runs`);
+  }
+  return failures;
+}
+
+/** Whether waiting longer cannot make the lab ready: it failed ({@link labFailures}) and no pod is still starting. */
+export function labFailedForGood(status: LabStatus): boolean {
+  return status.phase === 'running' && (!status.supervisorRunning || !status.controllerRunning ||
+    (status.pods.length + status.problems.length > 0 && status.pods.every((p) => p.error !== undefined)));
 }
 
 const TYPE_COLUMNS = ['CDS', 'EDS', 'LDS', 'RDS', 'SDS'] as const;

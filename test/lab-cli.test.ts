@@ -1,0 +1,70 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import http from 'node:http';
+import { rm } from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { envoyTestSkip } from './helpers/envoy.js';
+import { labLeftovers } from './helpers/lab-prerequisites.js';
+import { bookstoreLabDir } from './helpers/lab-manifests.js';
+
+// h-polish's prefix, subnet and ops port: what a new user of `trellis lab` meets when things go wrong.
+const PREFIX = 'tpo';
+const SUBNET = '10.243.0.0/24';
+const HTTP_ADDRESS = '127.0.0.1:19801';
+const TRELLIS = path.resolve(import.meta.dirname, '../bin/trellis.js');
+
+const { envoyPath, skip } = envoyTestSkip(['ip', 'setpriv', 'iptables-restore']);
+
+function trellis(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [TRELLIS, ...args], { encoding: 'utf8', timeout: 120_000 }, (error, stdout, stderr) => {
+      resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+describe('trellis lab up: failures are reported at once, with their reason', { skip }, () => {
+  let dir: string;
+  let manifests: string;
+  let stateDir: string;
+  const common = () => ['--prefix', PREFIX, '--state-dir', stateDir, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, '--envoy', envoyPath!];
+
+  before(async () => {
+    ({ dir, manifests } = await bookstoreLabDir(false));
+    stateDir = path.join(dir, 'state');
+  });
+
+  after(async () => {
+    if (stateDir) await trellis(['lab', 'down', '--prefix', PREFIX, '--state-dir', stateDir]);
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('fails with the controller\'s own error when --http-address is taken (by a server that answers /readyz 200)', async () => {
+    // Another controller on the address answers /readyz: up must not take it for the lab's.
+    const other = http.createServer((_req, res) => res.end('ready\n'));
+    await new Promise<void>((resolve) => other.listen(19801, '127.0.0.1', resolve));
+    try {
+      const up = await trellis(['lab', 'up', '--manifests', manifests, ...common(), '--timeout', '30']);
+      assert.equal(up.code, 1, up.stdout);
+      assert.match(up.stderr, /^trellis lab: the lab failed to start: the controller exited \(1\) before it was ready: cannot listen on --http-address 127\.0\.0\.1:19801: .*EADDRINUSE/m);
+      assert.doesNotMatch(up.stderr, /no mesh CA/);
+      assert.equal(up.stdout, '', 'no status of a lab that did not start');
+    } finally {
+      await new Promise<void>((resolve) => other.close(() => resolve()));
+    }
+    assert.deepEqual(await labLeftovers(PREFIX), []);
+    assert.equal(existsSync(stateDir), false);
+  });
+
+  it('names the --manifests directory and why when it is missing or a regular file', async () => {
+    const missing = await trellis(['lab', 'up', '--manifests', path.join(dir, 'nope'), ...common()]);
+    assert.equal(missing.code, 1);
+    assert.equal(missing.stderr, `trellis lab: --manifests ${path.join(dir, 'nope')}: no such directory\n`);
+    const file = await trellis(['lab', 'up', '--manifests', path.join(manifests, 'bookbuyer.yaml'), ...common()]);
+    assert.equal(file.code, 1);
+    assert.match(file.stderr, /^trellis lab: --manifests \S+bookbuyer\.yaml is not a directory/);
+    assert.deepEqual(await labLeftovers(PREFIX), []);
+  });
+});
