@@ -3,6 +3,7 @@ import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
 import { rm } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { envoyTestSkip } from './helpers/envoy.js';
@@ -66,5 +67,14 @@ describe('trellis lab up: failures are reported at once, with their reason', { s
     assert.equal(file.code, 1);
     assert.match(file.stderr, /^trellis lab: --manifests \S+bookbuyer\.yaml is not a directory/);
     assert.deepEqual(await labLeftovers(PREFIX), []);
+  });
+});
+
+describe('trellis lab down/status without a lab', { skip }, () => {
+  it('lab down says there is no lab and exits 0', async () => {
+    const stateDir = path.join(os.tmpdir(), `${PREFIX}-no-lab-${process.pid}`);
+    const down = await trellis(['lab', 'down', '--prefix', PREFIX, '--state-dir', stateDir]);
+    assert.equal(down.code, 0, down.stderr);
+    assert.equal(down.stdout, `no lab ${PREFIX}: nothing to remove\n`);
   });
 });

@@ -192,7 +192,7 @@ async function status(opts: CommonOptions & { json: boolean }): Promise<void> {
 
 async function down(opts: CommonOptions): Promise<void> {
   const removed = await cleanUpLab(opts.prefix, await stateDirOf(opts), { keepStateDir: false });
-  process.stdout.write(removed.length > 0 ? `${removed.join('\n')}\n` : `nothing of lab ${opts.prefix} was left\n`);
+  process.stdout.write(removed.length > 0 ? `${removed.join('\n')}\n` : `no lab ${opts.prefix}: nothing to remove\n`);
 }
 
 function commonOptions(cmd: Command): Command {

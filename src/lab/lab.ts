@@ -740,7 +740,7 @@ export function execIn(netns: string, argv: readonly string[], options: ExecOpti
  * recorded (only when its command line names the state dir: a reused PID is left alone), removes
  * every netns, link and /etc/netns dir named `<prefix>-…` and, unless `keepStateDir` (a lab
  * starting over its own leftovers), the state dir and the claim on the prefix.
- * @returns what was removed (`supervisor PID`, `controller PID`, `netns …`, `link …`, `dir …`).
+ * @returns what was removed (`supervisor PID`, `controller PID`, `netns …`, `link …`, `dir …` when the state dir existed).
  */
 export async function cleanUpLab(prefix: string, stateDir: string, options: { readonly keepStateDir: boolean }): Promise<string[]> {
   checkLabPrefix(prefix);
@@ -765,8 +765,10 @@ export async function cleanUpLab(prefix: string, stateDir: string, options: { re
   }
   removed.push(...(await removeLabNetwork(prefix)));
   if (!options.keepStateDir) {
-    await rm(stateDir, { recursive: true, force: true });
-    removed.push(`dir ${stateDir}`);
+    if (await stat(stateDir).then(() => true, () => false)) {
+      await rm(stateDir, { recursive: true, force: true });
+      removed.push(`dir ${stateDir}`);
+    }
     await releaseLabPrefix(prefix);
   }
   return removed;
