@@ -59,6 +59,12 @@ describe('trellis lab up: failures are reported at once, with their reason', { s
     assert.equal(existsSync(stateDir), false);
   });
 
+  it('says in one plain sentence that the --envoy file is missing', async () => {
+    const up = await trellis(['lab', 'up', '--manifests', manifests, ...common().slice(0, -1), path.join(dir, 'no-envoy')]);
+    assert.equal(up.code, 1);
+    assert.match(up.stderr, new RegExp(`^trellis lab: lab up cannot start: Envoy is missing \\(no file ${dir}/no-envoy\\): python3 -m venv `));
+  });
+
   it('names the --manifests directory and why when it is missing or a regular file', async () => {
     const missing = await trellis(['lab', 'up', '--manifests', path.join(dir, 'nope'), ...common()]);
     assert.equal(missing.code, 1);

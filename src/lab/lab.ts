@@ -303,7 +303,7 @@ export async function startLab(options: LabOptions): Promise<Lab> {
   const subnet = options.subnet ?? DEFAULT_LAB_SUBNET;
   labSubnetAddress(subnet, 1); // throws on a malformed subnet before anything is created
   const missing = missingLabPrerequisites();
-  if (missing.length > 0) throw new Error(`trellis lab needs ${describeMissing(missing)}`);
+  if (missing.length > 0) throw new Error(`trellis lab cannot start: ${describeMissing(missing)}`);
   const stateDir = path.resolve(options.stateDir ?? defaultLabStateDir(prefix));
   const manifestsDir = path.resolve(options.manifestsDir);
   const httpAddress = options.httpAddress ?? DEFAULT_LAB_HTTP_ADDRESS;
