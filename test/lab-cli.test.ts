@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
-import { rm } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -82,5 +82,38 @@ describe('trellis lab down/status without a lab', { skip }, () => {
     const down = await trellis(['lab', 'down', '--prefix', PREFIX, '--state-dir', stateDir]);
     assert.equal(down.code, 0, down.stderr);
     assert.equal(down.stdout, `no lab ${PREFIX}: nothing to remove\n`);
+  });
+});
+
+describe('trellis lab exec/status on a running lab (CLI, state of the world)', { skip }, () => {
+  let dir: string;
+  let stateDir: string;
+  const common = () => ['--prefix', PREFIX, '--state-dir', stateDir];
+  const BUYER = ['bookbuyer-5d8c7f9b6-k2x4p', '-n', 'bookbuyer'];
+
+  before(async () => {
+    let manifests: string;
+    ({ dir, manifests } = await bookstoreLabDir(false));
+    stateDir = path.join(dir, 'state');
+    // A manifest the controller skips: one manifest error in its /debug/policies.
+    await writeFile(path.join(manifests, 'broken.yaml'), 'kind: [unclosed\n');
+    const up = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', envoyPath!, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, ...common()]);
+    assert.equal(up.code, 0, up.stderr);
+  });
+
+  after(async () => {
+    if (stateDir) await trellis(['lab', 'down', ...common()]);
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('lab exec without -- hints where the command goes; a command not found exits 127', async () => {
+    const noDashes = await trellis(['lab', 'exec', ...BUYER, ...common(), 'curl', '-s', 'http://bookstore.bookstore:14001/']);
+    assert.equal(noDashes.code, 1);
+    assert.match(noDashes.stderr, /unknown option '-s': put the pod's command after --: trellis lab exec POD -n NS -- CMD\.\.\./);
+    const missing = await trellis(['lab', 'exec', ...BUYER, ...common(), '--', 'no-such-command-tpo', 'x']);
+    assert.equal(missing.code, 127);
+    assert.equal(missing.stderr, 'trellis lab: no-such-command-tpo: command not found\n');
+    const shell = await trellis(['lab', 'exec', ...BUYER, ...common(), '--', 'sh', '-c', 'exit 3']);
+    assert.equal(shell.code, 3);
   });
 });

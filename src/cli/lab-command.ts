@@ -13,7 +13,7 @@ import {
 } from '../lab/lab.js';
 import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inNetns, labSubnetAddress } from '../lab/network.js';
-import { describeMissing, missingLabPrerequisites } from '../lab/prerequisites.js';
+import { describeMissing, missingLabPrerequisites, whichCommand } from '../lab/prerequisites.js';
 import { lastLoggedError, processAlive, sleep } from '../lab/process.js';
 import { defaultLabStateDir, readLabOwner, readLabState } from '../lab/state.js';
 import { allReady, formatLabStatus, labFailedForGood, labFailures, labStatus, type LabStatus } from '../lab/status.js';
@@ -172,10 +172,17 @@ async function exec(pod: string, argv: string[], opts: CommonOptions & { namespa
   const found = state.pods.find((p) => p.name === pod && p.namespace === opts.namespace);
   if (!found || found.netns === '') return fail(`lab ${opts.prefix} runs no pod ${opts.namespace}/${pod} (trellis lab status lists them)`);
   if (argv.length === 0) return fail('lab exec needs a command after --');
+  // `ip netns exec` exits 1 when it cannot run the command: answer as a shell does instead.
+  const program = argv[0].includes('/') ? (existsSync(argv[0]) ? argv[0] : undefined) : whichCommand(argv[0]);
+  if (program === undefined) {
+    fail(`${argv[0]}: command not found`);
+    process.exitCode = 127;
+    return;
+  }
   const [command, ...args] = inNetns(found.netns, argv);
   const child = spawn(command, args, { stdio: 'inherit' });
   const code = await new Promise<number>((resolve) => {
-    child.once('error', (err) => { process.stderr.write(`trellis lab exec: ${err.message}\n`); resolve(127); });
+    child.once('error', (err) => { process.stderr.write(`trellis lab: exec ${argv[0]}: ${err.message}\n`); resolve(127); });
     child.once('exit', (c, signal) => resolve(c ?? (signal === 'SIGKILL' ? 137 : 128 + 15)));
   });
   process.exitCode = code;
@@ -232,6 +239,10 @@ export function registerLabCommands(program: Command, extra?: (lab: Command) => 
     .argument('<pod>', 'pod name')
     .argument('<command...>', 'the command and its arguments (after --)')
     .requiredOption('-n, --namespace <ns>', 'the pod\'s namespace')
+    .configureOutput({
+      // `lab exec POD -n NS curl -s URL` reads -s as an option of exec's: say where the command goes.
+      outputError: (text, write) => write(/unknown option/.test(text) ? `${text.trimEnd()}: put the pod's command after --: trellis lab exec POD -n NS -- CMD...\n` : text),
+    })
     .action((pod: string, argv: string[], opts: CommonOptions & { namespace: string }) => exec(pod, argv, opts));
   commonOptions(lab.command('status'))
     .description('list the pods, their addresses, their Envoy and its ADS state (ACK/NACK per type)')
