@@ -9,6 +9,9 @@ import { after, before, describe, it } from 'node:test';
 import { envoyTestSkip } from './helpers/envoy.js';
 import { labLeftovers } from './helpers/lab-prerequisites.js';
 import { bookstoreLabDir } from './helpers/lab-manifests.js';
+import { eventually } from './helpers/wait.js';
+import { processAlive } from '../src/lab/process.js';
+import type { LabStatus } from '../src/lab/status.js';
 
 // h-polish's prefix, subnet and ops port: what a new user of `trellis lab` meets when things go wrong.
 const PREFIX = 'tpo';
@@ -83,6 +86,13 @@ describe('trellis lab down/status without a lab', { skip }, () => {
     assert.equal(down.code, 0, down.stderr);
     assert.equal(down.stdout, `no lab ${PREFIX}: nothing to remove\n`);
   });
+
+  it('lab status --json prints an error object and exits 1', async () => {
+    const stateDir = path.join(os.tmpdir(), `${PREFIX}-no-lab-${process.pid}`);
+    const status = await trellis(['lab', 'status', '--json', '--prefix', PREFIX, '--state-dir', stateDir]);
+    assert.equal(status.code, 1);
+    assert.deepEqual(JSON.parse(status.stdout), { error: `no lab ${PREFIX} (no state in ${stateDir})`, prefix: PREFIX, stateDir });
+  });
 });
 
 describe('trellis lab exec/status on a running lab (CLI, state of the world)', { skip }, () => {
@@ -115,5 +125,26 @@ describe('trellis lab exec/status on a running lab (CLI, state of the world)', {
     assert.equal(missing.stderr, 'trellis lab: no-such-command-tpo: command not found\n');
     const shell = await trellis(['lab', 'exec', ...BUYER, ...common(), '--', 'sh', '-c', 'exit 3']);
     assert.equal(shell.code, 3);
+  });
+
+  it('lab status shows each sidecar\'s xDS mode, explains "-", and counts the controller\'s problems', async () => {
+    const status = await trellis(['lab', 'status', ...common()]);
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, /^POD\s+NAMESPACE\s+POD IP\s+APP\s+ENVOY\s+STATE\s+ADS\s+XDS\s+CDS\s+EDS\s+LDS\s+RDS\s+SDS$/m);
+    assert.match(status.stdout, /bookbuyer-5d8c7f9b6-k2x4p\s+bookbuyer\s+10\.244\.1\.10\s+\d+\s+\d+\s+LIVE\s+connected\s+SotW\s+ACK/);
+    assert.match(status.stdout, /^\(CDS\/EDS\/LDS\/RDS\/SDS: ACK, NACK, PENDING \(sent, not ACKed yet\), or - not subscribed; XDS: SotW or delta\)$/m);
+    assert.match(status.stdout, /^controller: 1 manifest\/policy problem \(1 manifest errors, 0 policy problems, 0 validation failures\): see curl -s http:\/\/127\.0\.0\.1:19801\/debug\/policies$/m);
+    const json = JSON.parse((await trellis(['lab', 'status', '--json', ...common()])).stdout) as LabStatus;
+    assert.deepEqual(json.controllerProblems, { manifestErrors: 1, policyProblems: 0, validationFailures: 0 });
+    assert.ok(json.pods.filter((p) => p.mesh).every((p) => p.xdsMode === 'SotW'));
+  });
+
+  it('lab status exits 1 once the controller is dead', async () => {
+    const before = JSON.parse((await trellis(['lab', 'status', '--json', ...common()])).stdout) as LabStatus;
+    process.kill(before.controllerPid!, 'SIGKILL');
+    await eventually(() => !processAlive(before.controllerPid), 'the controller dying', 10_000, 50);
+    await eventually(async () => (await trellis(['lab', 'status', ...common()])).code === 1, 'lab status failing', 30_000, 200);
+    const status = await trellis(['lab', 'status', ...common()]);
+    assert.match(status.stderr, new RegExp(`^trellis lab: lab ${PREFIX} is of no use: the controller \\(pid ${before.controllerPid}\\) exited \\(killed by a signal\\)`, 'm'));
   });
 });

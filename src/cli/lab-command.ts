@@ -191,7 +191,11 @@ async function exec(pod: string, argv: string[], opts: CommonOptions & { namespa
 async function status(opts: CommonOptions & { json: boolean }): Promise<void> {
   const stateDir = await stateDirOf(opts);
   const state = await readLabState(stateDir);
-  if (!state) return fail(`no lab ${opts.prefix} (no state in ${stateDir})`);
+  if (!state) {
+    const message = `no lab ${opts.prefix} (no state in ${stateDir})`;
+    if (opts.json) process.stdout.write(`${JSON.stringify({ error: message, prefix: opts.prefix, stateDir })}\n`);
+    return fail(message);
+  }
   const result = await labStatus(state);
   process.stdout.write(opts.json ? `${JSON.stringify(result, null, 2)}\n` : formatLabStatus(result));
   const failures = labFailures(result);

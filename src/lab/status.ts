@@ -29,6 +29,8 @@ export interface LabPodStatus {
   readonly envoyRunning: boolean;
   /** Whether the controller has an ADS stream of this pod's proxy. */
   readonly connected: boolean;
+  /** The xDS variant of its latest stream: state of the world or incremental (delta). */
+  readonly xdsMode: 'SotW' | 'delta' | undefined;
   /** Per xDS type the stream subscribed to (`CDS`, `EDS`, `LDS`, `RDS`, `SDS`). */
   readonly types: Readonly<Record<string, XdsTypeState>>;
   /** The last NACK of each type still in force: Envoy's error text. */
@@ -56,6 +58,18 @@ export interface LabStatus {
   readonly problems: LabState['problems'];
   /** Why the controller's `/debug/proxies` could not be read, if it could not. */
   readonly controllerError: string | undefined;
+  /** How many problems the controller's `/debug/policies` lists (undefined when it could not be read). */
+  readonly controllerProblems: ControllerProblems | undefined;
+}
+
+/** Counts of what the controller's `/debug/policies` reports as wrong in the manifests and policies. */
+export interface ControllerProblems {
+  /** `manifestErrors`: files or objects skipped. */
+  readonly manifestErrors: number;
+  /** `problems`: policies not applied (in part or whole). */
+  readonly policyProblems: number;
+  /** `configValidationFailures`: proxies whose generated configuration failed validation. */
+  readonly validationFailures: number;
 }
 
 /** Types Envoy always subscribes to: a sidecar is not ACKed before it holds these. */
@@ -92,12 +106,12 @@ export function httpGet(address: string, requestPath: string): Promise<{ status:
 
 interface ProxyView {
   uuid: string;
-  streams: { streamId: number; connectedAt: string; types: Record<string, { versionAcked: string | null; lastVersionSent: string | null; lastNack: { version: string; message: string } | null }> }[];
+  streams: { streamId: number; mode?: string; connectedAt: string; types: Record<string, { versionAcked: string | null; lastVersionSent: string | null; lastNack: { version: string; message: string } | null }> }[];
 }
 
-function typeStates(view: ProxyView | undefined): Pick<LabPodStatus, 'connected' | 'types' | 'nacks'> {
+function typeStates(view: ProxyView | undefined): Pick<LabPodStatus, 'connected' | 'xdsMode' | 'types' | 'nacks'> {
   const stream = view?.streams.slice().sort((a, b) => b.streamId - a.streamId)[0];
-  if (!stream) return { connected: false, types: {}, nacks: [] };
+  if (!stream) return { connected: false, xdsMode: undefined, types: {}, nacks: [] };
   const types: Record<string, XdsTypeState> = {};
   const nacks: { type: string; version: string; message: string }[] = [];
   for (const [type, t] of Object.entries(stream.types).sort(([a], [b]) => (a < b ? -1 : 1))) {
@@ -106,7 +120,7 @@ function typeStates(view: ProxyView | undefined): Pick<LabPodStatus, 'connected'
     types[type] = acked ? 'ACK' : nacked ? 'NACK' : 'PENDING';
     if (t.lastNack !== null && !acked) nacks.push({ type, version: t.lastNack.version, message: t.lastNack.message });
   }
-  return { connected: true, types, nacks };
+  return { connected: true, xdsMode: stream.mode === 'delta' ? 'delta' : 'SotW', types, nacks };
 }
 
 /**
@@ -133,9 +147,25 @@ async function envoyState(pod: LabPodState): Promise<string | undefined> {
   return answer?.body.trim() || undefined;
 }
 
+/** The counts of the controller's `/debug/policies` at `address`, or undefined when it cannot be read. */
+async function controllerProblems(address: string): Promise<ControllerProblems | undefined> {
+  try {
+    const answer = await httpGet(address, '/debug/policies');
+    if (answer.status !== 200) return undefined;
+    const body = JSON.parse(answer.body) as { manifestErrors?: unknown[]; problems?: unknown[]; configValidationFailures?: unknown[] };
+    return {
+      manifestErrors: body.manifestErrors?.length ?? 0,
+      policyProblems: body.problems?.length ?? 0,
+      validationFailures: body.configValidationFailures?.length ?? 0,
+    };
+  } catch {
+    return undefined;
+  }
+}
+
 /**
- * The status of a lab from its state file, the controller's `/debug/proxies` and each Envoy's
- * admin `/ready`. Never throws: what cannot be read is reported in the result.
+ * The status of a lab from its state file, the controller's `/debug/proxies` and
+ * `/debug/policies` and each Envoy's admin `/ready`. Never throws: what cannot be read is reported in the result.
  */
 export async function labStatus(state: LabState): Promise<LabStatus> {
   let proxies: ProxyView[] = [];
@@ -178,6 +208,7 @@ export async function labStatus(state: LabState): Promise<LabStatus> {
     pods,
     problems: state.problems,
     controllerError,
+    controllerProblems: controllerError === undefined ? await controllerProblems(state.httpAddress) : undefined,
   };
 }
 
@@ -225,7 +256,7 @@ const TYPE_COLUMNS = ['CDS', 'EDS', 'LDS', 'RDS', 'SDS'] as const;
 
 /** The status as a table (one line per pod), then NACKs, errors and problems, for `trellis lab status`. */
 export function formatLabStatus(status: LabStatus): string {
-  const header = ['POD', 'NAMESPACE', 'POD IP', 'APP', 'ENVOY', 'STATE', 'ADS', ...TYPE_COLUMNS];
+  const header = ['POD', 'NAMESPACE', 'POD IP', 'APP', 'ENVOY', 'STATE', 'ADS', 'XDS', ...TYPE_COLUMNS];
   const rows = status.pods.map((p) => [
     p.name,
     p.namespace,
@@ -234,6 +265,7 @@ export function formatLabStatus(status: LabStatus): string {
     p.mesh ? (p.envoyRunning ? String(p.envoyPid) : 'down') : '-',
     p.mesh ? (p.envoyState ?? '?') : 'outside mesh',
     p.mesh ? (p.connected ? 'connected' : 'no') : '-',
+    p.mesh ? (p.xdsMode ?? '-') : '-',
     ...TYPE_COLUMNS.map((t) => (p.mesh ? (p.types[t] ?? '-') : '-')),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
@@ -243,6 +275,7 @@ export function formatLabStatus(status: LabStatus): string {
     line(header),
     ...rows.map(line),
   ];
+  if (rows.length > 0) out.push(`(${TYPE_COLUMNS.join('/')}: ACK, NACK, PENDING (sent, not ACKed yet), or - not subscribed; XDS: SotW or delta)`);
   if (status.error) out.push(`error: ${status.error}`);
   if (status.controllerError) out.push(`error: ${status.controllerError}`);
   for (const p of status.pods) {
@@ -252,5 +285,10 @@ export function formatLabStatus(status: LabStatus): string {
     for (const e of p.exited) out.push(`exited ${p.namespace}/${p.name}: ${e}`);
   }
   for (const problem of status.problems) out.push(`not run: ${problem.key}: ${problem.message}`);
+  const counts = status.controllerProblems;
+  const total = counts ? counts.manifestErrors + counts.policyProblems + counts.validationFailures : 0;
+  if (counts && total > 0) {
+    out.push(`controller: ${total} manifest/policy problem${total === 1 ? '' : 's'} (${counts.manifestErrors} manifest errors, ${counts.policyProblems} policy problems, ${counts.validationFailures} validation failures): see curl -s http://${status.controllerHttp}/debug/policies`);
+  }
   return `${out.join('\n')}\n`;
 }
