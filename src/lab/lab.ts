@@ -237,13 +237,17 @@ async function waitForController(address: string, proc: LabProcess, logFile: str
 /** Largest part of a controller log {@link waitForController} reads, in bytes. */
 const MAX_START_LOG_BYTES = 256 * 1024;
 
-/** Up to {@link MAX_START_LOG_BYTES} of `file` from byte `offset` ('' when it cannot be read). */
+/**
+ * The last {@link MAX_START_LOG_BYTES} (at most) of `file` past byte `offset`, '' when it cannot
+ * be read: the controller's start ends with its `controller started` or its fatal line.
+ */
 async function readLogFrom(file: string, offset: number): Promise<string> {
   const handle = await open(file, 'r').catch(() => undefined);
   if (!handle) return '';
   try {
-    const buffer = Buffer.alloc(MAX_START_LOG_BYTES);
-    const { bytesRead } = await handle.read(buffer, 0, buffer.length, offset);
+    const { size } = await handle.stat();
+    const buffer = Buffer.alloc(Math.min(MAX_START_LOG_BYTES, Math.max(0, size - offset)));
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, Math.max(offset, size - MAX_START_LOG_BYTES));
     return buffer.subarray(0, bytesRead).toString('utf8');
   } finally {
     await handle.close();
