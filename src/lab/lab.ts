@@ -11,7 +11,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { chmod, chown, copyFile, mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { chmod, chown, copyFile, mkdir, open, readdir, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import { writeProxyBootstrap } from '../cli/bootstrap-command.js';
@@ -24,7 +24,7 @@ import {
 } from './network.js';
 import { findEnvoy, startEnvoy, type EnvoyProcess } from './envoy.js';
 import { describeMissing, missingLabPrerequisites } from './prerequisites.js';
-import { processAlive, processCommandLine, sleep } from './process.js';
+import { lastLoggedError, processAlive, processCommandLine, sleep } from './process.js';
 import {
   claimLabPrefix, defaultLabStateDir, readLabOwner, readLabState, releaseLabPrefix, writeLabState, type LabPodState, type LabState,
 } from './state.js';
@@ -212,20 +212,46 @@ async function usableEnvoy(envoyPath: string | undefined, stateDir: string): Pro
   throw new Error(`Envoy ${envoyPath} cannot be run by uid ${PROXY_UID}, not even copied to ${copy} (is ${stateDir} on a noexec mount?)`);
 }
 
-/** Resolves once `GET http://address/readyz` answers 200; rejects when `proc` exits or time is up. */
-async function waitForController(address: string, proc: LabProcess, logFile: string, timeoutMs: number): Promise<void> {
+/**
+ * Resolves once `GET http://address/readyz` answers 200 and `proc` has logged `controller
+ * started` past `logOffset` of `logFile` (another process on the same `--http-address` answers
+ * `/readyz` too); rejects when `proc` exits (with the controller's own error line, e.g. `cannot
+ * listen on --http-address …: EADDRINUSE`) or time is up.
+ */
+async function waitForController(address: string, proc: LabProcess, logFile: string, logOffset: number, timeoutMs: number): Promise<void> {
   let exitCode: number | null | undefined;
   void proc.exited.then((code) => { exitCode = code; });
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (exitCode !== undefined) {
-      const tail = (await readFile(logFile, 'utf8').catch(() => '')).slice(-1500).trim();
-      throw new Error(`the controller exited (${exitCode}) before it was ready; the end of ${logFile}:\n${tail}`);
+      const log = await readLogFrom(logFile, logOffset);
+      const reason = lastLoggedError(log) ?? (log.slice(-1500).trim() || 'it logged nothing');
+      throw new Error(`the controller exited (${exitCode === null ? 'killed by a signal' : exitCode}) before it was ready: ${reason}`);
     }
     const answer = await httpGet(address, '/readyz').catch(() => undefined);
-    if (answer?.status === 200) return;
+    if (answer?.status === 200 && (await readLogFrom(logFile, logOffset)).includes('"msg":"controller started"')) return;
     if (Date.now() > deadline) throw new Error(`the controller at ${address} was not ready after ${timeoutMs} ms: see ${logFile}`);
     await sleep(100);
+  }
+}
+
+/** Largest part of a controller log {@link waitForController} reads, in bytes. */
+const MAX_START_LOG_BYTES = 256 * 1024;
+
+/**
+ * The last {@link MAX_START_LOG_BYTES} (at most) of `file` past byte `offset`, '' when it cannot
+ * be read: the controller's start ends with its `controller started` or its fatal line.
+ */
+async function readLogFrom(file: string, offset: number): Promise<string> {
+  const handle = await open(file, 'r').catch(() => undefined);
+  if (!handle) return '';
+  try {
+    const { size } = await handle.stat();
+    const buffer = Buffer.alloc(Math.min(MAX_START_LOG_BYTES, Math.max(0, size - offset)));
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, Math.max(offset, size - MAX_START_LOG_BYTES));
+    return buffer.subarray(0, bytesRead).toString('utf8');
+  } finally {
+    await handle.close();
   }
 }
 
@@ -282,7 +308,7 @@ export async function startLab(options: LabOptions): Promise<Lab> {
   const subnet = options.subnet ?? DEFAULT_LAB_SUBNET;
   labSubnetAddress(subnet, 1); // throws on a malformed subnet before anything is created
   const missing = missingLabPrerequisites();
-  if (missing.length > 0) throw new Error(`trellis lab needs ${describeMissing(missing)}`);
+  if (missing.length > 0) throw new Error(`trellis lab cannot start: ${describeMissing(missing)}`);
   const stateDir = path.resolve(options.stateDir ?? defaultLabStateDir(prefix));
   const manifestsDir = path.resolve(options.manifestsDir);
   const httpAddress = options.httpAddress ?? DEFAULT_LAB_HTTP_ADDRESS;
@@ -388,6 +414,7 @@ class Supervisor {
     if (this.stopped) throw new Error(`lab ${this.network.prefix} is stopped`);
     if (this.controller && !this.controllerExited) throw new Error(`lab ${this.network.prefix}: the controller runs already (pid ${this.controller.pid})`);
     const logFile = path.join(this.options.stateDir, 'controller.log');
+    const logOffset = (await stat(logFile).catch(() => undefined))?.size ?? 0;
     const controller = await startProcess([
       process.execPath, TRELLIS_BIN, 'controller',
       '--manifests', this.options.manifestsDir,
@@ -409,7 +436,7 @@ class Supervisor {
       }
     });
     await this.writeState();
-    await waitForController(this.options.httpAddress, controller, logFile, 60_000);
+    await waitForController(this.options.httpAddress, controller, logFile, logOffset, 60_000);
   }
 
   /** Stops the controller (SIGTERM, then SIGKILL); the sidecars keep their configuration and reconnect once it runs again. */
@@ -719,7 +746,7 @@ export function execIn(netns: string, stateDir: string, argv: readonly string[],
  * recorded (only when its command line names the state dir: a reused PID is left alone), removes
  * every netns, link and /etc/netns dir named `<prefix>-…` and, unless `keepStateDir` (a lab
  * starting over its own leftovers), the state dir and the claim on the prefix.
- * @returns what was removed (`supervisor PID`, `controller PID`, `netns …`, `link …`, `dir …`).
+ * @returns what was removed (`supervisor PID`, `controller PID`, `netns …`, `link …`, `dir …` when the state dir existed).
  */
 export async function cleanUpLab(prefix: string, stateDir: string, options: { readonly keepStateDir: boolean }): Promise<string[]> {
   checkLabPrefix(prefix);
@@ -744,8 +771,10 @@ export async function cleanUpLab(prefix: string, stateDir: string, options: { re
   }
   removed.push(...(await removeLabNetwork(prefix)));
   if (!options.keepStateDir) {
-    await rm(stateDir, { recursive: true, force: true });
-    removed.push(`dir ${stateDir}`);
+    if (await stat(stateDir).then(() => true, () => false)) {
+      await rm(stateDir, { recursive: true, force: true });
+      removed.push(`dir ${stateDir}`);
+    }
     await releaseLabPrefix(prefix);
   }
   return removed;

@@ -8,6 +8,8 @@ import { delimiter, join } from 'node:path';
 /** One missing prerequisite: what, and how to get it. */
 export interface MissingPrerequisite {
   readonly what: string;
+  /** Why it counts as missing, when that is not plain (e.g. `no file /x/envoy` for a `--envoy` path). */
+  readonly detail?: string;
   readonly howToGet: string;
 }
 
@@ -45,7 +47,7 @@ export function missingLabPrerequisites(
 ): MissingPrerequisite[] {
   const missing: MissingPrerequisite[] = [];
   if (typeof process.getuid !== 'function' || process.getuid() !== 0) {
-    missing.push({ what: 'root', howToGet: 'run as root (sudo): the lab creates network namespaces, links and iptables rules' });
+    missing.push({ what: 'root', howToGet: 'run as root: the lab creates network namespaces, links and iptables rules' });
   }
   for (const command of commands) {
     if (!whichCommand(command, env)) {
@@ -56,7 +58,7 @@ export function missingLabPrerequisites(
   return missing;
 }
 
-/** One line per missing prerequisite: `<what> is missing: <how to get it>`. */
+/** One line per missing prerequisite: `<what> is missing[ (<detail>)]: <how to get it>`. */
 export function describeMissing(missing: readonly MissingPrerequisite[]): string {
-  return missing.map((m) => `${m.what} is missing: ${m.howToGet}`).join('; ');
+  return missing.map((m) => `${m.what} is missing${m.detail !== undefined ? ` (${m.detail})` : ''}: ${m.howToGet}`).join('; ');
 }

@@ -25,3 +25,24 @@ export async function processCommandLine(pid: number): Promise<string | undefine
     return undefined;
   }
 }
+
+/**
+ * The `err` (else `msg`) of the last pino JSON line at level error (50) or above in `log`
+ * (a process's own reason for failing, e.g. `cannot listen on --http-address …: EADDRINUSE`),
+ * or undefined when there is none.
+ */
+export function lastLoggedError(log: string): string | undefined {
+  let found: string | undefined;
+  for (const line of log.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      const entry = JSON.parse(line) as { level?: unknown; err?: unknown; msg?: unknown };
+      if (typeof entry.level !== 'number' || entry.level < 50) continue;
+      const err = typeof entry.err === 'string' ? entry.err : (entry.err as { message?: unknown } | undefined)?.message;
+      found = typeof err === 'string' ? err : typeof entry.msg === 'string' ? entry.msg : found;
+    } catch {
+      // not a JSON line: skipped
+    }
+  }
+  return found;
+}

@@ -29,6 +29,8 @@ export interface LabPodStatus {
   readonly envoyRunning: boolean;
   /** Whether the controller has an ADS stream of this pod's proxy. */
   readonly connected: boolean;
+  /** The xDS variant of its latest stream: state of the world or incremental (delta). */
+  readonly xdsMode: 'SotW' | 'delta' | undefined;
   /** Per xDS type the stream subscribed to (`CDS`, `EDS`, `LDS`, `RDS`, `SDS`). */
   readonly types: Readonly<Record<string, XdsTypeState>>;
   /** The last NACK of each type still in force: Envoy's error text. */
@@ -47,6 +49,8 @@ export interface LabStatus {
   readonly supervisorPid: number;
   readonly supervisorRunning: boolean;
   readonly controllerPid: number | undefined;
+  /** Whether the controller the supervisor recorded runs. */
+  readonly controllerRunning: boolean;
   readonly controllerHttp: string;
   readonly xdsAddress: string;
   readonly subnet: string;
@@ -54,6 +58,18 @@ export interface LabStatus {
   readonly problems: LabState['problems'];
   /** Why the controller's `/debug/proxies` could not be read, if it could not. */
   readonly controllerError: string | undefined;
+  /** How many problems the controller's `/debug/policies` lists (undefined when it could not be read). */
+  readonly controllerProblems: ControllerProblems | undefined;
+}
+
+/** Counts of what the controller's `/debug/policies` reports as wrong in the manifests and policies. */
+export interface ControllerProblems {
+  /** `manifestErrors`: files or objects skipped. */
+  readonly manifestErrors: number;
+  /** `problems`: policies not applied (in part or whole). */
+  readonly policyProblems: number;
+  /** `configValidationFailures`: proxies whose generated configuration failed validation. */
+  readonly validationFailures: number;
 }
 
 /** Types Envoy always subscribes to: a sidecar is not ACKed before it holds these. */
@@ -90,12 +106,12 @@ export function httpGet(address: string, requestPath: string): Promise<{ status:
 
 interface ProxyView {
   uuid: string;
-  streams: { streamId: number; connectedAt: string; types: Record<string, { versionAcked: string | null; lastVersionSent: string | null; lastNack: { version: string; message: string } | null }> }[];
+  streams: { streamId: number; mode?: string; connectedAt: string; types: Record<string, { versionAcked: string | null; lastVersionSent: string | null; lastNack: { version: string; message: string } | null }> }[];
 }
 
-function typeStates(view: ProxyView | undefined): Pick<LabPodStatus, 'connected' | 'types' | 'nacks'> {
+function typeStates(view: ProxyView | undefined): Pick<LabPodStatus, 'connected' | 'xdsMode' | 'types' | 'nacks'> {
   const stream = view?.streams.slice().sort((a, b) => b.streamId - a.streamId)[0];
-  if (!stream) return { connected: false, types: {}, nacks: [] };
+  if (!stream) return { connected: false, xdsMode: undefined, types: {}, nacks: [] };
   const types: Record<string, XdsTypeState> = {};
   const nacks: { type: string; version: string; message: string }[] = [];
   for (const [type, t] of Object.entries(stream.types).sort(([a], [b]) => (a < b ? -1 : 1))) {
@@ -104,7 +120,7 @@ function typeStates(view: ProxyView | undefined): Pick<LabPodStatus, 'connected'
     types[type] = acked ? 'ACK' : nacked ? 'NACK' : 'PENDING';
     if (t.lastNack !== null && !acked) nacks.push({ type, version: t.lastNack.version, message: t.lastNack.message });
   }
-  return { connected: true, types, nacks };
+  return { connected: true, xdsMode: stream.mode === 'delta' ? 'delta' : 'SotW', types, nacks };
 }
 
 /**
@@ -131,9 +147,25 @@ async function envoyState(pod: LabPodState): Promise<string | undefined> {
   return answer?.body.trim() || undefined;
 }
 
+/** The counts of the controller's `/debug/policies` at `address`, or undefined when it cannot be read. */
+async function controllerProblems(address: string): Promise<ControllerProblems | undefined> {
+  try {
+    const answer = await httpGet(address, '/debug/policies');
+    if (answer.status !== 200) return undefined;
+    const body = JSON.parse(answer.body) as { manifestErrors?: unknown[]; problems?: unknown[]; configValidationFailures?: unknown[] };
+    return {
+      manifestErrors: body.manifestErrors?.length ?? 0,
+      policyProblems: body.problems?.length ?? 0,
+      validationFailures: body.configValidationFailures?.length ?? 0,
+    };
+  } catch {
+    return undefined;
+  }
+}
+
 /**
- * The status of a lab from its state file, the controller's `/debug/proxies` and each Envoy's
- * admin `/ready`. Never throws: what cannot be read is reported in the result.
+ * The status of a lab from its state file, the controller's `/debug/proxies` and
+ * `/debug/policies` and each Envoy's admin `/ready`. Never throws: what cannot be read is reported in the result.
  */
 export async function labStatus(state: LabState): Promise<LabStatus> {
   let proxies: ProxyView[] = [];
@@ -169,12 +201,14 @@ export async function labStatus(state: LabState): Promise<LabStatus> {
     supervisorPid: state.supervisorPid,
     supervisorRunning: processAlive(state.supervisorPid),
     controllerPid: state.controllerPid,
+    controllerRunning: processAlive(state.controllerPid),
     controllerHttp: state.httpAddress,
     xdsAddress: state.xdsAddress,
     subnet: state.subnet,
     pods,
     problems: state.problems,
     controllerError,
+    controllerProblems: controllerError === undefined ? await controllerProblems(state.httpAddress) : undefined,
   };
 }
 
@@ -190,16 +224,39 @@ export function podReady(pod: LabPodStatus): boolean {
     REQUIRED_TYPES.every((t) => types.includes(t)) && types.every((t) => pod.types[t] === 'ACK');
 }
 
-/** Whether every pod of the lab is ready ({@link podReady}) and the lab is running. */
+/** Whether every pod of the lab is ready ({@link podReady}) and the lab is running with its controller. */
 export function allReady(status: LabStatus): boolean {
-  return status.phase === 'running' && status.controllerError === undefined && status.pods.every(podReady);
+  return status.phase === 'running' && labFailures(status).length === 0 && status.pods.every(podReady);
+}
+
+/**
+ * Why the lab is of no use as it is (empty when it is fine): its supervisor or controller is
+ * not running, the controller does not answer, or the directory has pods and none of them runs
+ * (a directory without pods is fine). `lab up` and `lab status` exit 1 on any.
+ */
+export function labFailures(status: LabStatus): string[] {
+  const failures: string[] = [];
+  if (!status.supervisorRunning) failures.push(`the supervisor (pid ${status.supervisorPid}) is not running`);
+  if (!status.controllerRunning && status.phase !== 'starting') failures.push(status.error ?? 'the controller is not running');
+  else if (status.controllerError !== undefined) failures.push(status.controllerError);
+  const wanted = status.pods.length + status.problems.length;
+  if (status.phase === 'running' && wanted > 0 && !status.pods.some((p) => p.error === undefined && p.appRunning)) {
+    failures.push(`none of the ${wanted} pods of the directory runs`);
+  }
+  return failures;
+}
+
+/** Whether waiting longer cannot make the lab ready: it failed ({@link labFailures}) and no pod is still starting. */
+export function labFailedForGood(status: LabStatus): boolean {
+  return status.phase === 'running' && (!status.supervisorRunning || !status.controllerRunning ||
+    (status.pods.length + status.problems.length > 0 && status.pods.every((p) => p.error !== undefined)));
 }
 
 const TYPE_COLUMNS = ['CDS', 'EDS', 'LDS', 'RDS', 'SDS'] as const;
 
 /** The status as a table (one line per pod), then NACKs, errors and problems, for `trellis lab status`. */
 export function formatLabStatus(status: LabStatus): string {
-  const header = ['POD', 'NAMESPACE', 'POD IP', 'APP', 'ENVOY', 'STATE', 'ADS', ...TYPE_COLUMNS];
+  const header = ['POD', 'NAMESPACE', 'POD IP', 'APP', 'ENVOY', 'STATE', 'ADS', 'XDS', ...TYPE_COLUMNS];
   const rows = status.pods.map((p) => [
     p.name,
     p.namespace,
@@ -208,6 +265,7 @@ export function formatLabStatus(status: LabStatus): string {
     p.mesh ? (p.envoyRunning ? String(p.envoyPid) : 'down') : '-',
     p.mesh ? (p.envoyState ?? '?') : 'outside mesh',
     p.mesh ? (p.connected ? 'connected' : 'no') : '-',
+    p.mesh ? (p.xdsMode ?? '-') : '-',
     ...TYPE_COLUMNS.map((t) => (p.mesh ? (p.types[t] ?? '-') : '-')),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
@@ -217,6 +275,7 @@ export function formatLabStatus(status: LabStatus): string {
     line(header),
     ...rows.map(line),
   ];
+  if (rows.length > 0) out.push(`(${TYPE_COLUMNS.join('/')}: ACK, NACK, PENDING (sent, not ACKed yet), or - not subscribed; XDS: SotW or delta)`);
   if (status.error) out.push(`error: ${status.error}`);
   if (status.controllerError) out.push(`error: ${status.controllerError}`);
   for (const p of status.pods) {
@@ -226,5 +285,10 @@ export function formatLabStatus(status: LabStatus): string {
     for (const e of p.exited) out.push(`exited ${p.namespace}/${p.name}: ${e}`);
   }
   for (const problem of status.problems) out.push(`not run: ${problem.key}: ${problem.message}`);
+  const counts = status.controllerProblems;
+  const total = counts ? counts.manifestErrors + counts.policyProblems + counts.validationFailures : 0;
+  if (counts && total > 0) {
+    out.push(`controller: ${total} manifest/policy problem${total === 1 ? '' : 's'} (${counts.manifestErrors} manifest errors, ${counts.policyProblems} policy problems, ${counts.validationFailures} validation failures): see curl -s http://${status.controllerHttp}/debug/policies`);
+  }
   return `${out.join('\n')}\n`;
 }
