@@ -15,7 +15,7 @@ import { chmod, chown, copyFile, mkdir, readdir, readFile, rm } from 'node:fs/pr
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import { writeProxyBootstrap } from '../cli/bootstrap-command.js';
-import { applyInterception, interceptionOptions, PROXY_UID } from '../injector/iptables.js';
+import { applyInterception, PROXY_UID } from '../injector/iptables.js';
 import { ManifestsSource } from '../sources/manifests/index.js';
 import { ObjectStore } from '../store/object-store.js';
 import {
@@ -519,8 +519,8 @@ class Supervisor {
       running.network = pod;
       await rm(running.dir, { recursive: true, force: true });
       await mkdir(running.dir, { recursive: true, mode: 0o700 });
-      if (spec.mesh) {
-        await applyInterception(pod.netns, interceptionOptions(topology.meshConfig, spec.pod));
+      if (spec.mesh && spec.interception) {
+        await applyInterception(pod.netns, spec.interception);
         running.proxyUuid = randomUUID();
         running.adminSocket = path.join(running.dir, 'admin.sock');
         const boot = await writeProxyBootstrap({

@@ -81,6 +81,29 @@ describe('labTopology', () => {
   });
 });
 
+describe('labTopology interception', () => {
+  function meshConfig(traffic: Record<string, unknown>): KubeObject {
+    return { apiVersion: 'config.openservicemesh.io/v1alpha2', kind: 'MeshConfig', metadata: { name: 'osm-mesh-config', namespace: 'osm-system' }, spec: { traffic } } as KubeObject;
+  }
+
+  it('changes the digest of the mesh pods when a MeshConfig exclusion list changes, and back', async () => {
+    const key = 'bookstore/bookstore-6b7f8d9c5-m4v1a';
+    const none = labTopology(await bookstore([meshConfig({})]), { meshName: 'osm', subnet: SUBNET });
+    const excluded = labTopology(await bookstore([meshConfig({ inboundPortExclusionList: [8080] })]), { meshName: 'osm', subnet: SUBNET });
+    const again = labTopology(await bookstore([meshConfig({})]), { meshName: 'osm', subnet: SUBNET });
+    assert.deepEqual(excluded.pods.get(key)?.interception?.inboundPortExclusions, [8080]);
+    assert.deepEqual(none.pods.get(key)?.interception?.inboundPortExclusions, []);
+    assert.notEqual(none.pods.get(key)?.digest, excluded.pods.get(key)?.digest);
+    assert.equal(none.pods.get(key)?.digest, again.pods.get(key)?.digest);
+  });
+
+  it('lists a mesh pod whose merged exclusion lists are invalid as not run', async () => {
+    const t = labTopology(await bookstore([meshConfig({ outboundPortExclusionList: [70000] })]), { meshName: 'osm', subnet: SUBNET });
+    assert.equal(t.pods.size, 0);
+    assert.match(t.problems[0].message, /outboundPortExclusionList\[0\]/);
+  });
+});
+
 describe('assignLabAddresses', () => {
   it('keeps the numbers pods have and gives new pods the lowest free ones from 2', () => {
     assert.deepEqual([...assignLabAddresses(SUBNET, ['a', 'b', 'c'], new Map([['b', 2]]))].sort(), [['a', 3], ['b', 2], ['c', 4]]);

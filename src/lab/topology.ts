@@ -9,6 +9,7 @@ import { buildMeshSnapshot, DEFAULT_MESH_CONFIG, portProtocol } from '../catalog
 import { selectorMatches } from '../catalog/labels.js';
 import type { StoreReader } from '../store/store.js';
 import type { MeshConfig, Pod, Service } from '../store/objects.js';
+import { interceptionOptions, type InterceptionOptions } from '../injector/iptables.js';
 import { inLabSubnet, labSubnetAddress } from './network.js';
 
 /** Annotation naming a pod's own command, a JSON array of strings (argv). */
@@ -37,8 +38,10 @@ export interface LabPodSpec {
   readonly command: readonly string[] | undefined;
   /** The container ports the default app listens on. */
   readonly listen: readonly AppListen[];
-  /** The Pod object, for the interception options (its annotations). */
+  /** The Pod object (its labels and annotations). */
   readonly pod: Pod;
+  /** The interception a pod of the mesh gets (MeshConfig's lists merged with the pod's annotations); undefined outside the mesh. */
+  readonly interception: InterceptionOptions | undefined;
   /** A digest of what the pod runs: a pod whose digest changes is restarted. */
   readonly digest: string;
 }
@@ -148,7 +151,6 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
       problems.push({ key, message: command.message });
       continue;
     }
-    taken.set(podIp, `Pod ${key}`);
     const listen: AppListen[] = [];
     for (const container of pod.spec?.containers ?? []) {
       for (const port of container.ports ?? []) {
@@ -158,6 +160,14 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
     }
     const serviceAccount = pod.spec?.serviceAccountName ?? 'default';
     const mesh = snapshot.namespaces.has(namespace);
+    let interception: InterceptionOptions | undefined;
+    try {
+      interception = mesh ? interceptionOptions(meshConfig, pod) : undefined;
+    } catch (err) {
+      problems.push({ key, message: err instanceof Error ? err.message : String(err) });
+      continue;
+    }
+    taken.set(podIp, `Pod ${key}`);
     pods.set(key, {
       key,
       name: pod.metadata.name,
@@ -168,7 +178,9 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
       command,
       listen,
       pod,
-      digest: digest({ podIp, serviceAccount, mesh, command, listen, annotations: pod.metadata.annotations ?? {} }),
+      interception,
+      // The merged interception is in the digest: a MeshConfig change of an exclusion list restarts the pods it changes.
+      digest: digest({ podIp, serviceAccount, mesh, command, listen, interception, annotations: pod.metadata.annotations ?? {} }),
     });
   }
   const serviceAddresses: LabServiceAddress[] = services.map((svc) => {
