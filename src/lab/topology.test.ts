@@ -104,6 +104,26 @@ describe('labTopology interception', () => {
   });
 });
 
+describe('labTopology sidecar ports', () => {
+  function withPort(namespace: string, name: string, podIP: string, containerPort: number): KubeObject {
+    const p = pod(namespace, name, podIP) as KubeObject & { spec: { containers: { ports: { containerPort: number }[] }[] } };
+    return { ...p, spec: { containers: [{ name: 'c', ports: [{ name: 'tcp-x', containerPort }] }] } } as KubeObject;
+  }
+
+  it('lists a mesh pod with a container port of the sidecar as not run, and runs such a pod outside the mesh', async () => {
+    const ports = [15000, 15001, 15003, 15010, 15901, 15902, 15903, 15904];
+    const t = labTopology(await bookstore([
+      ...ports.map((port, i) => withPort('bookstore', `p${port}`, `10.244.9.${i + 1}`, port)),
+      withPort('bookstore', 'fine', '10.244.9.100', 15005),
+      withPort('outside', 'p15001', '10.9.0.1', 15001),
+    ]), { meshName: 'osm', subnet: SUBNET });
+    assert.deepEqual(t.problems.map((p) => p.key).sort(), ports.map((port) => `bookstore/p${port}`).sort());
+    assert.match(t.problems.find((p) => p.key === 'bookstore/p15001')!.message, /^containerPort 15001 is a port of the sidecar/);
+    assert.ok(t.pods.has('bookstore/fine'));
+    assert.ok(t.pods.has('outside/p15001'));
+  });
+});
+
 describe('assignLabAddresses', () => {
   it('keeps the numbers pods have and gives new pods the lowest free ones from 2', () => {
     assert.deepEqual([...assignLabAddresses(SUBNET, ['a', 'b', 'c'], new Map([['b', 2]]))].sort(), [['a', 3], ['b', 2], ['c', 4]]);

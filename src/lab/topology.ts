@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { isIPv4 } from 'node:net';
 import { buildMeshSnapshot, DEFAULT_MESH_CONFIG, portProtocol } from '../catalog/build-snapshot.js';
 import { selectorMatches } from '../catalog/labels.js';
+import { SIDECAR_PORTS, sidecarPortMessage } from '../catalog/sidecar-ports.js';
 import type { StoreReader } from '../store/store.js';
 import type { MeshConfig, Pod, Service } from '../store/objects.js';
 import { interceptionOptions, type InterceptionOptions } from '../injector/iptables.js';
@@ -160,6 +161,11 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
     }
     const serviceAccount = pod.spec?.serviceAccountName ?? 'default';
     const mesh = snapshot.namespaces.has(namespace);
+    const sidecarPort = mesh ? listen.find((l) => SIDECAR_PORTS.has(l.port)) : undefined;
+    if (sidecarPort) {
+      problems.push({ key, message: `containerPort ${sidecarPortMessage(sidecarPort.port)}` });
+      continue;
+    }
     let interception: InterceptionOptions | undefined;
     try {
       interception = mesh ? interceptionOptions(meshConfig, pod) : undefined;
