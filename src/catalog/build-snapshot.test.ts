@@ -359,3 +359,23 @@ describe('buildMeshSnapshot sidecar ports', () => {
     assert.ok(snapshot.services.some((s) => s.name === 'admin' && s.port === 15000));
   });
 });
+
+describe('buildMeshSnapshot special addresses', () => {
+  it('never makes a loopback pod IP, or an unspecified, link-local or multicast address an endpoint', () => {
+    const endpoints = (slice: string[]): KubeObject => ({
+      apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'b-1', namespace: 'app', labels: { 'kubernetes.io/service-name': 'b' } },
+      addressType: 'IPv4', endpoints: [{ addresses: slice }], ports: [{ port: 8080 }],
+    } as unknown as KubeObject);
+    const { snapshot } = build([
+      k8s.namespace('app'),
+      k8s.service('app', 'a', { app: 'a' }, [{ name: 'http', port: 80, targetPort: 8080 }], '10.96.0.1'),
+      k8s.pod('app', 'a-1', 'a', { app: 'a' }, '127.0.0.1', [8080]),
+      k8s.pod('app', 'a-2', 'a', { app: 'a' }, '10.244.0.2', [8080]),
+      k8s.service('app', 'b', { app: 'b' }, [{ name: 'http', port: 80, targetPort: 8080 }], '10.96.0.2'),
+      endpoints(['0.0.0.0', '169.254.0.1', '224.0.0.1', '10.244.0.3']),
+    ]);
+    assert.deepEqual([...snapshot.endpoints.entries()].map(([c, list]) => `${c}=${list.map((e) => e.ip).join(',')}`).sort(), [
+      'app/a|8080=10.244.0.2', 'app/b|8080=10.244.0.3',
+    ]);
+  });
+});

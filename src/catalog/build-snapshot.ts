@@ -15,6 +15,7 @@ import type {
   TrafficSplit,
   TrafficTarget,
 } from '../store/objects.js';
+import { specialAddress } from '../store/objects.js';
 import type { StoreReader } from '../store/store.js';
 import { serviceIdentity, type ServiceIdentity } from '../proxy/types.js';
 import { MONITORED_BY_LABEL, SERVICE_NAME_LABEL, selectorMatches } from './labels.js';
@@ -282,7 +283,7 @@ class LabelIndex<T extends { metadata: { namespace?: string } }> {
 
 function podIp(pod: Pod): string | undefined {
   const ip = pod.status?.podIP ?? pod.status?.podIPs?.[0]?.ip;
-  return ip && isIP(ip) ? ip : undefined;
+  return ip && isIP(ip) && specialAddress(ip) === undefined ? ip : undefined;
 }
 
 function isLive(pod: Pod): boolean {
@@ -306,6 +307,12 @@ function resolveTargetPort(port: ServicePort, specs: readonly PodSpec[]): number
   return port.port;
 }
 
+/** An Endpoints/EndpointSlice address the catalog uses: not unspecified, link-local or multicast (loopback is: a test bed on one host). */
+function usableEndpointAddress(ip: string): boolean {
+  const special = specialAddress(ip);
+  return special === undefined || special.kind === 'loopback';
+}
+
 function endpointsFromObjects(
   svc: Service,
   port: ServicePort,
@@ -325,7 +332,7 @@ function endpointsFromObjects(
   for (const subset of ep?.subsets ?? []) {
     const p = pickPort(subset.ports);
     if (p === undefined) continue;
-    for (const a of subset.addresses ?? []) if (isIP(a.ip)) out.push({ ip: a.ip, port: p });
+    for (const a of subset.addresses ?? []) if (isIP(a.ip) && usableEndpointAddress(a.ip)) out.push({ ip: a.ip, port: p });
   }
   for (const slice of slices) {
     if (slice.addressType === 'FQDN') continue;
@@ -333,7 +340,7 @@ function endpointsFromObjects(
     if (p === undefined) continue;
     for (const e of slice.endpoints ?? []) {
       if (e.conditions?.ready === false) continue;
-      for (const ip of e.addresses) if (isIP(ip)) out.push({ ip, port: p });
+      for (const ip of e.addresses) if (isIP(ip) && usableEndpointAddress(ip)) out.push({ ip, port: p });
     }
   }
   return out;

@@ -16,7 +16,7 @@ import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import { writeProxyBootstrap } from '../cli/bootstrap-command.js';
 import { applyInterception, PROXY_UID } from '../injector/iptables.js';
-import { ManifestsSource } from '../sources/manifests/index.js';
+import { formatManifestError, ManifestsSource } from '../sources/manifests/index.js';
 import { ObjectStore } from '../store/object-store.js';
 import {
   addOnLinkRoutes, createLabNetwork, createPodNetwork, deletePodNetwork, inNetns, labSubnetAddress, removeLabNetwork,
@@ -29,7 +29,7 @@ import {
   claimLabPrefix, defaultLabStateDir, readLabOwner, readLabState, releaseLabPrefix, writeLabState, type LabPodState, type LabState,
 } from './state.js';
 import { allReady, formatLabStatus, httpGet, labStatus, type LabStatus } from './status.js';
-import { assignLabAddresses, labHostsFile, labTopology, type LabPodSpec, type LabTopology } from './topology.js';
+import { assignLabAddresses, labHostsFile, labTopology, parseHostAddresses, type LabPodSpec, type LabTopology } from './topology.js';
 
 /** The lab's default prefix and subnet (contract: `trls`, `10.250.0.0/24`). */
 export const DEFAULT_LAB_PREFIX = 'trls';
@@ -345,6 +345,8 @@ class Supervisor {
   private error: string | undefined;
   private problems: LabTopology['problems'] = [];
   private addresses: readonly string[] = [];
+  /** The host's own IPv4 addresses (`ip -o addr` at the start): never a pod IP or ClusterIP of the lab. */
+  private hostAddresses: readonly string[] = [];
   /** The reconcile in progress (reconciles run one at a time). */
   private work: Promise<void> = Promise.resolve();
   private dirty = false;
@@ -365,6 +367,7 @@ class Supervisor {
 
   async start(): Promise<void> {
     await this.writeState();
+    this.hostAddresses = parseHostAddresses(await runCommand(['ip', '-o', '-4', 'addr', 'show']));
     await this.startController();
     this.source = new ManifestsSource({ dir: this.options.manifestsDir, store: this.store, logger: this.log.child({ component: 'manifests' }) });
     this.store.onChange(() => this.schedule());
@@ -467,8 +470,11 @@ class Supervisor {
   }
 
   private async reconcile(): Promise<void> {
-    const topology = labTopology(this.store, { meshName: this.options.meshName ?? 'osm', subnet: this.network.subnet });
-    this.problems = topology.problems;
+    const topology = labTopology(this.store, { meshName: this.options.meshName ?? 'osm', subnet: this.network.subnet, hostAddresses: this.hostAddresses });
+    // Pods the manifests refused (a loopback status.podIP, …) are not run either: say why.
+    const refused = (this.source?.errors() ?? []).filter((e) => e.kind === 'Pod' && e.name !== undefined)
+      .map((e) => ({ key: `${e.namespace ?? 'default'}/${e.name}`, message: `refused by the manifests: ${formatManifestError(e)}` }));
+    this.problems = [...topology.problems, ...refused];
     for (const [key, running] of [...this.pods]) {
       const wanted = topology.pods.get(key);
       if (!wanted || wanted.digest !== running.spec.digest) {

@@ -5,7 +5,7 @@ import { pino } from 'pino';
 import { ManifestsSource } from '../sources/manifests/index.js';
 import { ObjectStore } from '../store/object-store.js';
 import type { KubeObject } from '../store/objects.js';
-import { assignLabAddresses, labHostsFile, labTopology, LAB_COMMAND_ANNOTATION } from './topology.js';
+import { assignLabAddresses, labHostsFile, labTopology, LAB_COMMAND_ANNOTATION, parseHostAddresses } from './topology.js';
 
 const EXAMPLE = path.resolve(import.meta.dirname, '../../examples/bookstore');
 const SUBNET = '10.250.0.0/24';
@@ -121,6 +121,34 @@ describe('labTopology sidecar ports', () => {
     assert.match(t.problems.find((p) => p.key === 'bookstore/p15001')!.message, /^containerPort 15001 is a port of the sidecar/);
     assert.ok(t.pods.has('bookstore/fine'));
     assert.ok(t.pods.has('outside/p15001'));
+  });
+});
+
+describe('labTopology addresses it never assigns', () => {
+  it('lists pods with a special or host address as not run, and leaves such ClusterIPs unrouted', async () => {
+    const ips = ['0.0.0.0', '0.1.2.3', '127.0.0.1', '169.254.169.254', '224.0.0.1', '239.1.1.1', '240.0.0.1', '255.255.255.255', '192.0.2.55'];
+    const service = (name: string, clusterIP: string): KubeObject => ({
+      apiVersion: 'v1', kind: 'Service', metadata: { name, namespace: 'outside' }, spec: { selector: { app: 'none' }, ports: [{ port: 80 }], clusterIP },
+    } as KubeObject);
+    const t = labTopology(await bookstore([
+      ...ips.map((ip, i) => pod('outside', `p${i}`, ip)),
+      pod('outside', 'fine', '10.9.0.1'),
+      service('loop', '127.0.0.53'),
+      service('host', '192.0.2.55'),
+      service('ok', '10.96.99.1'),
+    ]), { meshName: 'osm', subnet: SUBNET, hostAddresses: parseHostAddresses('1: lo    inet 127.0.0.1/8 scope host lo\n2: eth0    inet 192.0.2.55/24 brd 192.0.2.255 scope global eth0\n') });
+    assert.deepEqual([...t.pods.keys()].filter((k) => k.startsWith('outside/')), ['outside/fine']);
+    const problems = new Map(t.problems.map((p) => [p.key, p.message]));
+    assert.equal(problems.get('outside/p0'), 'status.podIP 0.0.0.0 is "this network" (0.0.0.0/8): the lab never assigns it');
+    assert.equal(problems.get('outside/p2'), 'status.podIP 127.0.0.1 is loopback (127.0.0.0/8): the lab never assigns it');
+    assert.match(problems.get('outside/p4')!, /multicast/);
+    assert.match(problems.get('outside/p7')!, /reserved \(240\.0\.0\.0\/4, with the broadcast address 255\.255\.255\.255\)/);
+    assert.equal(problems.get('outside/p8'), 'status.podIP 192.0.2.55 is an address of this host: the lab never assigns it');
+    assert.equal(ips.filter((_, i) => problems.has(`outside/p${i}`)).length, ips.length);
+    assert.equal(problems.get('Service outside/loop'), 'ClusterIP 127.0.0.53 is loopback (127.0.0.0/8): the lab never assigns it: it is not routed');
+    assert.match(problems.get('Service outside/host')!, /192\.0\.2\.55 is an address of this host/);
+    assert.ok(t.addresses.includes('10.96.99.1'));
+    assert.ok(!t.addresses.includes('127.0.0.53') && !t.addresses.includes('192.0.2.55'));
   });
 });
 

@@ -4,7 +4,7 @@
  * as cluster DNS would answer them), and what to run in it. Pure: reads a store, returns data.
  */
 import { createHash } from 'node:crypto';
-import { isIPv4 } from 'node:net';
+import { BlockList, isIPv4 } from 'node:net';
 import { buildMeshSnapshot, DEFAULT_MESH_CONFIG, portProtocol } from '../catalog/build-snapshot.js';
 import { selectorMatches } from '../catalog/labels.js';
 import { SIDECAR_PORTS, sidecarPortMessage } from '../catalog/sidecar-ports.js';
@@ -103,6 +103,35 @@ function containerPortProtocol(services: readonly Service[], pod: Pod, port: { n
   return portProtocol({ name: port.name });
 }
 
+/** IPv4 ranges no lab address may be in, with what they are. */
+const NEVER_ASSIGNED = [
+  ['0.0.0.0', 8, '"this network" (0.0.0.0/8)'],
+  ['127.0.0.0', 8, 'loopback (127.0.0.0/8)'],
+  ['169.254.0.0', 16, 'link-local (169.254.0.0/16)'],
+  ['224.0.0.0', 4, 'multicast (224.0.0.0/4)'],
+  ['240.0.0.0', 4, 'reserved (240.0.0.0/4, with the broadcast address 255.255.255.255)'],
+].map(([network, length, what]) => {
+  const list = new BlockList();
+  list.addSubnet(network as string, length as number, 'ipv4');
+  return { list, what: what as string };
+});
+
+/**
+ * Why the lab cannot assign the IPv4 address `ip` (to a pod's `eth0`, or route a ClusterIP):
+ * it is in 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 or 240.0.0.0/4, or one of
+ * `hostAddresses` (the host's own: the kernel would deliver it to the host); undefined if it can.
+ */
+export function labAddressViolation(ip: string, hostAddresses: ReadonlySet<string>): string | undefined {
+  for (const range of NEVER_ASSIGNED) if (range.list.check(ip, 'ipv4')) return `${ip} is ${range.what}: the lab never assigns it`;
+  if (hostAddresses.has(ip)) return `${ip} is an address of this host: the lab never assigns it`;
+  return undefined;
+}
+
+/** The IPv4 addresses in `ip -o addr show` output (`2: eth0    inet 10.0.0.5/24 brd … scope global eth0`). */
+export function parseHostAddresses(text: string): string[] {
+  return [...text.matchAll(/\binet\s+(\d+\.\d+\.\d+\.\d+)\//g)].map((m) => m[1]).filter((ip) => isIPv4(ip));
+}
+
 function digest(value: unknown): string {
   return createHash('sha256').update(JSON.stringify(value)).digest('hex').slice(0, 16);
 }
@@ -112,7 +141,11 @@ function digest(value: unknown): string {
  * (outside the lab subnet, not taken by another pod or a ClusterIP) is run; pods of monitored
  * namespaces (`meshName`, the catalog's notion) are in the mesh.
  */
-export function labTopology(store: StoreReader, options: { readonly meshName: string; readonly subnet: string }): LabTopology {
+export function labTopology(
+  store: StoreReader,
+  options: { readonly meshName: string; readonly subnet: string; readonly hostAddresses?: readonly string[] },
+): LabTopology {
+  const hostAddresses = new Set(options.hostAddresses ?? []);
   const snapshot = buildMeshSnapshot(store, { meshName: options.meshName, generation: 0 }).snapshot;
   const meshConfig = store.get<MeshConfig>('MeshConfig', DEFAULT_MESH_CONFIG.namespace, DEFAULT_MESH_CONFIG.name);
   const services = store.list<Service>('Service');
@@ -121,8 +154,14 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
   const taken = new Map<string, string>();
   const clusterIps = new Map<string, string>();
   for (const svc of services) {
-    for (const ip of [svc.spec.clusterIP, ...(svc.spec.clusterIPs ?? [])]) {
-      if (ip && isIPv4(ip) && !inLabSubnet(options.subnet, ip)) clusterIps.set(ip, `Service ${svc.metadata.namespace}/${svc.metadata.name}`);
+    for (const ip of new Set([svc.spec.clusterIP, ...(svc.spec.clusterIPs ?? [])])) {
+      if (!ip || !isIPv4(ip) || inLabSubnet(options.subnet, ip) || clusterIps.has(ip)) continue;
+      const violation = labAddressViolation(ip, hostAddresses);
+      if (violation !== undefined) {
+        problems.push({ key: `Service ${svc.metadata.namespace ?? 'default'}/${svc.metadata.name}`, message: `ClusterIP ${violation}: it is not routed` });
+        continue;
+      }
+      clusterIps.set(ip, `Service ${svc.metadata.namespace}/${svc.metadata.name}`);
     }
   }
   const pods = new Map<string, LabPodSpec>();
@@ -140,6 +179,11 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
     }
     if (inLabSubnet(options.subnet, podIp)) {
       problems.push({ key, message: `status.podIP ${podIp} is inside the lab subnet ${options.subnet}` });
+      continue;
+    }
+    const violation = labAddressViolation(podIp, hostAddresses);
+    if (violation !== undefined) {
+      problems.push({ key, message: `status.podIP ${violation}` });
       continue;
     }
     const other = taken.get(podIp) ?? clusterIps.get(podIp);
