@@ -29,7 +29,7 @@ import {
   claimLabPrefix, defaultLabStateDir, readLabOwner, readLabState, releaseLabPrefix, writeLabState, type LabPodState, type LabState,
 } from './state.js';
 import { allReady, formatLabStatus, httpGet, labStatus, type LabStatus } from './status.js';
-import { assignLabAddresses, labHostsFile, labTopology, parseHostAddresses, type LabPodSpec, type LabTopology } from './topology.js';
+import { labHostsFile, labTopology, parseHostAddresses, placeLabPods, type LabPodSpec, type LabTopology } from './topology.js';
 
 /** The lab's default prefix and subnet (contract: `trls`, `10.250.0.0/24`). */
 export const DEFAULT_LAB_PREFIX = 'trls';
@@ -74,6 +74,8 @@ export interface LabOptions {
   readonly logger?: Logger;
   /** Envoy's log level (default `warning`). */
   readonly envoyLogLevel?: string;
+  /** The most pods the lab runs (default 1000); pods beyond it, or beyond the subnet's addresses, are listed as not run. */
+  readonly maxPods?: number;
 }
 
 /** Options of {@link Lab.exec} and {@link execIn}. */
@@ -470,10 +472,13 @@ class Supervisor {
   }
 
   private async reconcile(): Promise<void> {
-    const topology = labTopology(this.store, { meshName: this.options.meshName ?? 'osm', subnet: this.network.subnet, hostAddresses: this.hostAddresses });
+    const all = labTopology(this.store, { meshName: this.options.meshName ?? 'osm', subnet: this.network.subnet, hostAddresses: this.hostAddresses });
     // Pods the manifests refused (a loopback status.podIP, …) are not run either: say why.
     const refused = (this.source?.errors() ?? []).filter((e) => e.kind === 'Pod' && e.name !== undefined)
       .map((e) => ({ key: `${e.namespace ?? 'default'}/${e.name}`, message: `refused by the manifests: ${formatManifestError(e)}` }));
+    const current = new Map([...this.pods].filter(([key, p]) => all.pods.get(key)?.digest === p.spec.digest).map(([key, p]) => [key, p.index]));
+    // The pods that fit the subnet and maxPods run (those running first), the rest are not run.
+    const { topology, numbers } = placeLabPods(all, { subnet: this.network.subnet, current, maxPods: this.options.maxPods });
     this.problems = [...topology.problems, ...refused];
     for (const [key, running] of [...this.pods]) {
       const wanted = topology.pods.get(key);
@@ -483,7 +488,6 @@ class Supervisor {
         this.pods.delete(key);
       }
     }
-    const numbers = assignLabAddresses(this.network.subnet, [...topology.pods.keys()], new Map([...this.pods].map(([k, p]) => [k, p.index])));
     this.addresses = topology.addresses;
     const routes = new Set(topology.addresses.map((a) => `${a}/32`));
     for (const running of this.pods.values()) {

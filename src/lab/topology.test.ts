@@ -5,7 +5,7 @@ import { pino } from 'pino';
 import { ManifestsSource } from '../sources/manifests/index.js';
 import { ObjectStore } from '../store/object-store.js';
 import type { KubeObject } from '../store/objects.js';
-import { assignLabAddresses, labHostsFile, labTopology, LAB_COMMAND_ANNOTATION, parseHostAddresses } from './topology.js';
+import { assignLabAddresses, labHostsFile, labTopology, LAB_COMMAND_ANNOTATION, parseHostAddresses, placeLabPods } from './topology.js';
 
 const EXAMPLE = path.resolve(import.meta.dirname, '../../examples/bookstore');
 const SUBNET = '10.250.0.0/24';
@@ -157,7 +157,42 @@ describe('assignLabAddresses', () => {
     assert.deepEqual([...assignLabAddresses(SUBNET, ['a', 'b', 'c'], new Map([['b', 2]]))].sort(), [['a', 3], ['b', 2], ['c', 4]]);
   });
 
-  it('throws when the subnet is full', () => {
-    assert.throws(() => assignLabAddresses('10.250.0.0/30', ['a', 'b'], new Map()), /has no host address number 3/);
+  it('gives no number to pods beyond the subnet or maxPods, keeping running pods first', () => {
+    assert.deepEqual([...assignLabAddresses('10.250.0.0/30', ['a', 'b'], new Map())], [['a', 2]]);
+    assert.deepEqual([...assignLabAddresses('10.250.0.0/29', ['a', 'b', 'c', 'd', 'e'], new Map([['d', 2]]))], [['d', 2], ['a', 3], ['b', 4], ['c', 5], ['e', 6]]);
+    assert.deepEqual([...assignLabAddresses(SUBNET, ['a', 'b', 'c'], new Map([['c', 7]]), 2)], [['c', 7], ['a', 2]]);
+  });
+});
+
+describe('placeLabPods', () => {
+  const many = (n: number) => Array.from({ length: n }, (_, i) => pod('outside', `p${String(i).padStart(2, '0')}`, `10.9.0.${i + 1}`));
+
+  it('runs the pods that fit a small subnet, in key order, and lists the rest as not run without a route', async () => {
+    const subnet = '10.241.0.0/28'; // 13 pod addresses (2-14)
+    const all = labTopology(await bookstore(many(10)), { meshName: 'osm', subnet });
+    assert.equal(all.pods.size, 16);
+    const { topology, numbers } = placeLabPods(all, { subnet, current: new Map() });
+    assert.equal(topology.pods.size, 13);
+    assert.equal(numbers.size, 13);
+    const left = topology.problems.map((p) => p.key);
+    assert.deepEqual(left, ['outside/p07', 'outside/p08', 'outside/p09']);
+    assert.equal(topology.problems[0].message, 'no lab address: the lab subnet 10.241.0.0/28 has 13 pod addresses, and 16 pods want one');
+    assert.ok(!topology.addresses.includes('10.9.0.8') && topology.addresses.includes('10.9.0.7'));
+    // The running pods keep their places; the one free address goes to the first new pod by key.
+    const running = new Map([...numbers].filter(([key]) => key !== 'outside/p06'));
+    const again = placeLabPods(labTopology(await bookstore([pod('outside', 'a-new', '10.9.0.99'), ...many(10)]), { meshName: 'osm', subnet }), { subnet, current: running });
+    assert.deepEqual(again.topology.problems.map((p) => p.key), ['outside/p06', 'outside/p07', 'outside/p08', 'outside/p09']);
+    assert.ok([...running].every(([key, n]) => again.numbers.get(key) === n));
+  });
+
+  it('caps the pods at maxPods', async () => {
+    const all = labTopology(await bookstore(many(5)), { meshName: 'osm', subnet: SUBNET });
+    const { topology } = placeLabPods(all, { subnet: SUBNET, current: new Map(), maxPods: 8 });
+    assert.equal(topology.pods.size, 8);
+    assert.deepEqual(topology.problems.map((p) => `${p.key}: ${p.message}`), [
+      'outside/p02: no lab address: the lab runs at most 8 pods (its maxPods), and 11 want to run',
+      'outside/p03: no lab address: the lab runs at most 8 pods (its maxPods), and 11 want to run',
+      'outside/p04: no lab address: the lab runs at most 8 pods (its maxPods), and 11 want to run',
+    ]);
   });
 });

@@ -11,7 +11,7 @@ import { SIDECAR_PORTS, sidecarPortMessage } from '../catalog/sidecar-ports.js';
 import type { StoreReader } from '../store/store.js';
 import type { MeshConfig, Pod, Service } from '../store/objects.js';
 import { interceptionOptions, type InterceptionOptions } from '../injector/iptables.js';
-import { inLabSubnet, labSubnetAddress } from './network.js';
+import { inLabSubnet, labSubnetPrefixLength } from './network.js';
 
 /** Annotation naming a pod's own command, a JSON array of strings (argv). */
 export const LAB_COMMAND_ANNOTATION = 'lab.trellis.dev/command';
@@ -272,17 +272,21 @@ export function labHostsFile(topology: LabTopology, pod: { readonly name: string
   return `${lines.join('\n')}\n`;
 }
 
+/** The most pods a lab runs unless told otherwise (`LabOptions.maxPods`). */
+export const DEFAULT_LAB_MAX_PODS = 1000;
+
 /**
- * Lab address numbers for the pods: a pod keeps the number it has (`current`), a new pod takes
- * the lowest free one from 2 (1 is the bridge's).
- * @throws Error when the subnet has no address left.
+ * Lab address numbers for the pods: a pod keeps the number it has (`current`), a new pod (in
+ * the order of `keys`) takes the lowest free one from 2 (1 is the bridge's). Pods beyond the
+ * subnet's host addresses, or beyond `maxPods` pods in all, get none (they are not in the map).
  */
-export function assignLabAddresses(subnet: string, keys: readonly string[], current: ReadonlyMap<string, number>): Map<string, number> {
+export function assignLabAddresses(subnet: string, keys: readonly string[], current: ReadonlyMap<string, number>, maxPods = Infinity): Map<string, number> {
+  const last = labSubnetHostCount(subnet);
   const out = new Map<string, number>();
   const used = new Set<number>();
   for (const key of keys) {
     const n = current.get(key);
-    if (n !== undefined) {
+    if (n !== undefined && n >= 2 && n <= last && out.size < maxPods) {
       out.set(key, n);
       used.add(n);
     }
@@ -291,9 +295,46 @@ export function assignLabAddresses(subnet: string, keys: readonly string[], curr
   for (const key of keys) {
     if (out.has(key)) continue;
     while (used.has(next)) next++;
-    labSubnetAddress(subnet, next); // throws when the subnet is full
+    if (next > last || out.size >= maxPods) break;
     out.set(key, next);
     used.add(next);
   }
   return out;
+}
+
+/** The number of the subnet's last host address (`labSubnetAddress(subnet, n)` exists for 1…n). */
+function labSubnetHostCount(subnet: string): number {
+  return 2 ** (32 - labSubnetPrefixLength(subnet)) - 2;
+}
+
+/**
+ * The pods of `topology` the lab runs, with their lab address numbers
+ * ({@link assignLabAddresses}: running pods first, keeping theirs, then new pods by key): the
+ * pods that get no number are moved to the problems (not run), and the addresses and headless
+ * names are those of the pods that run.
+ */
+export function placeLabPods(
+  topology: LabTopology,
+  options: { readonly subnet: string; readonly current: ReadonlyMap<string, number>; readonly maxPods?: number },
+): { readonly topology: LabTopology; readonly numbers: ReadonlyMap<string, number> } {
+  const maxPods = options.maxPods ?? DEFAULT_LAB_MAX_PODS;
+  const numbers = assignLabAddresses(options.subnet, [...topology.pods.keys()], options.current, maxPods);
+  if (numbers.size === topology.pods.size) return { topology, numbers };
+  const capacity = labSubnetHostCount(options.subnet) - 1;
+  const reason = maxPods < capacity
+    ? `no lab address: the lab runs at most ${maxPods} pods (its maxPods), and ${topology.pods.size} want to run`
+    : `no lab address: the lab subnet ${options.subnet} has ${capacity} pod addresses, and ${topology.pods.size} pods want one`;
+  const left = [...topology.pods.keys()].filter((key) => !numbers.has(key));
+  const pods = new Map([...topology.pods].filter(([key]) => numbers.has(key)));
+  const gone = new Set(left.map((key) => topology.pods.get(key)!.podIp));
+  return {
+    numbers,
+    topology: {
+      ...topology,
+      pods,
+      addresses: topology.addresses.filter((a) => !gone.has(a)),
+      services: topology.services.map((svc) => ({ ...svc, addresses: svc.addresses.filter((a) => !gone.has(a)) })),
+      problems: [...topology.problems, ...left.map((key) => ({ key, message: reason }))],
+    },
+  };
 }
