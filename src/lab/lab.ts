@@ -51,6 +51,11 @@ const MAX_EXEC_OUTPUT = 16 * 1024 * 1024;
 const STOP_GRACE_MS = 5000;
 /** How many pods start at once. */
 const START_CONCURRENCY = 4;
+/** How many times the lab starts a pod (one manifest version of it) whose start fails. */
+const MAX_START_ATTEMPTS = 8;
+/** The wait before the second start of a pod, in ms; it doubles after each failure, up to {@link RETRY_MAX_MS}. */
+const RETRY_BASE_MS = 1000;
+const RETRY_MAX_MS = 60_000;
 
 /** Options of {@link startLab} (the `trellis lab up` flags). */
 export interface LabOptions {
@@ -347,6 +352,9 @@ class Supervisor {
   private error: string | undefined;
   private problems: LabTopology['problems'] = [];
   private addresses: readonly string[] = [];
+  /** Pods whose start failed, by key: the digest it failed with, how many starts failed, when the next one is due (ms). */
+  private readonly retries = new Map<string, { digest: string; attempts: number; at: number }>();
+  private readonly retryTimers = new Set<NodeJS.Timeout>();
   /** The host's own IPv4 addresses (`ip -o addr` at the start): never a pod IP or ClusterIP of the lab. */
   private hostAddresses: readonly string[] = [];
   /** The reconcile in progress (reconciles run one at a time). */
@@ -476,6 +484,15 @@ class Supervisor {
     // Pods the manifests refused (a loopback status.podIP, …) are not run either: say why.
     const refused = (this.source?.errors() ?? []).filter((e) => e.kind === 'Pod' && e.name !== undefined)
       .map((e) => ({ key: `${e.namespace ?? 'default'}/${e.name}`, message: `refused by the manifests: ${formatManifestError(e)}` }));
+    // A pod whose start failed is started again once its backoff has passed (see noteStartFailure).
+    for (const key of this.retries.keys()) if (!all.pods.has(key)) this.retries.delete(key);
+    for (const [key, running] of [...this.pods]) {
+      const retry = this.retries.get(key);
+      if (running.error === undefined || !retry || retry.digest !== running.spec.digest || retry.attempts >= MAX_START_ATTEMPTS || Date.now() < retry.at - 100) continue;
+      this.log.info({ pod: key, attempt: retry.attempts + 1 }, 'starting a pod again after its start failed');
+      await this.stopPod(running);
+      this.pods.delete(key);
+    }
     const current = new Map([...this.pods].filter(([key, p]) => all.pods.get(key)?.digest === p.spec.digest).map(([key, p]) => [key, p.index]));
     // The pods that fit the subnet and maxPods run (those running first), the rest are not run.
     const { topology, numbers } = placeLabPods(all, { subnet: this.network.subnet, current, maxPods: this.options.maxPods });
@@ -513,6 +530,35 @@ class Supervisor {
       }
     };
     await Promise.all(Array.from({ length: Math.min(START_CONCURRENCY, queue.length) }, worker));
+    for (const spec of toStart) this.noteStart(this.pods.get(spec.key)!);
+  }
+
+  /**
+   * Records how a start went: a failed one is tried again by a later reconcile, after 1 s, then
+   * twice as long each time up to 60 s, at most {@link MAX_START_ATTEMPTS} starts of one version
+   * of the pod (a changed manifest starts the count again); the error says which start it was.
+   */
+  private noteStart(running: RunningPod): void {
+    const key = running.spec.key;
+    if (running.error === undefined) {
+      this.retries.delete(key);
+      return;
+    }
+    const previous = this.retries.get(key);
+    const attempts = previous && previous.digest === running.spec.digest ? previous.attempts + 1 : 1;
+    const delay = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** (attempts - 1));
+    this.retries.set(key, { digest: running.spec.digest, attempts, at: Date.now() + delay });
+    if (attempts >= MAX_START_ATTEMPTS || this.stopped) {
+      running.error += ` (start ${attempts} of ${MAX_START_ATTEMPTS}: not tried again until the pod's manifest changes)`;
+      return;
+    }
+    running.error += ` (start ${attempts} of ${MAX_START_ATTEMPTS}: tried again in ${delay / 1000} s)`;
+    const timer = setTimeout(() => {
+      this.retryTimers.delete(timer);
+      this.schedule();
+    }, delay);
+    timer.unref();
+    this.retryTimers.add(timer);
   }
 
   private async startPod(spec: LabPodSpec, index: number, topology: LabTopology, routes: ReadonlySet<string>): Promise<RunningPod> {
@@ -641,6 +687,8 @@ class Supervisor {
     this.phase = 'stopping';
     await this.writeState();
     this.stopped = true;
+    for (const timer of this.retryTimers) clearTimeout(timer);
+    this.retryTimers.clear();
     await this.source?.stop();
     await this.work.catch(() => undefined);
     await Promise.all([...this.pods.values()].map((p) => this.stopPod(p).catch(() => undefined)));
