@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import path from 'node:path';
 import { pino } from 'pino';
+import { podNetnsName } from './network.js';
 import { ManifestsSource } from '../sources/manifests/index.js';
 import { ObjectStore } from '../store/object-store.js';
 import type { KubeObject } from '../store/objects.js';
@@ -194,5 +195,18 @@ describe('placeLabPods', () => {
       'outside/p03: no lab address: the lab runs at most 8 pods (its maxPods), and 11 want to run',
       'outside/p04: no lab address: the lab runs at most 8 pods (its maxPods), and 11 want to run',
     ]);
+  });
+});
+
+describe('podNetnsName', () => {
+  it('never gives a cut-and-hashed name to another pod verbatim', () => {
+    const long = `q.${'n'.repeat(63)}`;
+    const cut = podNetnsName('tto', long);
+    assert.ok(cut.length <= 60 && cut.startsWith('tto-q.nnn'));
+    // The verbatim name that would read the same (the hash after a "-" instead of the "_").
+    const twin = cut.slice('tto-'.length).replace('_', '-');
+    assert.notEqual(podNetnsName('tto', twin), cut);
+    assert.equal(podNetnsName('tto', 'bookbuyer-5d8c7f9b6-k2x4p.bookbuyer'), 'tto-bookbuyer-5d8c7f9b6-k2x4p.bookbuyer');
+    assert.match(podNetnsName('tto', 'Upper.ns'), /^tto-upper\.ns_[0-9a-f]{12}$/);
   });
 });
