@@ -339,3 +339,43 @@ describe('buildMeshSnapshot on a changing ObjectStore (what a rebuild reuses)', 
     assert.deepEqual(change !== 'all' && [...change.services], ['bookwarehouse/bookwarehouse'], 'the re-ported service');
   });
 });
+
+describe('buildMeshSnapshot sidecar ports', () => {
+  it('warns of a Service port, targetPort or meshed container port that is one of the sidecar\'s, naming object and field', () => {
+    const { snapshot, problems } = build([
+      k8s.namespace('app'),
+      k8s.namespace('outside', 'other-mesh'),
+      k8s.service('app', 'admin', { app: 'a' }, [{ name: 'http', port: 15000, targetPort: 8080 }], '10.96.0.1'),
+      k8s.service('app', 'web', { app: 'a' }, [{ name: 'http', port: 80, targetPort: 15010 }], '10.96.0.2'),
+      k8s.pod('app', 'a-1', 'a', { app: 'a' }, '10.244.0.1', [8080, 15001]),
+      k8s.pod('outside', 'o-1', 'o', { app: 'o' }, '10.244.0.2', [15001]),
+    ]);
+    assert.deepEqual(problems.map(formatProblem).filter((p) => p.includes('port of the sidecar')).map((p) => p.split(' is a port')[0]), [
+      'Service app/admin: spec.ports[0].port: 15000',
+      'Service app/web: spec.ports[0].targetPort: 15010',
+      'Pod app/a-1: spec.containers[0].ports[1].containerPort: 15001',
+    ]);
+    // A warning: the service is still in the mesh.
+    assert.ok(snapshot.services.some((s) => s.name === 'admin' && s.port === 15000));
+  });
+});
+
+describe('buildMeshSnapshot special addresses', () => {
+  it('never makes a loopback pod IP, or an unspecified, link-local or multicast address an endpoint', () => {
+    const endpoints = (slice: string[]): KubeObject => ({
+      apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'b-1', namespace: 'app', labels: { 'kubernetes.io/service-name': 'b' } },
+      addressType: 'IPv4', endpoints: [{ addresses: slice }], ports: [{ port: 8080 }],
+    } as unknown as KubeObject);
+    const { snapshot } = build([
+      k8s.namespace('app'),
+      k8s.service('app', 'a', { app: 'a' }, [{ name: 'http', port: 80, targetPort: 8080 }], '10.96.0.1'),
+      k8s.pod('app', 'a-1', 'a', { app: 'a' }, '127.0.0.1', [8080]),
+      k8s.pod('app', 'a-2', 'a', { app: 'a' }, '10.244.0.2', [8080]),
+      k8s.service('app', 'b', { app: 'b' }, [{ name: 'http', port: 80, targetPort: 8080 }], '10.96.0.2'),
+      endpoints(['0.0.0.0', '169.254.0.1', '224.0.0.1', '10.244.0.3']),
+    ]);
+    assert.deepEqual([...snapshot.endpoints.entries()].map(([c, list]) => `${c}=${list.map((e) => e.ip).join(',')}`).sort(), [
+      'app/a|8080=10.244.0.2', 'app/b|8080=10.244.0.3',
+    ]);
+  });
+});

@@ -15,10 +15,12 @@ import type {
   TrafficSplit,
   TrafficTarget,
 } from '../store/objects.js';
+import { specialAddress } from '../store/objects.js';
 import type { StoreReader } from '../store/store.js';
 import { serviceIdentity, type ServiceIdentity } from '../proxy/types.js';
 import { MONITORED_BY_LABEL, SERVICE_NAME_LABEL, selectorMatches } from './labels.js';
 import { formatProblem, type PolicyProblem } from './problems.js';
+import { SIDECAR_PORTS, sidecarPortMessage } from './sidecar-ports.js';
 import type {
   AppProtocol,
   HttpRouteMatch,
@@ -281,7 +283,7 @@ class LabelIndex<T extends { metadata: { namespace?: string } }> {
 
 function podIp(pod: Pod): string | undefined {
   const ip = pod.status?.podIP ?? pod.status?.podIPs?.[0]?.ip;
-  return ip && isIP(ip) ? ip : undefined;
+  return ip && isIP(ip) && specialAddress(ip) === undefined ? ip : undefined;
 }
 
 function isLive(pod: Pod): boolean {
@@ -305,6 +307,12 @@ function resolveTargetPort(port: ServicePort, specs: readonly PodSpec[]): number
   return port.port;
 }
 
+/** An Endpoints/EndpointSlice address the catalog uses: not unspecified, link-local or multicast (loopback is: a test bed on one host). */
+function usableEndpointAddress(ip: string): boolean {
+  const special = specialAddress(ip);
+  return special === undefined || special.kind === 'loopback';
+}
+
 function endpointsFromObjects(
   svc: Service,
   port: ServicePort,
@@ -324,7 +332,7 @@ function endpointsFromObjects(
   for (const subset of ep?.subsets ?? []) {
     const p = pickPort(subset.ports);
     if (p === undefined) continue;
-    for (const a of subset.addresses ?? []) if (isIP(a.ip)) out.push({ ip: a.ip, port: p });
+    for (const a of subset.addresses ?? []) if (isIP(a.ip) && usableEndpointAddress(a.ip)) out.push({ ip: a.ip, port: p });
   }
   for (const slice of slices) {
     if (slice.addressType === 'FQDN') continue;
@@ -332,7 +340,7 @@ function endpointsFromObjects(
     if (p === undefined) continue;
     for (const e of slice.endpoints ?? []) {
       if (e.conditions?.ready === false) continue;
-      for (const ip of e.addresses) if (isIP(ip)) out.push({ ip, port: p });
+      for (const ip of e.addresses) if (isIP(ip) && usableEndpointAddress(ip)) out.push({ ip, port: p });
     }
   }
   return out;
@@ -546,6 +554,7 @@ export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): Bu
   const { settings, meshConfig } = meshSettings(store, options.meshConfig ?? DEFAULT_MESH_CONFIG, options.previous, options.meshConfigUnreadable, problems);
 
   const { services, endpoints, identitiesByService, servicesByIdentity } = buildServices(store, namespaces, problems);
+  for (const ns of [...namespaces].sort()) problems.push(...sidecarPortProblems(store, ns));
 
   const names = (kind: ObjectKind) => new Set(store.list(kind).map((o) => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`));
   // TrafficTargets read only these kinds and the namespaces: when none changed since the
@@ -738,6 +747,38 @@ function resolveNamespace(store: StoreReader, ns: string): NamespaceResolution['
   });
   namespaceResolutions.set(ns, { inputs, services: resolved });
   return resolved;
+}
+
+/** By the store's Service and Pod lists of a namespace: the sidecar-port warnings found in them. */
+const sidecarPortCache = new WeakMap<readonly unknown[], readonly PolicyProblem[]>();
+
+/**
+ * Warnings for the ports of a monitored namespace's Services (`spec.ports[i].port`, a numeric
+ * `targetPort`) and Pods (`spec.containers[c].ports[p].containerPort`, TCP) that are one of
+ * the sidecar's own ports ({@link SIDECAR_PORTS}): in a cluster the app and Envoy collide on
+ * them. A warning only: the objects are used as given.
+ */
+function sidecarPortProblems(store: StoreReader, ns: string): readonly PolicyProblem[] {
+  const of = <T>(list: readonly T[], find: (o: T) => PolicyProblem[]): readonly PolicyProblem[] => {
+    let found = sidecarPortCache.get(list);
+    if (!found) {
+      found = list.flatMap(find);
+      sidecarPortCache.set(list, found);
+    }
+    return found;
+  };
+  const warning = (kind: string, name: string, field: string, port: number): PolicyProblem => ({ kind, namespace: ns, name, field, message: sidecarPortMessage(port) });
+  return [
+    ...of(store.list<Service>('Service', ns), (svc) => (svc.spec.ports ?? []).flatMap((p, i) => [
+      ...((p.protocol ?? 'TCP') === 'TCP' && SIDECAR_PORTS.has(p.port) ? [warning('Service', svc.metadata.name, `spec.ports[${i}].port`, p.port)] : []),
+      ...((p.protocol ?? 'TCP') === 'TCP' && typeof p.targetPort === 'number' && p.targetPort !== p.port && SIDECAR_PORTS.has(p.targetPort)
+        ? [warning('Service', svc.metadata.name, `spec.ports[${i}].targetPort`, p.targetPort)] : []),
+    ])),
+    ...of(store.list<Pod>('Pod', ns), (pod) => (pod.spec?.containers ?? []).flatMap((c, ci) => (c.ports ?? []).flatMap((p, pi) => (
+      (p.protocol ?? 'TCP') === 'TCP' && SIDECAR_PORTS.has(p.containerPort)
+        ? [warning('Pod', pod.metadata.name, `spec.containers[${ci}].ports[${pi}].containerPort`, p.containerPort)] : []
+    )))),
+  ];
 }
 
 /** By Service object (store objects are frozen: a changed Service is a new object). */

@@ -15,8 +15,8 @@ import { chmod, chown, copyFile, mkdir, open, readdir, rm, stat } from 'node:fs/
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import { writeProxyBootstrap } from '../cli/bootstrap-command.js';
-import { applyInterception, interceptionOptions, PROXY_UID } from '../injector/iptables.js';
-import { ManifestsSource } from '../sources/manifests/index.js';
+import { applyInterception, PROXY_UID } from '../injector/iptables.js';
+import { formatManifestError, ManifestsSource } from '../sources/manifests/index.js';
 import { ObjectStore } from '../store/object-store.js';
 import {
   addOnLinkRoutes, createLabNetwork, createPodNetwork, deletePodNetwork, inPod, labSubnetAddress, removeLabNetwork,
@@ -29,7 +29,7 @@ import {
   claimLabPrefix, defaultLabStateDir, readLabOwner, readLabState, releaseLabPrefix, writeLabState, type LabPodState, type LabState,
 } from './state.js';
 import { allReady, formatLabStatus, httpGet, labStatus, type LabStatus } from './status.js';
-import { assignLabAddresses, labHostsFile, labTopology, type LabPodSpec, type LabTopology } from './topology.js';
+import { labHostsFile, labTopology, parseHostAddresses, placeLabPods, type LabPodSpec, type LabTopology } from './topology.js';
 
 /** The lab's default prefix and subnet (contract: `trls`, `10.250.0.0/24`). */
 export const DEFAULT_LAB_PREFIX = 'trls';
@@ -51,6 +51,11 @@ const MAX_EXEC_OUTPUT = 16 * 1024 * 1024;
 const STOP_GRACE_MS = 5000;
 /** How many pods start at once. */
 const START_CONCURRENCY = 4;
+/** How many times the lab starts a pod (one manifest version of it) whose start fails. */
+const MAX_START_ATTEMPTS = 8;
+/** The wait before the second start of a pod, in ms; it doubles after each failure, up to {@link RETRY_MAX_MS}. */
+const RETRY_BASE_MS = 1000;
+const RETRY_MAX_MS = 60_000;
 
 /** Options of {@link startLab} (the `trellis lab up` flags). */
 export interface LabOptions {
@@ -74,6 +79,8 @@ export interface LabOptions {
   readonly logger?: Logger;
   /** Envoy's log level (default `warning`). */
   readonly envoyLogLevel?: string;
+  /** The most pods the lab runs (default 1000); pods beyond it, or beyond the subnet's addresses, are listed as not run. */
+  readonly maxPods?: number;
 }
 
 /** Options of {@link Lab.exec} and {@link execIn}. */
@@ -372,6 +379,11 @@ class Supervisor {
   private error: string | undefined;
   private problems: LabTopology['problems'] = [];
   private addresses: readonly string[] = [];
+  /** Pods whose start failed, by key: the digest it failed with, how many starts failed, when the next one is due (ms). */
+  private readonly retries = new Map<string, { digest: string; attempts: number; at: number }>();
+  private readonly retryTimers = new Set<NodeJS.Timeout>();
+  /** The host's own IPv4 addresses (`ip -o addr` at the start): never a pod IP or ClusterIP of the lab. */
+  private hostAddresses: readonly string[] = [];
   /** The reconcile in progress (reconciles run one at a time). */
   private work: Promise<void> = Promise.resolve();
   private dirty = false;
@@ -392,6 +404,7 @@ class Supervisor {
 
   async start(): Promise<void> {
     await this.writeState();
+    this.hostAddresses = parseHostAddresses(await runCommand(['ip', '-o', '-4', 'addr', 'show']));
     await this.startController();
     this.source = new ManifestsSource({ dir: this.options.manifestsDir, store: this.store, logger: this.log.child({ component: 'manifests' }) });
     this.store.onChange(() => this.schedule());
@@ -495,8 +508,23 @@ class Supervisor {
   }
 
   private async reconcile(): Promise<void> {
-    const topology = labTopology(this.store, { meshName: this.options.meshName ?? 'osm', subnet: this.network.subnet });
-    this.problems = topology.problems;
+    const all = labTopology(this.store, { meshName: this.options.meshName ?? 'osm', subnet: this.network.subnet, hostAddresses: this.hostAddresses });
+    // Pods the manifests refused (a loopback status.podIP, …) are not run either: say why.
+    const refused = (this.source?.errors() ?? []).filter((e) => e.kind === 'Pod' && e.name !== undefined)
+      .map((e) => ({ key: `${e.namespace ?? 'default'}/${e.name}`, message: `refused by the manifests: ${formatManifestError(e)}` }));
+    // A pod whose start failed is started again once its backoff has passed (see noteStartFailure).
+    for (const key of this.retries.keys()) if (!all.pods.has(key)) this.retries.delete(key);
+    for (const [key, running] of [...this.pods]) {
+      const retry = this.retries.get(key);
+      if (running.error === undefined || !retry || retry.digest !== running.spec.digest || retry.attempts >= MAX_START_ATTEMPTS || Date.now() < retry.at - 100) continue;
+      this.log.info({ pod: key, attempt: retry.attempts + 1 }, 'starting a pod again after its start failed');
+      await this.stopPod(running);
+      this.pods.delete(key);
+    }
+    const current = new Map([...this.pods].filter(([key, p]) => all.pods.get(key)?.digest === p.spec.digest).map(([key, p]) => [key, p.index]));
+    // The pods that fit the subnet and maxPods run (those running first), the rest are not run.
+    const { topology, numbers } = placeLabPods(all, { subnet: this.network.subnet, current, maxPods: this.options.maxPods });
+    this.problems = [...topology.problems, ...refused];
     for (const [key, running] of [...this.pods]) {
       const wanted = topology.pods.get(key);
       if (!wanted || wanted.digest !== running.spec.digest) {
@@ -505,7 +533,6 @@ class Supervisor {
         this.pods.delete(key);
       }
     }
-    const numbers = assignLabAddresses(this.network.subnet, [...topology.pods.keys()], new Map([...this.pods].map(([k, p]) => [k, p.index])));
     this.addresses = topology.addresses;
     const routes = new Set(topology.addresses.map((a) => `${a}/32`));
     for (const running of this.pods.values()) {
@@ -531,6 +558,35 @@ class Supervisor {
       }
     };
     await Promise.all(Array.from({ length: Math.min(START_CONCURRENCY, queue.length) }, worker));
+    for (const spec of toStart) this.noteStart(this.pods.get(spec.key)!);
+  }
+
+  /**
+   * Records how a start went: a failed one is tried again by a later reconcile, after 1 s, then
+   * twice as long each time up to 60 s, at most {@link MAX_START_ATTEMPTS} starts of one version
+   * of the pod (a changed manifest starts the count again); the error says which start it was.
+   */
+  private noteStart(running: RunningPod): void {
+    const key = running.spec.key;
+    if (running.error === undefined) {
+      this.retries.delete(key);
+      return;
+    }
+    const previous = this.retries.get(key);
+    const attempts = previous && previous.digest === running.spec.digest ? previous.attempts + 1 : 1;
+    const delay = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** (attempts - 1));
+    this.retries.set(key, { digest: running.spec.digest, attempts, at: Date.now() + delay });
+    if (attempts >= MAX_START_ATTEMPTS || this.stopped) {
+      running.error += ` (start ${attempts} of ${MAX_START_ATTEMPTS}: not tried again until the pod's manifest changes)`;
+      return;
+    }
+    running.error += ` (start ${attempts} of ${MAX_START_ATTEMPTS}: tried again in ${delay / 1000} s)`;
+    const timer = setTimeout(() => {
+      this.retryTimers.delete(timer);
+      this.schedule();
+    }, delay);
+    timer.unref();
+    this.retryTimers.add(timer);
   }
 
   private async startPod(spec: LabPodSpec, index: number, topology: LabTopology, routes: ReadonlySet<string>): Promise<RunningPod> {
@@ -547,8 +603,8 @@ class Supervisor {
       running.network = pod;
       await rm(running.dir, { recursive: true, force: true });
       await mkdir(running.dir, { recursive: true, mode: 0o700 });
-      if (spec.mesh) {
-        await applyInterception(pod.netns, interceptionOptions(topology.meshConfig, spec.pod));
+      if (spec.mesh && spec.interception) {
+        await applyInterception(pod.netns, spec.interception);
         running.proxyUuid = randomUUID();
         running.adminSocket = path.join(running.dir, 'admin.sock');
         const boot = await writeProxyBootstrap({
@@ -659,6 +715,8 @@ class Supervisor {
     this.phase = 'stopping';
     await this.writeState();
     this.stopped = true;
+    for (const timer of this.retryTimers) clearTimeout(timer);
+    this.retryTimers.clear();
     await this.source?.stop();
     await this.work.catch(() => undefined);
     await Promise.all([...this.pods.values()].map((p) => this.stopPod(p).catch(() => undefined)));

@@ -200,16 +200,18 @@ function shortHash(text: string, hexChars: number): string {
 }
 
 /**
- * The netns name of a pod: `${prefix}-` and the pod's name with characters outside `[a-z0-9.-]`
- * replaced by `-`; a name longer than the limit is cut and ends in a hash of the whole name, so
- * distinct names stay distinct.
+ * The netns name of a pod: `${prefix}-` and the pod's name verbatim when it is made of
+ * `[a-z0-9.-]` only and fits the limit; any other name is cut, its characters outside
+ * `[a-z0-9.-]` replaced by `-`, and ends in `_` and a hash of the whole name. A verbatim name
+ * never holds `_` and a hashed one always does, so two distinct names never get the same netns
+ * (a cut name could equal another pod's verbatim one when the hash followed a `-`).
  */
 export function podNetnsName(prefix: string, name: string): string {
   const clean = name.toLowerCase().replace(/[^a-z0-9.-]/g, '-');
   const full = `${prefix}-${clean}`;
   if (full.length <= MAX_NETNS_NAME && clean === name) return full;
-  const hash = shortHash(name, 8);
-  return `${full.slice(0, MAX_NETNS_NAME - hash.length - 1)}-${hash}`;
+  const hash = shortHash(name, 12);
+  return `${full.slice(0, MAX_NETNS_NAME - hash.length - 1)}_${hash}`;
 }
 
 /** The host end of a pod's veth pair: `${prefix}-<hex>`, within IFNAMSIZ. */

@@ -4,12 +4,14 @@
  * as cluster DNS would answer them), and what to run in it. Pure: reads a store, returns data.
  */
 import { createHash } from 'node:crypto';
-import { isIPv4 } from 'node:net';
+import { BlockList, isIPv4 } from 'node:net';
 import { buildMeshSnapshot, DEFAULT_MESH_CONFIG, portProtocol } from '../catalog/build-snapshot.js';
 import { selectorMatches } from '../catalog/labels.js';
+import { SIDECAR_PORTS, sidecarPortMessage } from '../catalog/sidecar-ports.js';
 import type { StoreReader } from '../store/store.js';
 import type { MeshConfig, Pod, Service } from '../store/objects.js';
-import { inLabSubnet, labSubnetAddress } from './network.js';
+import { interceptionOptions, type InterceptionOptions } from '../injector/iptables.js';
+import { inLabSubnet, labSubnetPrefixLength } from './network.js';
 
 /** Annotation naming a pod's own command, a JSON array of strings (argv). */
 export const LAB_COMMAND_ANNOTATION = 'lab.trellis.dev/command';
@@ -37,8 +39,10 @@ export interface LabPodSpec {
   readonly command: readonly string[] | undefined;
   /** The container ports the default app listens on. */
   readonly listen: readonly AppListen[];
-  /** The Pod object, for the interception options (its annotations). */
+  /** The Pod object (its labels and annotations). */
   readonly pod: Pod;
+  /** The interception a pod of the mesh gets (MeshConfig's lists merged with the pod's annotations); undefined outside the mesh. */
+  readonly interception: InterceptionOptions | undefined;
   /** A digest of what the pod runs: a pod whose digest changes is restarted. */
   readonly digest: string;
 }
@@ -99,6 +103,35 @@ function containerPortProtocol(services: readonly Service[], pod: Pod, port: { n
   return portProtocol({ name: port.name });
 }
 
+/** IPv4 ranges no lab address may be in, with what they are. */
+const NEVER_ASSIGNED = [
+  ['0.0.0.0', 8, '"this network" (0.0.0.0/8)'],
+  ['127.0.0.0', 8, 'loopback (127.0.0.0/8)'],
+  ['169.254.0.0', 16, 'link-local (169.254.0.0/16)'],
+  ['224.0.0.0', 4, 'multicast (224.0.0.0/4)'],
+  ['240.0.0.0', 4, 'reserved (240.0.0.0/4, with the broadcast address 255.255.255.255)'],
+].map(([network, length, what]) => {
+  const list = new BlockList();
+  list.addSubnet(network as string, length as number, 'ipv4');
+  return { list, what: what as string };
+});
+
+/**
+ * Why the lab cannot assign the IPv4 address `ip` (to a pod's `eth0`, or route a ClusterIP):
+ * it is in 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 or 240.0.0.0/4, or one of
+ * `hostAddresses` (the host's own: the kernel would deliver it to the host); undefined if it can.
+ */
+export function labAddressViolation(ip: string, hostAddresses: ReadonlySet<string>): string | undefined {
+  for (const range of NEVER_ASSIGNED) if (range.list.check(ip, 'ipv4')) return `${ip} is ${range.what}: the lab never assigns it`;
+  if (hostAddresses.has(ip)) return `${ip} is an address of this host: the lab never assigns it`;
+  return undefined;
+}
+
+/** The IPv4 addresses in `ip -o addr show` output (`2: eth0    inet 10.0.0.5/24 brd … scope global eth0`). */
+export function parseHostAddresses(text: string): string[] {
+  return [...text.matchAll(/\binet\s+(\d+\.\d+\.\d+\.\d+)\//g)].map((m) => m[1]).filter((ip) => isIPv4(ip));
+}
+
 function digest(value: unknown): string {
   return createHash('sha256').update(JSON.stringify(value)).digest('hex').slice(0, 16);
 }
@@ -108,7 +141,11 @@ function digest(value: unknown): string {
  * (outside the lab subnet, not taken by another pod or a ClusterIP) is run; pods of monitored
  * namespaces (`meshName`, the catalog's notion) are in the mesh.
  */
-export function labTopology(store: StoreReader, options: { readonly meshName: string; readonly subnet: string }): LabTopology {
+export function labTopology(
+  store: StoreReader,
+  options: { readonly meshName: string; readonly subnet: string; readonly hostAddresses?: readonly string[] },
+): LabTopology {
+  const hostAddresses = new Set(options.hostAddresses ?? []);
   const snapshot = buildMeshSnapshot(store, { meshName: options.meshName, generation: 0 }).snapshot;
   const meshConfig = store.get<MeshConfig>('MeshConfig', DEFAULT_MESH_CONFIG.namespace, DEFAULT_MESH_CONFIG.name);
   const services = store.list<Service>('Service');
@@ -117,8 +154,14 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
   const taken = new Map<string, string>();
   const clusterIps = new Map<string, string>();
   for (const svc of services) {
-    for (const ip of [svc.spec.clusterIP, ...(svc.spec.clusterIPs ?? [])]) {
-      if (ip && isIPv4(ip) && !inLabSubnet(options.subnet, ip)) clusterIps.set(ip, `Service ${svc.metadata.namespace}/${svc.metadata.name}`);
+    for (const ip of new Set([svc.spec.clusterIP, ...(svc.spec.clusterIPs ?? [])])) {
+      if (!ip || !isIPv4(ip) || inLabSubnet(options.subnet, ip) || clusterIps.has(ip)) continue;
+      const violation = labAddressViolation(ip, hostAddresses);
+      if (violation !== undefined) {
+        problems.push({ key: `Service ${svc.metadata.namespace ?? 'default'}/${svc.metadata.name}`, message: `ClusterIP ${violation}: it is not routed` });
+        continue;
+      }
+      clusterIps.set(ip, `Service ${svc.metadata.namespace}/${svc.metadata.name}`);
     }
   }
   const pods = new Map<string, LabPodSpec>();
@@ -138,6 +181,11 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
       problems.push({ key, message: `status.podIP ${podIp} is inside the lab subnet ${options.subnet}` });
       continue;
     }
+    const violation = labAddressViolation(podIp, hostAddresses);
+    if (violation !== undefined) {
+      problems.push({ key, message: `status.podIP ${violation}` });
+      continue;
+    }
     const other = taken.get(podIp) ?? clusterIps.get(podIp);
     if (other !== undefined) {
       problems.push({ key, message: `status.podIP ${podIp} is already ${other}'s` });
@@ -148,7 +196,6 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
       problems.push({ key, message: command.message });
       continue;
     }
-    taken.set(podIp, `Pod ${key}`);
     const listen: AppListen[] = [];
     for (const container of pod.spec?.containers ?? []) {
       for (const port of container.ports ?? []) {
@@ -158,6 +205,19 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
     }
     const serviceAccount = pod.spec?.serviceAccountName ?? 'default';
     const mesh = snapshot.namespaces.has(namespace);
+    const sidecarPort = mesh ? listen.find((l) => SIDECAR_PORTS.has(l.port)) : undefined;
+    if (sidecarPort) {
+      problems.push({ key, message: `containerPort ${sidecarPortMessage(sidecarPort.port)}` });
+      continue;
+    }
+    let interception: InterceptionOptions | undefined;
+    try {
+      interception = mesh ? interceptionOptions(meshConfig, pod) : undefined;
+    } catch (err) {
+      problems.push({ key, message: err instanceof Error ? err.message : String(err) });
+      continue;
+    }
+    taken.set(podIp, `Pod ${key}`);
     pods.set(key, {
       key,
       name: pod.metadata.name,
@@ -168,7 +228,9 @@ export function labTopology(store: StoreReader, options: { readonly meshName: st
       command,
       listen,
       pod,
-      digest: digest({ podIp, serviceAccount, mesh, command, listen, annotations: pod.metadata.annotations ?? {} }),
+      interception,
+      // The merged interception is in the digest: a MeshConfig change of an exclusion list restarts the pods it changes.
+      digest: digest({ podIp, serviceAccount, mesh, command, listen, interception, annotations: pod.metadata.annotations ?? {} }),
     });
   }
   const serviceAddresses: LabServiceAddress[] = services.map((svc) => {
@@ -210,17 +272,21 @@ export function labHostsFile(topology: LabTopology, pod: { readonly name: string
   return `${lines.join('\n')}\n`;
 }
 
+/** The most pods a lab runs unless told otherwise (`LabOptions.maxPods`). */
+export const DEFAULT_LAB_MAX_PODS = 1000;
+
 /**
- * Lab address numbers for the pods: a pod keeps the number it has (`current`), a new pod takes
- * the lowest free one from 2 (1 is the bridge's).
- * @throws Error when the subnet has no address left.
+ * Lab address numbers for the pods: a pod keeps the number it has (`current`), a new pod (in
+ * the order of `keys`) takes the lowest free one from 2 (1 is the bridge's). Pods beyond the
+ * subnet's host addresses, or beyond `maxPods` pods in all, get none (they are not in the map).
  */
-export function assignLabAddresses(subnet: string, keys: readonly string[], current: ReadonlyMap<string, number>): Map<string, number> {
+export function assignLabAddresses(subnet: string, keys: readonly string[], current: ReadonlyMap<string, number>, maxPods = Infinity): Map<string, number> {
+  const last = labSubnetHostCount(subnet);
   const out = new Map<string, number>();
   const used = new Set<number>();
   for (const key of keys) {
     const n = current.get(key);
-    if (n !== undefined) {
+    if (n !== undefined && n >= 2 && n <= last && out.size < maxPods) {
       out.set(key, n);
       used.add(n);
     }
@@ -229,9 +295,46 @@ export function assignLabAddresses(subnet: string, keys: readonly string[], curr
   for (const key of keys) {
     if (out.has(key)) continue;
     while (used.has(next)) next++;
-    labSubnetAddress(subnet, next); // throws when the subnet is full
+    if (next > last || out.size >= maxPods) break;
     out.set(key, next);
     used.add(next);
   }
   return out;
+}
+
+/** The number of the subnet's last host address (`labSubnetAddress(subnet, n)` exists for 1…n). */
+function labSubnetHostCount(subnet: string): number {
+  return 2 ** (32 - labSubnetPrefixLength(subnet)) - 2;
+}
+
+/**
+ * The pods of `topology` the lab runs, with their lab address numbers
+ * ({@link assignLabAddresses}: running pods first, keeping theirs, then new pods by key): the
+ * pods that get no number are moved to the problems (not run), and the addresses and headless
+ * names are those of the pods that run.
+ */
+export function placeLabPods(
+  topology: LabTopology,
+  options: { readonly subnet: string; readonly current: ReadonlyMap<string, number>; readonly maxPods?: number },
+): { readonly topology: LabTopology; readonly numbers: ReadonlyMap<string, number> } {
+  const maxPods = options.maxPods ?? DEFAULT_LAB_MAX_PODS;
+  const numbers = assignLabAddresses(options.subnet, [...topology.pods.keys()], options.current, maxPods);
+  if (numbers.size === topology.pods.size) return { topology, numbers };
+  const capacity = labSubnetHostCount(options.subnet) - 1;
+  const reason = maxPods < capacity
+    ? `no lab address: the lab runs at most ${maxPods} pods (its maxPods), and ${topology.pods.size} want to run`
+    : `no lab address: the lab subnet ${options.subnet} has ${capacity} pod addresses, and ${topology.pods.size} pods want one`;
+  const left = [...topology.pods.keys()].filter((key) => !numbers.has(key));
+  const pods = new Map([...topology.pods].filter(([key]) => numbers.has(key)));
+  const gone = new Set(left.map((key) => topology.pods.get(key)!.podIp));
+  return {
+    numbers,
+    topology: {
+      ...topology,
+      pods,
+      addresses: topology.addresses.filter((a) => !gone.has(a)),
+      services: topology.services.map((svc) => ({ ...svc, addresses: svc.addresses.filter((a) => !gone.has(a)) })),
+      problems: [...topology.problems, ...left.map((key) => ({ key, message: reason }))],
+    },
+  };
 }

@@ -5,6 +5,7 @@
  * (access.smi-spec.io/v1alpha3, specs.smi-spec.io/v1alpha4, split.smi-spec.io/v1alpha2) and
  * OSM's config.openservicemesh.io MeshConfig.
  */
+import { BlockList, isIP } from 'node:net';
 
 /** `metadata` of every object. */
 export interface ObjectMeta {
@@ -524,6 +525,69 @@ export function nameViolations(object: KubeObject): { path: readonly (string | n
   for (const ref of nameReferences(object)) {
     const message = ref.rule === 'printable' ? (isPrintableName(ref.value) ? undefined : `${printableName(ref.value)} holds a control or format character`) : nameRuleViolation(ref.rule, ref.value);
     if (message !== undefined) out.push({ path: ref.path, message });
+  }
+  return out;
+}
+
+/** What kind of special address {@link specialAddress} found. */
+export type SpecialAddressKind = 'unspecified' | 'loopback' | 'link-local' | 'multicast';
+
+/** The ranges the API server refuses as an endpoint address (apimachinery `ValidateEndpointIP`), and all of multicast. */
+const SPECIAL_RANGES = ([
+  ['0.0.0.0', 32, 'ipv4', 'unspecified'],
+  ['::', 128, 'ipv6', 'unspecified'],
+  ['127.0.0.0', 8, 'ipv4', 'loopback'],
+  ['::1', 128, 'ipv6', 'loopback'],
+  ['169.254.0.0', 16, 'ipv4', 'link-local'],
+  ['fe80::', 10, 'ipv6', 'link-local'],
+  ['224.0.0.0', 4, 'ipv4', 'multicast'],
+  ['ff00::', 8, 'ipv6', 'multicast'],
+] as const).map(([network, length, family, kind]) => {
+  const list = new BlockList();
+  list.addSubnet(network, length, family);
+  return { family, kind, range: `${network}/${length}`, list };
+});
+
+/**
+ * Whether `ip` is unspecified, loopback, link-local or multicast (the API server refuses the
+ * first three and link-local multicast as Endpoints and EndpointSlice addresses), and its range;
+ * undefined for any other address and for what is not an IP.
+ */
+export function specialAddress(ip: string): { readonly kind: SpecialAddressKind; readonly message: string } | undefined {
+  const family = isIP(ip) === 4 ? 'ipv4' : isIP(ip) === 6 ? 'ipv6' : undefined;
+  const range = family && SPECIAL_RANGES.find((r) => r.family === family && r.list.check(ip, family));
+  if (!range) return undefined;
+  const what = range.kind === 'unspecified' ? 'unspecified' : `in the ${range.kind} range (${range.range})`;
+  return { kind: range.kind, message: `${JSON.stringify(ip)} may not be ${what}: no pod or endpoint has such an address` };
+}
+
+/**
+ * The special addresses ({@link specialAddress}) of a Pod (`status.podIP`,
+ * `status.podIPs[i].ip`), Endpoints (`subsets[i].addresses[j].ip`, `…notReadyAddresses[j].ip`)
+ * or EndpointSlice (`endpoints[i].addresses[j]`, unless `addressType: FQDN`): field path,
+ * message and kind. The manifests refuse every one but a loopback endpoint address, which they
+ * only warn of (a test bed on one host, such as the proxyless gRPC tests, serves its endpoints
+ * on 127.0.0.0/8).
+ */
+export function addressViolations(object: KubeObject): { path: readonly (string | number)[]; address: string; message: string; kind: SpecialAddressKind }[] {
+  const out: { path: readonly (string | number)[]; address: string; message: string; kind: SpecialAddressKind }[] = [];
+  const check = (path: readonly (string | number)[], value: unknown): void => {
+    const found = typeof value === 'string' ? specialAddress(value) : undefined;
+    if (found !== undefined) out.push({ path, address: value as string, ...found });
+  };
+  const list = (value: unknown): unknown[] => (Array.isArray(value) ? value : []);
+  const record = (value: unknown): Record<string, unknown> => (typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : {});
+  const o = object as unknown as Record<string, unknown>;
+  if (object.kind === 'Pod') {
+    const status = record(o.status);
+    check(['status', 'podIP'], status.podIP);
+    list(status.podIPs).forEach((p, i) => check(['status', 'podIPs', i, 'ip'], record(p).ip));
+  } else if (object.kind === 'Endpoints') {
+    list(o.subsets).forEach((s, i) => {
+      for (const field of ['addresses', 'notReadyAddresses']) list(record(s)[field]).forEach((a, j) => check(['subsets', i, field, j, 'ip'], record(a).ip));
+    });
+  } else if (object.kind === 'EndpointSlice' && o.addressType !== 'FQDN') {
+    list(o.endpoints).forEach((e, i) => list(record(e).addresses).forEach((a, j) => check(['endpoints', i, 'addresses', j], a)));
   }
   return out;
 }

@@ -91,7 +91,9 @@ function meshDocuments(port: number, weights: [number, number]): Map<string, Doc
     kind: 'Pod',
     metadata: { name: `hello-${b.name}`, namespace: 'greet', labels: { app: 'hello', version: b.service.slice('hello-'.length) } },
     spec: { serviceAccountName: b.service, containers: [{ name: 'hello', image: 'hello', ports: [{ name: 'grpc', containerPort: port }] }] },
-    status: { phase: 'Running', podIP: b.ip },
+    // No status.podIP: the backends listen on 127.0.0.x, which a Pod may not have (the manifests
+    // refuse it); the Endpoints objects carry those addresses (a loopback endpoint is a warning).
+    status: { phase: 'Running' },
   });
   const target = (destination: string): Doc => ({
     apiVersion: 'access.smi-spec.io/v1alpha3',

@@ -316,3 +316,54 @@ describe('parseManifests', () => {
     assert.deepEqual(parsed.errors, []);
   });
 });
+
+describe('parseManifests addresses', () => {
+  it('refuses Pod IPs and endpoint addresses that are unspecified, loopback, link-local or multicast, naming file, line and field', () => {
+    const text = `apiVersion: v1
+kind: Pod
+metadata: {name: loop, namespace: app}
+status:
+  podIP: 127.0.0.1
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: fine, namespace: app}
+status: {podIP: 10.244.0.1, podIPs: [{ip: 10.244.0.1}, {ip: "fe80::1"}]}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: svc, namespace: app}
+subsets:
+- addresses:
+  - ip: 10.244.0.2
+  - ip: 0.0.0.0
+  - ip: 127.0.0.2
+  notReadyAddresses: [{ip: 169.254.1.1}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: svc-1, namespace: app, labels: {kubernetes.io/service-name: svc}}
+addressType: IPv4
+endpoints:
+- addresses: [224.0.0.1]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ok, namespace: app}
+status: {podIP: 10.244.0.3}
+`;
+    const parsed = parseManifests('f.yaml', text);
+    assert.deepEqual(parsed.errors.map(formatManifestError).map((e) => e.split(' may not be ')[0]), [
+      'f.yaml:5: Pod app/loop: status.podIP: "127.0.0.1"',
+      'f.yaml:10: Pod app/fine: status.podIPs[1].ip: "fe80::1"',
+      'f.yaml:18: Endpoints app/svc: subsets[0].addresses[1].ip: "0.0.0.0"',
+      'f.yaml:20: Endpoints app/svc: subsets[0].notReadyAddresses[0].ip: "169.254.1.1"',
+      'f.yaml:27: EndpointSlice app/svc-1: endpoints[0].addresses[0]: "224.0.0.1"',
+    ]);
+    // A loopback endpoint address is a warning only (a test bed on one host); a loopback pod IP is refused.
+    assert.deepEqual(parsed.warnings.map(formatManifestError), [
+      'f.yaml:19: Endpoints app/svc: subsets[0].addresses[2].ip: "127.0.0.2" is a loopback address: the API server refuses it as an endpoint; a proxy sending to it reaches its own host',
+    ]);
+    assert.deepEqual(parsed.objects.map((o) => o.metadata.name), ['ok']);
+  });
+});

@@ -1,6 +1,6 @@
 import { CST, Composer, Lexer, LineCounter, Parser, isMap, isScalar, isSeq } from 'yaml';
 import type { Document, Node as YamlNode } from 'yaml';
-import { OBJECT_API_VERSIONS, isNamespacedKind, isObjectKind, isPrintableName, nameViolations, objectKey, printableName } from '../../store/objects.js';
+import { OBJECT_API_VERSIONS, isNamespacedKind, isObjectKind, addressViolations, isPrintableName, nameViolations, objectKey, printableName } from '../../store/objects.js';
 import type { KubeObject, ObjectKind } from '../../store/objects.js';
 import { SchemaValidator } from './schemas.js';
 import type { FieldPath } from './schemas.js';
@@ -323,7 +323,14 @@ export function* parseManifestSteps(fileName: string, text: string): Generator<v
     for (const path of validator.unknownFields(kind, apiVersion, candidate)) {
       result.warnings.push({ ...identity, line: where(path), field: formatFieldPath(path), message: `unknown field for ${kind} ${apiVersion}: it is ignored (a typo?)` });
     }
+    const addresses = addressViolations(toObject(candidate, kind, namespace));
+    // A loopback endpoint address is only a warning: a test bed on one host serves on 127.0.0.0/8 (see addressViolations).
+    const endpointLoopback = (a: (typeof addresses)[number]): boolean => a.kind === 'loopback' && kind !== 'Pod';
+    for (const a of addresses.filter(endpointLoopback)) {
+      result.warnings.push({ ...identity, line: where(a.path), field: formatFieldPath(a.path), message: `${JSON.stringify(a.address)} is a loopback address: the API server refuses it as an endpoint; a proxy sending to it reaches its own host` });
+    }
     const violations = [
+      ...addresses.filter((a) => !endpointLoopback(a)),
       ...validator.validate(kind, apiVersion, candidate),
       ...nameViolations(toObject(candidate, kind, namespace)),
     ];
