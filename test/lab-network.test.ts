@@ -75,6 +75,17 @@ describe('lab network: a bridge and pod network namespaces', { skip }, () => {
     assert.deepEqual(routes.map((r) => r.split(' ')[0]), ['10.251.0.192/27']);
   });
 
+  it('has no IPv6 address on the bridge, a pod or its veth ends: nothing interception (IPv4) misses can flow', async () => {
+    assert.equal((await runCommand(['ip', '-n', podA.netns, '-o', '-6', 'addr', 'show'])).trim(), '');
+    assert.equal((await runCommand(['ip', '-o', '-6', 'addr', 'show', 'dev', lab.bridge])).trim(), '');
+    const vethEnds = (await runCommand(['ip', '-o', 'link', 'show', 'master', lab.bridge])).trim().split('\n').filter((l) => l !== '');
+    assert.ok(vethEnds.length >= 2, vethEnds.join('\n'));
+    for (const line of vethEnds) {
+      const name = /^\d+:\s+([^:@\s]+)/.exec(line)![1];
+      assert.equal((await runCommand(['ip', '-o', '-6', 'addr', 'show', 'dev', name])).trim(), '', name);
+    }
+  });
+
   it('gives a pod its pod IP, its lab address, on-link routes and no default route', async () => {
     const addr = await runCommand(['ip', '-n', podA.netns, '-o', '-4', 'addr', 'show', 'dev', 'eth0']);
     assert.match(addr, /inet 10\.251\.0\.240\/32/);

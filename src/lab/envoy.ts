@@ -86,7 +86,8 @@ export async function startEnvoy(options: StartEnvoyOptions): Promise<EnvoyProce
   const [command, ...args] = envoyArgv(options);
   const maxLogBytes = options.maxLogBytes ?? 1024 * 1024;
   const log = createWriteStream(options.logFile, { flags: 'a', mode: 0o600 });
-  const child = spawn(command!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  // Envoy needs none of the supervisor's environment (an operator's credentials stay out of the pods).
+  const child = spawn(command!, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' } });
   let written = 0;
   let tail = '';
   const sink = (chunk: Buffer) => {

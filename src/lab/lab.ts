@@ -160,6 +160,16 @@ interface LabProcess {
 }
 
 /**
+ * The environment of a pod's app: `PATH`, `LANG` and `TZ` of the supervisor's (nothing else of
+ * it: an operator's credentials stay out of the pods), `HOME=/`, and `POD_NAME`,
+ * `POD_NAMESPACE`, `POD_IP`, `SERVICE_ACCOUNT` as the downward API would set them.
+ */
+export function podEnvironment(spec: Pick<LabPodSpec, 'name' | 'namespace' | 'podIp' | 'serviceAccount'>, env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  const kept = Object.fromEntries(['PATH', 'LANG', 'TZ'].flatMap((k) => (env[k] === undefined ? [] : [[k, env[k]]])));
+  return { ...kept, HOME: '/', POD_NAME: spec.name, POD_NAMESPACE: spec.namespace, POD_IP: spec.podIp, SERVICE_ACCOUNT: spec.serviceAccount };
+}
+
+/**
  * Starts `argv` with its stdout and stderr appended to `logFile` (at most {@link MAX_LOG_BYTES}).
  * @throws Error when the process cannot be spawned.
  */
@@ -629,9 +639,7 @@ class Supervisor {
         this.watchExit(running, 'envoy', running.envoy);
       }
       running.appArgv = appArgv(spec);
-      running.app = await startProcess(inPod(pod.netns, running.appArgv, this.options.stateDir), path.join(running.dir, 'app.log'), {
-        ...process.env, POD_NAME: spec.name, POD_NAMESPACE: spec.namespace, POD_IP: spec.podIp, SERVICE_ACCOUNT: spec.serviceAccount,
-      }, running.dir);
+      running.app = await startProcess(inPod(pod.netns, running.appArgv, this.options.stateDir), path.join(running.dir, 'app.log'), podEnvironment(spec), running.dir);
       this.watchExit(running, 'app', running.app);
       this.log.info({ pod: spec.key, netns: pod.netns, podIp: spec.podIp, mesh: spec.mesh }, 'pod started');
     } catch (err) {

@@ -10,6 +10,7 @@
  */
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { isIPv4 } from 'node:net';
 import { join, resolve } from 'node:path';
@@ -175,6 +176,7 @@ export async function createLabNetwork(prefix: string, subnet: string): Promise<
   try {
     await ip('addr', 'add', `${lab.bridgeAddress}/${s.prefixLength}`, 'dev', lab.bridge);
     await answerArpForBridgeOnly(lab.bridge);
+    await disableIpv6(lab.bridge);
     await ip('link', 'set', lab.bridge, 'up');
   } catch (error) {
     await ip('link', 'del', lab.bridge).catch(() => undefined);
@@ -193,6 +195,19 @@ async function answerArpForBridgeOnly(bridge: string): Promise<void> {
   const conf = join('/proc/sys/net/ipv4/conf', bridge);
   await writeFile(join(conf, 'arp_ignore'), '1\n');
   await writeFile(join(conf, 'arp_announce'), '2\n');
+}
+
+/** Shell text, run in a pod's netns, that turns IPv6 off for every interface of it, present and to come. */
+const IPV6_OFF_IN_NETNS = 'for f in /proc/sys/net/ipv6/conf/all/disable_ipv6 /proc/sys/net/ipv6/conf/default/disable_ipv6; do [ ! -e "$f" ] || echo 1 > "$f"; done';
+
+/**
+ * Turns IPv6 off on one of the lab's own links (a per-interface setting, not a host-wide one):
+ * the lab is IPv4 only, and an IPv6 link-local address on the bridge or a pod would carry
+ * traffic that interception (iptables, IPv4) never sees. No-op on a host without IPv6.
+ */
+async function disableIpv6(link: string): Promise<void> {
+  const file = join('/proc/sys/net/ipv6/conf', link, 'disable_ipv6');
+  if (existsSync(file)) await writeFile(file, '1\n');
 }
 
 function shortHash(text: string, hexChars: number): string {
@@ -293,7 +308,10 @@ export async function createPodNetwork(lab: LabNetwork, options: PodNetworkOptio
   await ip('netns', 'add', netns);
   try {
     await writeNetnsEtc(netns, options.hosts);
+    // Before eth0 exists, so it never gets an IPv6 link-local address.
+    await runCommand(['ip', 'netns', 'exec', netns, 'sh', '-c', IPV6_OFF_IN_NETNS]);
     await ip('link', 'add', veth, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netns);
+    await disableIpv6(veth);
     await ip('link', 'set', veth, 'master', lab.bridge);
     await ip('link', 'set', veth, 'up');
     await ip('-n', netns, 'link', 'set', 'lo', 'up');
