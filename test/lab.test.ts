@@ -103,6 +103,20 @@ describe('trellis lab: examples/bookstore with real Envoy sidecars', { skip }, (
     assert.ok(status.pods.every((p) => p.connected));
   });
 
+  it("starts a pod again when its Envoy exits (as a kubelet restarts a container), and it serves again", async () => {
+    const before = lab.state().pods.find((p) => p.name === BUYER.pod)!;
+    assert.ok(before.envoyPid !== undefined);
+    process.kill(before.envoyPid, 'SIGKILL');
+    await eventually(async () => {
+      const now = lab.state().pods.find((p) => p.name === BUYER.pod);
+      return now?.envoyPid !== undefined && now.envoyPid !== before.envoyPid && now.error === undefined;
+    }, 'bookbuyer started again with a new Envoy', 60_000, 200);
+    await lab.waitForAllAcked(120_000);
+    const answer = await lab.exec(BUYER.pod, BUYER.namespace, BOOKS_BOUGHT);
+    assert.equal(answer.code, 0, answer.stderr);
+    assert.match(JSON.parse(answer.stdout).pod as string, /^bookstore-/);
+  });
+
   it('starts a pod added to the directory and stops it when its file is removed', async () => {
     const file = path.join(manifests, 'extra-pod.yaml');
     const netns = `${PREFIX}-bookstore-extra.bookstore`;

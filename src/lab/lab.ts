@@ -572,7 +572,8 @@ class Supervisor {
   }
 
   /**
-   * Records how a start went: a failed one is tried again by a later reconcile, after 1 s, then
+   * Records how a start went (or that a started pod's app or Envoy exited): a failed one is
+   * tried again by a later reconcile, after 1 s, then
    * twice as long each time up to 60 s, at most {@link MAX_START_ATTEMPTS} starts of one version
    * of the pod (a changed manifest starts the count again); the error says which start it was.
    */
@@ -653,8 +654,15 @@ class Supervisor {
   private watchExit(running: RunningPod, what: string, proc: LabProcess | EnvoyProcess): void {
     void proc.exited.then((code) => {
       if (running.stopping || this.stopped) return;
-      running.exited.push(`${what} (pid ${proc.pid}) exited with ${code === null ? 'a signal' : code}`);
-      this.log.warn({ pod: running.spec.key, what, code }, 'process exited');
+      const exit = `${what} (pid ${proc.pid}) exited with ${code === null ? 'a signal' : code}`;
+      running.exited.push(exit);
+      this.log.warn({ pod: running.spec.key, what, code }, 'process exited: the pod is started again');
+      // As a kubelet restarts a container: the pod is started again, with the same backoff and
+      // bound as a failed start.
+      if (running.error === undefined) {
+        running.error = exit;
+        this.noteStart(running);
+      }
       void this.writeState();
     });
   }
