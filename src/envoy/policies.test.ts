@@ -305,14 +305,16 @@ describe('UpstreamTrafficSetting', () => {
 });
 
 describe('MeshConfig TLS settings', () => {
+  /** The bookstore mesh with its MeshConfig's `spec` replaced by `spec`. */
+  const withMeshConfigSpec = (spec: Record<string, unknown>): KubeObject[] => [
+    ...bookstoreMesh().filter((o) => o.kind !== 'MeshConfig'),
+    { ...k8s.meshConfig(false), spec },
+  ];
+
   it('applies TLS versions, cipher suites and curves to upstream and downstream contexts', () => {
-    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
-    objects.push({
-      ...k8s.meshConfig(false),
-      spec: {
-        traffic: { enablePermissiveTrafficPolicyMode: false },
-        sidecar: { tlsMinProtocolVersion: 'TLSv1_3', tlsMaxProtocolVersion: 'TLSv1_3', cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'], ecdhCurves: ['X25519'] },
-      },
+    const objects = withMeshConfigSpec({
+      traffic: { enablePermissiveTrafficPolicyMode: false },
+      sidecar: { tlsMinProtocolVersion: 'TLSv1_3', tlsMaxProtocolVersion: 'TLSv1_3', cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'], ecdhCurves: ['X25519'] },
     });
     const c = config(objects, 'bookbuyer', 'bookbuyer');
     const up = c.get(TypeUrl.Cluster, 'bookstore/bookstore|14001')!.transport_socket.typed_config.common_tls_context.tls_params;
@@ -331,15 +333,11 @@ describe('MeshConfig TLS settings', () => {
   // tried individually: NOT-A-CIPHER" and "Failed to initialize ECDH curves P-224", on SDS, so no
   // TLS context of the proxy worked. Names Envoy does not know are left out and reported.
   it('leaves out cipher suites and curves Envoy does not know (and a curve named twice), reporting each', () => {
-    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
-    objects.push({
-      ...k8s.meshConfig(false),
-      spec: {
-        traffic: { enablePermissiveTrafficPolicyMode: false },
-        sidecar: {
-          cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384', 'NOT-A-CIPHER', 'TLS_AES_128_GCM_SHA256', '[ECDHE-ECDSA-AES128-GCM-SHA256|ECDHE-ECDSA-CHACHA20-POLY1305]'],
-          ecdhCurves: ['X25519', 'P-224', 'x25519', 'P-256'],
-        },
+    const objects = withMeshConfigSpec({
+      traffic: { enablePermissiveTrafficPolicyMode: false },
+      sidecar: {
+        cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384', 'NOT-A-CIPHER', 'TLS_AES_128_GCM_SHA256', '[ECDHE-ECDSA-AES128-GCM-SHA256|ECDHE-ECDSA-CHACHA20-POLY1305]'],
+        ecdhCurves: ['X25519', 'P-224', 'x25519', 'P-256'],
       },
     });
     const { problems } = build(objects);
@@ -355,8 +353,7 @@ describe('MeshConfig TLS settings', () => {
   });
 
   it('uses Envoy\'s defaults when no cipher suite or curve of the MeshConfig is one Envoy knows', () => {
-    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
-    objects.push({ ...k8s.meshConfig(false), spec: { traffic: { enablePermissiveTrafficPolicyMode: false }, sidecar: { cipherSuites: ['NOT-A-CIPHER'], ecdhCurves: ['P-224'] } } });
+    const objects = withMeshConfigSpec({ traffic: { enablePermissiveTrafficPolicyMode: false }, sidecar: { cipherSuites: ['NOT-A-CIPHER'], ecdhCurves: ['P-224'] } });
     const { problems } = build(objects);
     assert.deepEqual(problems.map((p) => p.field), ['spec.sidecar.cipherSuites[0]', 'spec.sidecar.cipherSuites', 'spec.sidecar.ecdhCurves[0]', 'spec.sidecar.ecdhCurves']);
     assert.match(problems[1]!.message, /^no entry is left; Envoy's default cipher suites are used$/);
@@ -365,8 +362,7 @@ describe('MeshConfig TLS settings', () => {
   });
 
   it('reports an unknown TLS version and a minimum above the maximum, falling back to 1.2–1.3', () => {
-    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
-    objects.push({ ...k8s.meshConfig(false), spec: { sidecar: { tlsMinProtocolVersion: 'TLSv1_3', tlsMaxProtocolVersion: 'TLSv1_2' } } });
+    const objects = withMeshConfigSpec({ sidecar: { tlsMinProtocolVersion: 'TLSv1_3', tlsMaxProtocolVersion: 'TLSv1_2' } });
     const { snapshot, problems } = build(objects);
     assert.deepEqual(problems.map((p) => p.field), ['spec.sidecar.tlsMinProtocolVersion']);
     assert.equal(snapshot.settings.tlsMinProtocolVersion, 'TLSv1_2');
@@ -374,8 +370,7 @@ describe('MeshConfig TLS settings', () => {
   });
 
   it('reads the resync interval, raising it to at least 1 minute', () => {
-    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
-    objects.push({ ...k8s.meshConfig(false), spec: { sidecar: { configResyncInterval: '30s' } } });
+    const objects = withMeshConfigSpec({ sidecar: { configResyncInterval: '30s' } });
     assert.equal(build(objects).snapshot.settings.configResyncIntervalSeconds, 60);
   });
 });
