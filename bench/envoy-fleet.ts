@@ -268,7 +268,7 @@ export class EnvoyFleet {
   /**
    * Stops every Envoy by PID (SIGTERM, SIGKILL after 5 s), removes the lab network and the work
    * dir. Safe to call twice.
-   * @throws Error when the lab network could not be removed in 5 attempts.
+   * @throws Error when the lab network could not be removed ({@link removeLabNetwork}).
    */
   async stop(): Promise<void> {
     if (this.stopped) return;
@@ -276,18 +276,7 @@ export class EnvoyFleet {
     live.delete(this);
     await rm(this.options.workDir, { recursive: true, force: true });
     await this.deleteBridgePorts();
-    // A veth end goes away asynchronously once its netns is deleted (the kernel's netns cleanup
-    // may take seconds with many): removeLabNetwork may list one and then fail to delete it; it
-    // finds what is left when run again.
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await removeLabNetwork(this.lab.prefix);
-        break;
-      } catch (error) {
-        if (attempt >= 10) throw error;
-        await sleep(500 * attempt);
-      }
-    }
+    await removeLabNetwork(this.lab.prefix);
     this.stopped = true;
   }
 
