@@ -26,6 +26,7 @@ import path from 'node:path';
 import { writeProxyBootstrap } from '../src/cli/bootstrap-command.js';
 import { ENVOY_UID, EnvoyAdmin, startEnvoy, type EnvoyProcess } from '../src/lab/envoy.js';
 import { createLabNetwork, createPodNetwork, labSubnetAddress, removeLabNetwork, runCommand, type LabNetwork, type PodNetwork } from '../src/lab/network.js';
+import { sleep } from '../src/lab/process.js';
 import type { BenchProxy } from './mesh-generator.js';
 
 /** One real Envoy: the planned identity it runs as, its pod network, files and process. */
@@ -291,8 +292,6 @@ export class EnvoyFleet {
     await mapLimit(ports, CONCURRENCY, (port) => runCommand(['ip', 'link', 'del', port]).catch(() => ''));
   }
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Polls `envoys` (at most {@link CONCURRENCY} admin requests at a time, a round at most every
