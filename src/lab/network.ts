@@ -93,16 +93,27 @@ function parseLabSubnet(subnet: string): Ipv4Subnet {
   return { network, prefixLength: parts.prefixLength, size };
 }
 
+/** Orders IPv4 addresses numerically (for `Array.prototype.sort`). */
+export function compareIpv4(a: string, b: string): number {
+  return ipv4ToNumber(a) - ipv4ToNumber(b);
+}
+
 /**
  * The `n`th address of the lab subnet: 1 is the bridge's, pods use 2 upwards.
  * @throws Error when `n` is not a host address of the subnet (0, the broadcast address, beyond).
  */
 export function labSubnetAddress(subnet: string, n: number): string {
   const s = parseLabSubnet(subnet);
-  if (!Number.isInteger(n) || n < 1 || n > s.size - 2) {
-    throw new Error(`lab subnet ${subnet} has no host address number ${n} (1-${s.size - 2})`);
+  const last = s.size - 2;
+  if (!Number.isInteger(n) || n < 1 || n > last) {
+    throw new Error(`lab subnet ${subnet} has no host address number ${n} (1-${last})`);
   }
   return numberToIpv4(s.network + n);
+}
+
+/** The number of the subnet's last host address (`labSubnetAddress(subnet, n)` exists for 1…n). */
+export function labSubnetHostCount(subnet: string): number {
+  return parseLabSubnet(subnet).size - 2;
 }
 
 /** The prefix length of the lab subnet (`24` for `10.250.0.0/24`). */
