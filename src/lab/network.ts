@@ -409,10 +409,10 @@ export async function removeLabNetwork(prefix: string): Promise<string[]> {
   await Promise.all(namespaces.map((netns) => removeNetns(prefix, netns)));
   removed.push(...namespaces.map((netns) => `netns ${netns}`));
   const links = (await hostLinks()).filter(mine);
-  // Veth ends first, the bridge last (deleting a veth end removes its peer, which may be listed).
+  // Veth ends first, the bridge last (deleting a veth end removes its peer, which may be listed:
+  // deleteLink finds it gone and it is not counted).
   links.sort((a, b) => Number(a === `${prefix}-br`) - Number(b === `${prefix}-br`));
   for (const link of links) {
-    if (!(await hostLinks()).includes(link)) continue;
     if (await deleteLink(link)) removed.push(`link ${link}`);
   }
   const dirs = await readdir(NETNS_ETC).catch(() => [] as string[]);
