@@ -15,14 +15,15 @@
 import { spawn } from 'node:child_process';
 import { isIP } from 'node:net';
 import { parseCidr } from '../catalog/cidr.js';
+import { INBOUND_LISTENER, OUTBOUND_LISTENER } from '../envoy/lds/lds.js';
 import type { MeshConfig, Pod } from '../store/objects.js';
 
 /** The uid Envoy runs as in an OSM sidecar (`constants.EnvoyUID`); its traffic is never redirected. */
 export const PROXY_UID = 1500;
-/** Envoy's outbound listener port (`outbound-listener`): the pod's outbound TCP is redirected here. */
-export const OUTBOUND_PORT = 15001;
-/** Envoy's inbound listener port (`inbound-listener`): inbound TCP to the pod is redirected here. */
-export const INBOUND_PORT = 15003;
+/** Envoy's outbound listener port ({@link OUTBOUND_LISTENER}): the pod's outbound TCP is redirected here. */
+export const OUTBOUND_PORT = OUTBOUND_LISTENER.port;
+/** Envoy's inbound listener port ({@link INBOUND_LISTENER}): inbound TCP to the pod is redirected here. */
+export const INBOUND_PORT = INBOUND_LISTENER.port;
 
 /**
  * Inbound ports never redirected to Envoy: its admin (15000), Prometheus (15010), liveness,

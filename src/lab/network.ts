@@ -93,16 +93,27 @@ function parseLabSubnet(subnet: string): Ipv4Subnet {
   return { network, prefixLength: parts.prefixLength, size };
 }
 
+/** Orders IPv4 addresses numerically (for `Array.prototype.sort`). */
+export function compareIpv4(a: string, b: string): number {
+  return ipv4ToNumber(a) - ipv4ToNumber(b);
+}
+
 /**
  * The `n`th address of the lab subnet: 1 is the bridge's, pods use 2 upwards.
  * @throws Error when `n` is not a host address of the subnet (0, the broadcast address, beyond).
  */
 export function labSubnetAddress(subnet: string, n: number): string {
   const s = parseLabSubnet(subnet);
-  if (!Number.isInteger(n) || n < 1 || n > s.size - 2) {
-    throw new Error(`lab subnet ${subnet} has no host address number ${n} (1-${s.size - 2})`);
+  const last = s.size - 2;
+  if (!Number.isInteger(n) || n < 1 || n > last) {
+    throw new Error(`lab subnet ${subnet} has no host address number ${n} (1-${last})`);
   }
   return numberToIpv4(s.network + n);
+}
+
+/** The number of the subnet's last host address (`labSubnetAddress(subnet, n)` exists for 1…n). */
+export function labSubnetHostCount(subnet: string): number {
+  return parseLabSubnet(subnet).size - 2;
 }
 
 /** The prefix length of the lab subnet (`24` for `10.250.0.0/24`). */
@@ -398,10 +409,10 @@ export async function removeLabNetwork(prefix: string): Promise<string[]> {
   await Promise.all(namespaces.map((netns) => removeNetns(prefix, netns)));
   removed.push(...namespaces.map((netns) => `netns ${netns}`));
   const links = (await hostLinks()).filter(mine);
-  // Veth ends first, the bridge last (deleting a veth end removes its peer, which may be listed).
+  // Veth ends first, the bridge last (deleting a veth end removes its peer, which may be listed:
+  // deleteLink finds it gone and it is not counted).
   links.sort((a, b) => Number(a === `${prefix}-br`) - Number(b === `${prefix}-br`));
   for (const link of links) {
-    if (!(await hostLinks()).includes(link)) continue;
     if (await deleteLink(link)) removed.push(`link ${link}`);
   }
   const dirs = await readdir(NETNS_ETC).catch(() => [] as string[]);

@@ -11,7 +11,7 @@ import { SIDECAR_PORTS, sidecarPortMessage } from '../catalog/sidecar-ports.js';
 import type { StoreReader } from '../store/store.js';
 import type { MeshConfig, Pod, Service } from '../store/objects.js';
 import { interceptionOptions, type InterceptionOptions } from '../injector/iptables.js';
-import { inLabSubnet, labSubnetPrefixLength } from './network.js';
+import { compareIpv4, inLabSubnet, labSubnetHostCount } from './network.js';
 
 /** Annotation naming a pod's own command, a JSON array of strings (argv). */
 export const LAB_COMMAND_ANNOTATION = 'lab.trellis.dev/command';
@@ -252,11 +252,6 @@ export function labTopology(
   };
 }
 
-function compareIpv4(a: string, b: string): number {
-  const n = (ip: string) => ip.split('.').reduce((acc, part) => acc * 256 + Number(part), 0);
-  return n(a) - n(b);
-}
-
 /**
  * The hosts file of a pod in `namespace`: every Service as `<svc>.<ns>`, `<svc>.<ns>.svc` and
  * `<svc>.<ns>.svc.cluster.local` (headless: one line per pod IP), the bare `<svc>` for services
@@ -300,11 +295,6 @@ export function assignLabAddresses(subnet: string, keys: readonly string[], curr
     used.add(next);
   }
   return out;
-}
-
-/** The number of the subnet's last host address (`labSubnetAddress(subnet, n)` exists for 1…n). */
-function labSubnetHostCount(subnet: string): number {
-  return 2 ** (32 - labSubnetPrefixLength(subnet)) - 2;
 }
 
 /**
