@@ -17,6 +17,7 @@ import { describeMissing, missingLabPrerequisites, whichCommand } from '../lab/p
 import { lastLoggedError, processAlive, sleep } from '../lab/process.js';
 import { defaultLabStateDir, readLabOwner, readLabState } from '../lab/state.js';
 import { allReady, formatLabStatus, labFailedForGood, labFailures, labStatus, type LabStatus } from '../lab/status.js';
+import { exitOnSignal } from './signals.js';
 
 const TRELLIS_BIN = path.resolve(import.meta.dirname, '../../bin/trellis.js');
 /** The most of the supervisor's log `up` prints when the supervisor fails, in bytes. */
@@ -153,15 +154,15 @@ async function supervise(opts: UpOptions): Promise<void> {
     logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'the lab failed to start');
     process.exit(1);
   }
-  const shutdown = (signal: string) => {
+  exitOnSignal(async (signal) => {
     logger.info({ signal }, 'stopping the lab');
-    lab.stop().then(
-      (removed) => { logger.info({ removed }, 'lab stopped'); process.exit(0); },
-      (err: unknown) => { logger.error({ err: err instanceof Error ? err.message : String(err) }, 'lab stop failed'); process.exit(1); },
-    );
-  };
-  process.once('SIGTERM', shutdown);
-  process.once('SIGINT', shutdown);
+    try {
+      logger.info({ removed: await lab.stop() }, 'lab stopped');
+    } catch (err) {
+      logger.error({ err: err instanceof Error ? err.message : String(err) }, 'lab stop failed');
+      throw err;
+    }
+  });
 }
 
 /** `lab exec`: runs a command in a pod's netns as its app runs (`inPod`), inheriting stdio; passes its exit status through. */
