@@ -14,7 +14,7 @@ import {
 import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inPod, labSubnetAddress } from '../lab/network.js';
 import { describeMissing, missingLabPrerequisites, whichCommand } from '../lab/prerequisites.js';
-import { lastLoggedError, processAlive, sleep } from '../lab/process.js';
+import { loggedFailure, processAlive, sleep } from '../lab/process.js';
 import { defaultLabStateDir, readLabOwner, readLabState } from '../lab/state.js';
 import { allReady, formatLabStatus, labFailedForGood, labFailures, labStatus, type LabStatus } from '../lab/status.js';
 import { exitOnSignal } from './signals.js';
@@ -76,8 +76,7 @@ function supervisorFailure(fd: number): string {
   const buffer = Buffer.alloc(LOG_TAIL_BYTES * 16);
   const size = fstatSync(fd).size;
   const bytes = readSync(fd, buffer, 0, buffer.length, Math.max(0, size - buffer.length));
-  const log = buffer.subarray(0, bytes).toString('utf8');
-  return lastLoggedError(log) ?? (log.slice(-LOG_TAIL_BYTES).trim() || 'it logged nothing');
+  return loggedFailure(buffer.subarray(0, bytes).toString('utf8'), LOG_TAIL_BYTES);
 }
 
 /** `lab up`: checks what is needed, starts `lab supervise` detached, waits until every sidecar ACKed. */

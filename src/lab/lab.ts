@@ -24,7 +24,7 @@ import {
 } from './network.js';
 import { findEnvoy, startEnvoy, type EnvoyProcess } from './envoy.js';
 import { describeMissing, missingLabPrerequisites } from './prerequisites.js';
-import { lastLoggedError, processAlive, processCommandLine, sleep } from './process.js';
+import { loggedFailure, processAlive, processCommandLine, sleep } from './process.js';
 import {
   claimLabPrefix, defaultLabStateDir, readLabOwner, readLabState, releaseLabPrefix, writeLabState, type LabPodState, type LabState,
 } from './state.js';
@@ -241,8 +241,7 @@ async function waitForController(address: string, proc: LabProcess, logFile: str
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (exitCode !== undefined) {
-      const log = await readLogFrom(logFile, logOffset);
-      const reason = lastLoggedError(log) ?? (log.slice(-1500).trim() || 'it logged nothing');
+      const reason = loggedFailure(await readLogFrom(logFile, logOffset), 1500);
       throw new Error(`the controller exited (${exitCode === null ? 'killed by a signal' : exitCode}) before it was ready: ${reason}`);
     }
     const answer = await httpGet(address, '/readyz').catch(() => undefined);
