@@ -147,7 +147,7 @@ async function supervise(opts: UpOptions): Promise<void> {
   try {
     lab = await startLab({
       manifestsDir: opts.manifests, envoyPath: opts.envoy, prefix: opts.prefix, subnet: opts.subnet, httpAddress: opts.httpAddress,
-      delta: opts.delta, stateDir: opts.stateDir !== undefined ? path.resolve(opts.stateDir) : defaultLabStateDir(opts.prefix), logger,
+      delta: opts.delta, stateDir: opts.stateDir, logger,
     });
   } catch (err) {
     logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'the lab failed to start');
