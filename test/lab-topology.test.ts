@@ -100,4 +100,17 @@ describe('trellis lab: pod names, addresses and capacity', { skip }, () => {
     await eventually(() => blocked()?.error === undefined && blocked()?.appPid !== undefined, 'the blocked pod runs', 30_000, 50);
     await lab.waitForAllAcked(30_000);
   });
+
+  it('counts the starts of a pod whose app exits after every start, so its restarts are bounded and back off', async () => {
+    const crashing = `apiVersion: v1
+kind: Pod
+metadata: {name: crashing, namespace: plain, annotations: {lab.trellis.dev/command: '["sh", "-c", "sleep 0.2; exit 3"]'}}
+spec: {containers: [{name: app}]}
+status: {podIP: 10.9.1.7, phase: Running}
+`;
+    await writeManifests(manifests, [pod(LONG_NS, 'q', '10.9.1.1'), pod(TWIN_NS, 'q', '10.9.1.2'), pod('plain', 'a', '10.9.1.3'), crashing]);
+    const error = () => lab.state().pods.find((p) => p.name === 'crashing')?.error ?? '';
+    await eventually(() => /\(start 3 of 8: tried again in 4 s\)/.test(error()), 'the third start of the crashing pod', 60_000, 50);
+    assert.match(error(), /^app \(pid \d+\) exited with 3 \(start 3 of 8: tried again in 4 s\)$/);
+  });
 });

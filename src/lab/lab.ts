@@ -56,6 +56,8 @@ const MAX_START_ATTEMPTS = 8;
 /** The wait before the second start of a pod, in ms; it doubles after each failure, up to {@link RETRY_MAX_MS}. */
 const RETRY_BASE_MS = 1000;
 const RETRY_MAX_MS = 60_000;
+/** A pod that ran this long since its last start has its start count begin again (10 min, as a kubelet's back-off). */
+const RETRY_RESET_AFTER_MS = 10 * 60_000;
 
 /** Options of {@link startLab} (the `trellis lab up` flags). */
 export interface LabOptions {
@@ -389,7 +391,7 @@ class Supervisor {
   private problems: LabTopology['problems'] = [];
   private addresses: readonly string[] = [];
   /** Pods whose start failed, by key: the digest it failed with, how many starts failed, when the next one is due (ms). */
-  private readonly retries = new Map<string, { digest: string; attempts: number; at: number }>();
+  private readonly retries = new Map<string, { digest: string; attempts: number; at: number; startedAt?: number }>();
   private readonly retryTimers = new Set<NodeJS.Timeout>();
   /** The host's own IPv4 addresses (`ip -o addr` at the start): never a pod IP or ClusterIP of the lab. */
   private hostAddresses: readonly string[] = [];
@@ -574,16 +576,22 @@ class Supervisor {
    * Records how a start went (or that a started pod's app or Envoy exited): a failed one is
    * tried again by a later reconcile, after 1 s, then
    * twice as long each time up to 60 s, at most {@link MAX_START_ATTEMPTS} starts of one version
-   * of the pod (a changed manifest starts the count again); the error says which start it was.
+   * of the pod (a changed manifest, or {@link RETRY_RESET_AFTER_MS} of running, starts the count
+   * again); the error says which start it was.
    */
   private noteStart(running: RunningPod): void {
     const key = running.spec.key;
+    const previous = this.retries.get(key);
+    const sameVersion = previous !== undefined && previous.digest === running.spec.digest;
     if (running.error === undefined) {
-      this.retries.delete(key);
+      // Started: the count stays (a pod whose app exits after every start is bounded too) and
+      // starts again only once the pod has run RETRY_RESET_AFTER_MS, as a kubelet's back-off.
+      if (sameVersion) this.retries.set(key, { ...previous, startedAt: Date.now() });
+      else this.retries.delete(key);
       return;
     }
-    const previous = this.retries.get(key);
-    const attempts = previous && previous.digest === running.spec.digest ? previous.attempts + 1 : 1;
+    const ranLong = previous?.startedAt !== undefined && Date.now() - previous.startedAt >= RETRY_RESET_AFTER_MS;
+    const attempts = sameVersion && !ranLong ? previous.attempts + 1 : 1;
     const delay = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** (attempts - 1));
     this.retries.set(key, { digest: running.spec.digest, attempts, at: Date.now() + delay });
     if (attempts >= MAX_START_ATTEMPTS || this.stopped) {
