@@ -181,7 +181,7 @@ function startProcess(argv: readonly string[], logFile: string, env?: NodeJS.Pro
     const child: ChildProcess = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], env: env ?? process.env, cwd });
     let written = 0;
     const sink = (chunk: Buffer): void => {
-      if (written >= MAX_LOG_BYTES) return;
+      if (written >= MAX_LOG_BYTES || log.writableEnded) return;
       const part = chunk.subarray(0, MAX_LOG_BYTES - written);
       written += part.length;
       log.write(part);
@@ -190,7 +190,10 @@ function startProcess(argv: readonly string[], logFile: string, env?: NodeJS.Pro
     child.stdout?.on('data', sink);
     child.stderr?.on('data', sink);
     let done = false;
-    const exited = new Promise<number | null>((res) => child.once('exit', (code, signal) => { done = true; log.end(); res(code ?? (signal ? null : 0)); }));
+    // The log ends once stdout and stderr are closed ('close'), which may come after 'exit': a
+    // chunk still in a pipe at 'exit' is written, never written to an ended stream.
+    child.once('close', () => log.end());
+    const exited = new Promise<number | null>((res) => child.once('exit', (code, signal) => { done = true; res(code ?? (signal ? null : 0)); }));
     child.once('error', (err) => { done = true; log.end(); reject(new Error(`cannot run ${argv[0]}: ${err.message}`)); });
     child.once('spawn', () => resolve({
       pid: child.pid!,
