@@ -71,22 +71,6 @@ async function takeHostLock(dir: string, timeoutMs: number): Promise<void> {
   }
 }
 
-/**
- * {@link removeLabNetwork}, tried again when it fails: a veth end it listed may vanish before it
- * deletes it (the kernel removes it with its netns a moment later), and it then stops there.
- */
-async function removeLab(prefix: string): Promise<void> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await removeLabNetwork(prefix);
-      return;
-    } catch (error) {
-      if (attempt === 5) throw error;
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  }
-}
-
 const requirement = envoyTestSkip();
 const sets: ManifestSet[] = [
   ...(existsSync(ANCHORS_DIR) ? [...bookstoreSets(), ...demoSets(), ...exampleFiles().map((f) => exampleSet(f))] : []),
@@ -206,12 +190,12 @@ describe('real Envoy ACKs every manifest set (SotW and delta, every identity)', 
   before(async () => {
     // Another run of this file on the host (another checkout) uses the same labs: wait for it.
     await takeHostLock(LOCK_DIR, 15 * 60_000);
-    for (const prefix of LAB_PREFIXES) await removeLab(prefix); // a crashed earlier run
+    for (const prefix of LAB_PREFIXES) await removeLabNetwork(prefix); // a crashed earlier run
     for (const [i, prefix] of LAB_PREFIXES.entries()) freeLabs.push(await createLabNetwork(prefix, labSubnet(i)));
   });
 
   after(async () => {
-    for (const prefix of LAB_PREFIXES) await removeLab(prefix);
+    for (const prefix of LAB_PREFIXES) await removeLabNetwork(prefix);
     await rm(LOCK_DIR, { recursive: true, force: true });
     // The figure the issue asks for, in the test's output (not asserted).
     console.log(`real Envoy: ${sets.length} sets, ${totalEnvoys} Envoys started, ${totalChecks} Envoy × step checks, ${((Date.now() - startedAt) / 1000).toFixed(1)} s`);

@@ -7,23 +7,15 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { PROXY_UID, applyInterception, interceptionOptions } from '../src/injector/iptables.js';
 import type { MeshConfig, Pod } from '../src/store/objects.js';
+import { labTestSkip } from './helpers/lab-prerequisites.js';
 
 const PYTHON = '/usr/bin/python3';
 
-function missingTool(): string | undefined {
-  if (process.getuid?.() !== 0) return 'not root (network namespaces and iptables need CAP_NET_ADMIN)';
-  for (const tool of [['ip', '-V'], ['iptables-restore', '--version'], [PYTHON, '--version'], ['setpriv', '--version']]) {
-    const r = spawnSync(tool[0], tool.slice(1), { stdio: 'ignore' });
-    if (r.error || r.status !== 0) return `${tool[0]} is not available`;
-  }
-  return undefined;
-}
-const missing = missingTool();
-if (missing && process.env.CI) throw new Error(`interception test cannot run under CI: ${missing}`);
-const skip = missing ? `needs root and iptables: ${missing}` : false;
+const skip = labTestSkip(['ip', 'iptables-restore', 'setpriv'], existsSync(PYTHON) ? [] : [{ what: PYTHON, howToGet: 'install python3 (apt-get install python3)' }]);
 
 /**
  * Listens on every port given (0.0.0.0) and answers each connection with one line

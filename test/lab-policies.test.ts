@@ -15,7 +15,7 @@ import { after, before, describe, it } from 'node:test';
 import { startLab, type Lab } from '../src/lab/lab.js';
 import type { TrafficSummary } from '../src/lab/traffic.js';
 import { envoyTestSkip } from './helpers/envoy.js';
-import { labEnvoyAdmin, labEnvoyStats, labTrafficRuns, sumStats, total, TRELLIS, type LabPodRef } from './helpers/lab.js';
+import { labEnvoyAdmin, labEnvoyStats, labTrafficRuns, sumStats, total, trafficUntil, TRELLIS, type LabPodRef } from './helpers/lab.js';
 import { eventually } from './helpers/wait.js';
 
 const PREFIX = 'tlq';
@@ -556,14 +556,9 @@ describe('OSM policies in traffic through the sidecars of a lab', { skip, timeou
 
     const meshConfig = path.join(manifestsDir, 'meshconfig.yaml');
     await writeFile(meshConfig, (await readFile(meshConfig, 'utf8')).replace('enableEgress: false', 'enableEgress: true'));
-    let open: TrafficSummary | undefined;
-    const since = Date.now();
-    await eventually(async () => {
-      [open] = await runs(OTHER, ['--url', 'http://ext-web.outside:14080/get', '--requests', '10']);
-      return open.statuses['200'] === 10;
-    }, 'other passing through with enableEgress', 60_000, 0);
-    console.log(`other → ext-web.outside:14080/get with enableEgress (after ${Date.now() - since} ms):`, JSON.stringify(open));
-    assert.deepEqual(open?.answeredBy, { 'ext-web': 10 });
+    const open = await trafficUntil(lab, OTHER, ['--url', 'http://ext-web.outside:14080/get', '--requests', '10'], (s) => s.statuses['200'] === 10, 'other passing through with enableEgress');
+    console.log(`other → ext-web.outside:14080/get with enableEgress (after ${open.afterMs} ms):`, JSON.stringify(open.summary));
+    assert.deepEqual(open.summary.answeredBy, { 'ext-web': 10 });
     for (const from of [OTHER, CURL]) {
       // Egress policies no longer apply (OSM v1.2): curl's /post passes too.
       const [http, tcpPass] = await runs(from, ['--url', 'http://ext-web.outside:14080/post', '--requests', '20'], ['--tcp', 'ext-web.outside:14090', '--requests', '10']);

@@ -7,13 +7,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import http from 'node:http';
 import net from 'node:net';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import type { TrafficSummary } from '../src/lab/traffic.js';
+import { total, TRELLIS } from './helpers/lab.js';
 import { eventually } from './helpers/wait.js';
-
-const TRELLIS = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'bin', 'trellis.js');
 
 /** Starts `trellis lab app …` and resolves with its bound ports once it prints `listening …`. */
 async function startApp(args: string[]): Promise<{ child: ChildProcess; ports: Record<string, number> }> {
@@ -147,7 +144,7 @@ describe('trellis lab app and trellis lab traffic', () => {
     server.close();
     assert.equal(code, 0);
     assert.ok(summary);
-    const failures = Object.values(summary.errors).reduce((a, b) => a + b, 0);
+    const failures = total(summary.errors);
     assert.ok(failures >= 3, `failures counted: ${JSON.stringify(summary.errors)}`);
     assert.ok(Object.keys(summary.errors).every((k) => ['ECONNRESET', 'ECONNREFUSED'].includes(k)), JSON.stringify(summary.errors));
     assert.ok(summary.answeredBy['steady-0'] >= 5 && summary.answeredBy['steady-0'] <= answered, JSON.stringify(summary));

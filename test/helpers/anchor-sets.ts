@@ -94,11 +94,14 @@ export function buildManifestSet(label: string, files: readonly string[], mode: 
   const steps: ManifestStep[] = [];
   const current = new Map<string, { object: KubeObject; piece: string }>();
   const texts = new Map<string, string>();
+  /** Pieces with at least one valid object (the others only carry errors). */
+  const definesObjects = new Set<string>();
   let errors: string[] = [];
   pieces.forEach((piece, n) => {
     const parsed = parseManifests(piece.name, piece.text);
     errors.push(...parsed.errors.map(formatManifestError));
     texts.set(piece.name, piece.text);
+    if (parsed.objects.length > 0) definesObjects.add(piece.name);
     for (const o of parsed.objects) current.set(objectKey(o), { object: o, piece: piece.name });
     if (n < base.length - 1 || (!stepwise && n !== pieces.length - 1)) return;
     const objects = [...current.values()].map((c) => c.object);
@@ -108,18 +111,13 @@ export function buildManifestSet(label: string, files: readonly string[], mode: 
     errors.push(...completed.errors.map(formatManifestError));
     // A piece all of whose objects a later piece redefined is gone from the directory (its documents without a valid object stay, so the controller sees their errors too).
     const live = new Set([...current.values()].map((c) => c.piece));
-    const files = new Map([...texts].filter(([name]) => live.has(name) || !pieceDefinesObjects(name, pieces)));
+    const files = new Map([...texts].filter(([name]) => live.has(name) || !definesObjects.has(name)));
     files.set(MESH_COMPLETION_FILE, completionText);
     const all = [...objects, ...completed.objects];
     steps.push({ label: stepwise ? `step ${n}: ` : '', files, objects: all, manifestErrors: errors, identities: serviceAccounts(all) });
     errors = [];
   });
   return { label, mode, steps };
-}
-
-function pieceDefinesObjects(name: string, pieces: readonly { name: string; text: string }[]): boolean {
-  const piece = pieces.find((p) => p.name === name);
-  return piece !== undefined && parseManifests(piece.name, piece.text).objects.length > 0;
 }
 
 /** The bookstore sets: OSM's apps with each access variant, without or with each split variant, in SMI and permissive mode. */
