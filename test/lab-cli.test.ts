@@ -36,7 +36,7 @@ describe('trellis lab up: failures are reported at once, with their reason', { s
   const common = () => ['--prefix', PREFIX, '--state-dir', stateDir, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, '--envoy', envoyPath!];
 
   before(async () => {
-    ({ dir, manifests } = await bookstoreLabDir(false));
+    ({ dir, manifests } = await bookstoreLabDir());
     stateDir = path.join(dir, 'state');
   });
 
@@ -103,7 +103,7 @@ describe('trellis lab exec/status on a running lab (CLI, state of the world)', {
 
   before(async () => {
     let manifests: string;
-    ({ dir, manifests } = await bookstoreLabDir(false));
+    ({ dir, manifests } = await bookstoreLabDir());
     stateDir = path.join(dir, 'state');
     // A manifest the controller skips: one manifest error in its /debug/policies.
     await writeFile(path.join(manifests, 'broken.yaml'), 'kind: [unclosed\n');

@@ -47,7 +47,7 @@ describe('trellis lab: examples/bookstore with real Envoy sidecars', { skip }, (
   let acked: LabStatus;
 
   before(async () => {
-    ({ dir, manifests } = await bookstoreLabDir(false));
+    ({ dir, manifests } = await bookstoreLabDir());
     lab = await startLab({ manifestsDir: manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, stateDir: path.join(dir, 'state') });
     acked = await lab.waitForAllAcked(120_000);
   });
@@ -150,7 +150,7 @@ describe('trellis lab up/exec/status/down (CLI, incremental xDS), and down after
   const common = () => ['--prefix', PREFIX, '--state-dir', stateDir];
 
   before(async () => {
-    ({ dir, manifests } = await bookstoreLabDir(false));
+    ({ dir, manifests } = await bookstoreLabDir());
     stateDir = path.join(dir, 'state');
   });
 
@@ -199,8 +199,8 @@ describe('trellis lab up/exec/status/down (CLI, incremental xDS), and down after
 
 describe('one lab per prefix on the host', { skip }, () => {
   it('refuses a second lab of a prefix in use, whatever its state dir, and leaves the first one alone', async () => {
-    const first = await bookstoreLabDir(false);
-    const second = await bookstoreLabDir(false);
+    const first = await bookstoreLabDir();
+    const second = await bookstoreLabDir();
     const holder = execFile('sleep', ['60']);
     try {
       // A live process owns the prefix (as a lab of another worktree would).
