@@ -65,8 +65,8 @@ class InterceptionLab {
 
   constructor(tag: string) {
     const id = randomBytes(3).toString('hex');
-    this.pod = `tlp-${tag}p-${id}`;
-    this.outside = `tlp-${tag}o-${id}`;
+    this.pod = `tli-${tag}p-${id}`;
+    this.outside = `tli-${tag}o-${id}`;
   }
 
   static readonly POD_IP = '10.253.0.2';
@@ -193,7 +193,7 @@ describe('traffic interception with an inclusion list', { skip }, () => {
 
 describe('traffic interception fails closed', { skip }, () => {
   it('sets up nothing when an entry is invalid', async () => {
-    const ns = `tlp-fc-${randomBytes(3).toString('hex')}`;
+    const ns = `tli-fc-${randomBytes(3).toString('hex')}`;
     run(['ip', 'netns', 'add', ns]);
     try {
       assert.throws(
