@@ -1,7 +1,6 @@
 #!/usr/bin/env node
-// The `trellis` command: runs the TypeScript sources through tsx's ESM loader.
-import { register } from 'tsx/esm/api';
+// The `trellis` command: the CLI compiled into dist/ (`npm run build`).
+import { importCompiled } from './compiled.js';
 
-register();
-const { main } = await import('../src/cli/main.ts');
+const { main } = await importCompiled('cli/main.js');
 await main(process.argv);
