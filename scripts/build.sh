@@ -8,6 +8,9 @@
 # - outputs of a source that no longer exists are removed, so dist/ holds only today's code;
 # - dist/.build-stamp (its mtime is when this build started) tells bin/trellis.js that dist/ is
 #   not older than the sources it was compiled from.
+# A build with nothing to do writes no file a running `trellis` reads, so it may run while tests
+# start bin/trellis.js (test/package.test.ts packs, and so builds, during `npm test`); files
+# that change are replaced by a rename.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 generated=src/api/generated
@@ -15,13 +18,23 @@ if [ ! -d "$generated" ] || [ -n "$(find scripts/protos.txt scripts/gen-types.sh
   bash scripts/gen-types.sh
 fi
 mkdir -p dist
-touch dist/.build-stamp.tmp
-rm -f dist/.build-stamp
+stamp=$(mktemp dist/.build-stamp.XXXXXX)
+trap 'rm -f "$stamp"' EXIT
 npx --no-install tsc -b tsconfig.build.json
-rm -rf dist/sources/manifests/schemas
-cp -R src/sources/manifests/schemas dist/sources/manifests/schemas
+data=sources/manifests/schemas
+(cd src && find "$data" -type f) | while read -r file; do
+  if ! cmp -s "src/$file" "dist/$file"; then
+    mkdir -p "$(dirname "dist/$file")"
+    cp "src/$file" "dist/$file.tmp"
+    mv "dist/$file.tmp" "dist/$file"
+  fi
+done
+(cd dist && find "$data" -type f) | while read -r file; do
+  if [ ! -e "src/$file" ]; then rm -f "dist/$file"; fi
+done
 find dist -name '*.js' -not -path 'dist/api/generated/*' | while read -r js; do
   source="src/${js#dist/}"
   if [ ! -e "${source%.js}.ts" ]; then rm -f "$js" "$js.map"; fi
 done
-mv dist/.build-stamp.tmp dist/.build-stamp
+chmod 644 "$stamp"
+mv "$stamp" dist/.build-stamp
