@@ -19,7 +19,7 @@ const BUILD_STAMP = path.join(ROOT, 'dist', '.build-stamp');
 function newestSource() {
   let newest = { file: path.join(ROOT, 'tsconfig.json'), mtimeMs: 0 };
   const consider = (file) => {
-    const { mtimeMs } = statSync(file);
+    const mtimeMs = statSync(file, { throwIfNoEntry: false })?.mtimeMs ?? 0;
     if (mtimeMs > newest.mtimeMs) newest = { file, mtimeMs };
   };
   consider(path.join(ROOT, 'tsconfig.json'));
