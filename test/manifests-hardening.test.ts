@@ -8,6 +8,7 @@ import pino from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { runController } from '../src/main.js';
 import { AdsTestClient, TEST_NODE_ID } from './helpers/ads-client.js';
+import { watchController } from './helpers/controller-process.js';
 import { SimulatedSidecar } from './helpers/sidecar.js';
 
 type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -98,28 +99,16 @@ describe('trellis controller --max-manifest-size --max-manifests-total-size', ()
           '--xds-address', '127.0.0.1:0', '--http-address', '127.0.0.1:0', '--max-manifest-size', '1', '--max-manifests-total-size', '1', '--log-level', 'info',
         ], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
         const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+        const controller = watchController(child);
         try {
-          let output = '';
-          const httpPort = await new Promise<number>((resolve, reject) => {
-            const timer = setTimeout(() => reject(new Error(`the controller did not start:\n${output}`)), 60_000);
-            child.stdout.on('data', (chunk: Buffer) => {
-              output += chunk.toString();
-              const started = /"httpPort":(\d+).*"msg":"controller started"/.exec(output);
-              if (started) {
-                clearTimeout(timer);
-                resolve(Number(started[1]));
-              }
-            });
-            child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-            void exited.then((code) => reject(new Error(`the controller exited (${code}):\n${output}`)));
-          });
+          const httpPort = await controller.httpPort;
           assert.equal((await fetch(`http://127.0.0.1:${httpPort}/readyz`)).status, 200);
           const policies = (await (await fetch(`http://127.0.0.1:${httpPort}/debug/policies`)).json()) as Decoded;
           assert.deepEqual(policies.manifestErrors.map((e: Decoded) => (e.text as string).replace(/to [\d.]+ MiB/, 'to N MiB')), [
             `${big}:1: is 2.0 MiB, larger than the limit of 1 MiB (--max-manifest-size): not read`,
             `${path.join(manifests, 'pad-2.yaml')}:1: is 614.5 KiB: loading it would bring the manifests loaded to N MiB, more than the limit of 1 MiB for all files (--max-manifests-total-size): not loaded`,
           ]);
-          assert.ok(output.includes(`invalid manifest: ${big}:1: is 2.0 MiB`), 'logged');
+          assert.ok(controller.output().includes(`invalid manifest: ${big}:1: is 2.0 MiB`), 'logged');
         } finally {
           child.kill('SIGTERM');
         }

@@ -12,6 +12,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { parseAllDocuments } from 'yaml';
+import { watchController } from './helpers/controller-process.js';
 
 const REPO = path.resolve(import.meta.dirname, '..');
 const EXAMPLE = path.join(REPO, 'examples/bookstore');
@@ -93,34 +94,20 @@ describe('the packed tarball', () => {
       '--xds-address', '127.0.0.1:0', '--http-address', '127.0.0.1:0', '--warm-up-config', '0', '--resync-interval', '0',
     ], { cwd: installed, env: npmEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-    let output = '';
+    const controller = watchController(child);
     try {
-      const httpPort = await new Promise<number>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`the installed controller did not start:\n${output}`)), 60_000);
-        child.stdout.on('data', (chunk: Buffer) => {
-          output += chunk.toString();
-          const started = /"httpPort":(\d+).*"msg":"controller started"/.exec(output);
-          if (started) {
-            clearTimeout(timer);
-            resolve(Number(started[1]));
-          }
-        });
-        child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-        void exited.then((code) => {
-          clearTimeout(timer);
-          reject(new Error(`the installed controller exited (${code}):\n${output}`));
-        });
-      });
+      const httpPort = await controller.httpPort;
       assert.equal((await fetch(`http://127.0.0.1:${httpPort}/readyz`)).status, 200);
       const policies = (await (await fetch(`http://127.0.0.1:${httpPort}/debug/policies`)).json()) as { trafficTargets: Array<{ name: string }>; manifestErrors: unknown[] };
       assert.deepEqual(policies.manifestErrors, []);
       assert.deepEqual(policies.trafficTargets.map((t) => t.name).sort(), await trafficTargetNames(manifests));
+      const output = controller.output();
       const errors = output.split('\n').filter((line) => /"level":(5\d|60)/.test(line));
       assert.deepEqual(errors, [], 'no error logged');
       assert.ok(!output.includes(REPO), `nothing read from the checkout ${REPO}`);
     } finally {
       child.kill('SIGTERM');
     }
-    assert.equal(await exited, 0, `exits cleanly on SIGTERM:\n${output}`);
+    assert.equal(await exited, 0, `exits cleanly on SIGTERM:\n${controller.output()}`);
   });
 });
