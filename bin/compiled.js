@@ -18,12 +18,14 @@ const BUILD_STAMP = path.join(ROOT, 'dist', '.build-stamp');
  */
 function newestSource() {
   let newest = { file: path.join(ROOT, 'tsconfig.json'), mtimeMs: 0 };
+  /** @param {string} file */
   const consider = (file) => {
     const mtimeMs = statSync(file, { throwIfNoEntry: false })?.mtimeMs ?? 0;
     if (mtimeMs > newest.mtimeMs) newest = { file, mtimeMs };
   };
   consider(path.join(ROOT, 'tsconfig.json'));
   consider(path.join(ROOT, 'tsconfig.build.json'));
+  /** @param {string} dir */
   const walk = (dir) => {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
       const file = path.join(dir, entry.name);
@@ -45,16 +47,11 @@ function newestSource() {
  */
 export async function importCompiled(module) {
   if (existsSync(SOURCES)) {
-    const built = existsSync(BUILD_STAMP) ? statSync(BUILD_STAMP).mtimeMs : undefined;
+    const built = statSync(BUILD_STAMP, { throwIfNoEntry: false })?.mtimeMs;
     const newest = built === undefined ? undefined : newestSource();
-    const problem =
-      built === undefined
-        ? `${path.join(ROOT, 'dist')} holds no finished build`
-        : newest.mtimeMs > built
-          ? `${path.join(ROOT, 'dist')} is older than ${path.relative(ROOT, newest.file)}`
-          : undefined;
-    if (problem) {
-      process.stderr.write(`trellis: ${problem}: run \`npm run build\` (it compiles src/ into dist/)\n`);
+    if (built === undefined || (newest && newest.mtimeMs > built)) {
+      const problem = newest ? `is older than ${path.relative(ROOT, newest.file)}` : 'holds no finished build';
+      process.stderr.write(`trellis: ${path.join(ROOT, 'dist')} ${problem}: run \`npm run build\` (it compiles src/ into dist/)\n`);
       process.exit(1);
     }
   }
