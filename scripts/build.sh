@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Compiles src/ into dist/ (`npm run build`; `npm start`, `npm test`, `npm pack` and `npm run bench`
 # run it first). Incremental (`tsc -b`): with nothing changed it takes about half a second.
-# - the generated proto types (type-only; scripts/gen-types.sh) are made when missing or older
-#   than the proto list, the generator or the installed grpc-js-xds;
+# - the generated proto types (type-only; scripts/gen-types.sh) are made when missing or stale;
 # - the data files the code reads beside itself are copied (src/sources/manifests/schemas/:
 #   the CRDs whose openAPIV3Schema the manifests loader validates against);
 # - outputs of a source that no longer exists are removed, so dist/ holds only today's code;
@@ -13,10 +12,7 @@
 # that change are replaced by a rename.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-generated=src/api/generated
-if [ ! -d "$generated" ] || [ -n "$(find scripts/protos.txt scripts/gen-types.sh node_modules/@grpc/grpc-js-xds/package.json -newer "$generated")" ]; then
-  bash scripts/gen-types.sh
-fi
+bash scripts/gen-types.sh --if-stale
 mkdir -p dist
 stamp=$(mktemp dist/.build-stamp.XXXXXX)
 trap 'rm -f "$stamp"' EXIT
