@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compiles src/ into dist/ (`npm run build`; `npm start`, `npm test`, `npm pack` and `npm run bench`
-# run it first). Incremental (`tsc -b`): with nothing changed it takes about half a second.
+# run it first). Incremental (`tsc -b`): with nothing changed it takes about 0.2 s of CPU.
 # - the generated proto types (type-only; scripts/gen-types.sh) are made when missing or stale;
 # - the data files the code reads beside itself are copied (src/sources/manifests/schemas/:
 #   the CRDs whose openAPIV3Schema the manifests loader validates against);
@@ -16,7 +16,7 @@ bash scripts/gen-types.sh --if-stale
 mkdir -p dist
 stamp=$(mktemp dist/.build-stamp.XXXXXX)
 trap 'rm -f "$stamp"' EXIT
-npx --no-install tsc -b tsconfig.build.json
+node_modules/.bin/tsc -b tsconfig.build.json
 data=sources/manifests/schemas
 (cd src && find "$data" -type f) | while read -r file; do
   if ! cmp -s "src/$file" "dist/$file"; then
