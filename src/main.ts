@@ -151,12 +151,7 @@ interface Parts {
 export async function runController(options: ControllerOptions): Promise<RunningController> {
   const logger = options.logger ?? pino({ level: 'info' });
   routeGrpcLogs(logger.child({ component: 'grpc' }));
-  if (options.xdsPlaintextAddress && !options.insecureAllowRemote && !isLoopbackHost(splitHostPort(options.xdsPlaintextAddress).host)) {
-    throw new Error(
-      `--xds-plaintext-address ${options.xdsPlaintextAddress} is not a loopback address: plaintext ADS trusts node.id; pass --insecure-allow-remote to allow it`,
-    );
-  }
-  if ((options.manifests === undefined) === (options.kubernetes === undefined)) throw new Error('give exactly one of manifests and kubernetes');
+  checkOptions(options);
   const lifecycle = new Lifecycle({ onStopError: (part, err) => logger.error({ part, err: err.message }, 'a part of the controller did not stop cleanly') });
   const metrics = new Registry();
   collectDefaultMetrics({ register: metrics });
@@ -194,17 +189,8 @@ export async function runController(options: ControllerOptions): Promise<Running
 
   const store = new ObjectStore({ logger });
   // The Kubernetes source syncs in the background (/readyz says when); proxies wait for it.
-  const source: ManifestsSource | KubernetesSource = kubernetes
-    ? new kubernetes.KubernetesSource({
-        store,
-        kubeConfig: kubernetes.kubeConfig,
-        meshName: options.meshName,
-        logger: logger.child({ component: 'kubernetes' }),
-        backoff: options.kubernetes?.backoff,
-        watchTimeoutSeconds: options.kubernetes?.watchTimeoutSeconds,
-      })
-    : new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }), maxFileBytes: options.maxManifestBytes, maxTotalBytes: options.maxManifestsTotalBytes });
-  const kube = kubernetes ? (source as KubernetesSource) : undefined;
+  const source = newSource(options, store, kubernetes, logger);
+  const kube = source instanceof ManifestsSource ? undefined : source;
   await lifecycle.start(kube ? 'Kubernetes source' : 'manifests source', async () => {
     try {
       await source.start();
@@ -217,25 +203,7 @@ export async function runController(options: ControllerOptions): Promise<Running
 
   const cache = new SnapshotCache();
   const controller = await lifecycle.start('mesh controller', () => {
-    const c = new MeshController({
-      store,
-      certificates,
-      cache,
-      logger: logger.child({ component: 'controller' }),
-      metrics,
-      meshName: options.meshName,
-      meshConfigNamespace: controllerNamespace,
-      meshConfigUnreadable: source instanceof ManifestsSource
-        ? (wanted) => {
-            const error = source.errorHiding('MeshConfig', wanted.namespace, wanted.name);
-            return error && formatManifestError(error);
-          }
-        : undefined,
-      resyncIntervalMs: options.resyncIntervalMs,
-      debounceQuietMs: options.debounceQuietMs,
-      verifyPodIdentity: kube !== undefined,
-      podIdentityGraceMs: options.podIdentityGraceMs,
-    });
+    const c = newMeshController(options, { store, certificates, cache, source, metrics, meshConfigNamespace: controllerNamespace, logger });
     c.start();
     return c;
   }, (c) => c.stop());
@@ -245,20 +213,7 @@ export async function runController(options: ControllerOptions): Promise<Running
   // wait): a mesh reconnecting all at once then gets its configuration without waiting for either.
   const warmUp = warmUpInBackground(controller, kube, options.warmUpConfigurationBytes, () => lifecycle.stopping, logger).finally(() => (parts.warm = true));
 
-  const ads = new AdsServer({
-    watcher: cache,
-    logger: logger.child({ component: 'ads' }),
-    metrics,
-    unreadTimeoutMs: options.xdsUnreadTimeoutMs,
-    hooks: {
-      onStreamOpen: async (proxy, streamId, node) => {
-        await kube?.whenSynced();
-        return controller.onStreamOpen(proxy, streamId, node ?? null);
-      },
-      onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
-      // NACKs are logged by the ADS server (once, cut, rate-limited per proxy identity and type).
-    },
-  });
+  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger });
   parts.ads = ads;
   // The ADS server's stop closes each of its listeners (the plaintext one too).
   const xdsPort = await lifecycle.start('ADS server', async () => {
@@ -290,6 +245,83 @@ export async function runController(options: ControllerOptions): Promise<Running
     'controller started',
   );
   return { xdsPort, xdsPlaintextPort, httpPort, controller, replica, stop: () => lifecycle.stop() };
+}
+
+/** @throws Error when the plaintext ADS address is not loopback without `insecureAllowRemote`, or not exactly one of `manifests` and `kubernetes` is given. */
+function checkOptions(options: ControllerOptions): void {
+  if (options.xdsPlaintextAddress && !options.insecureAllowRemote && !isLoopbackHost(splitHostPort(options.xdsPlaintextAddress).host)) {
+    throw new Error(
+      `--xds-plaintext-address ${options.xdsPlaintextAddress} is not a loopback address: plaintext ADS trusts node.id; pass --insecure-allow-remote to allow it`,
+    );
+  }
+  if ((options.manifests === undefined) === (options.kubernetes === undefined)) throw new Error('give exactly one of manifests and kubernetes');
+}
+
+/** Kubernetes mode's modules and kubeconfig (see {@link loadKubernetesMode}). */
+type KubernetesMode = Awaited<ReturnType<typeof loadKubernetesMode>>;
+
+/** The (stopped) source writing into `store`: the Kubernetes API server when `kubernetes` is given, else the manifests directory. */
+function newSource(options: ControllerOptions, store: ObjectStore, kubernetes: KubernetesMode | undefined, logger: Logger): ManifestsSource | KubernetesSource {
+  if (kubernetes) {
+    return new kubernetes.KubernetesSource({
+      store,
+      kubeConfig: kubernetes.kubeConfig,
+      meshName: options.meshName,
+      logger: logger.child({ component: 'kubernetes' }),
+      backoff: options.kubernetes?.backoff,
+      watchTimeoutSeconds: options.kubernetes?.watchTimeoutSeconds,
+    });
+  }
+  return new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }), maxFileBytes: options.maxManifestBytes, maxTotalBytes: options.maxManifestsTotalBytes });
+}
+
+/** The (stopped) mesh controller over the parts started before it. */
+function newMeshController(
+  options: ControllerOptions,
+  parts: { store: ObjectStore; certificates: CertificateManager; cache: SnapshotCache; source: ManifestsSource | KubernetesSource; metrics: Registry; meshConfigNamespace: string; logger: Logger },
+): MeshController {
+  const { source } = parts;
+  return new MeshController({
+    store: parts.store,
+    certificates: parts.certificates,
+    cache: parts.cache,
+    logger: parts.logger.child({ component: 'controller' }),
+    metrics: parts.metrics,
+    meshName: options.meshName,
+    meshConfigNamespace: parts.meshConfigNamespace,
+    meshConfigUnreadable: source instanceof ManifestsSource
+      ? (wanted) => {
+          const error = source.errorHiding('MeshConfig', wanted.namespace, wanted.name);
+          return error && formatManifestError(error);
+        }
+      : undefined,
+    resyncIntervalMs: options.resyncIntervalMs,
+    debounceQuietMs: options.debounceQuietMs,
+    verifyPodIdentity: !(source instanceof ManifestsSource),
+    podIdentityGraceMs: options.podIdentityGraceMs,
+  });
+}
+
+/** The ADS server (not listening yet) serving `cache`; a stream opened before a Kubernetes source's first sync waits for it. */
+function newAdsServer(
+  options: ControllerOptions,
+  parts: { cache: SnapshotCache; controller: MeshController; kube: KubernetesSource | undefined; metrics: Registry; logger: Logger },
+): AdsServer {
+  const { controller, kube } = parts;
+  return new AdsServer({
+    watcher: parts.cache,
+    logger: parts.logger.child({ component: 'ads' }),
+    metrics: parts.metrics,
+    unreadTimeoutMs: options.xdsUnreadTimeoutMs,
+    hooks: {
+      onStreamOpen: async (proxy, streamId, node) => {
+        await kube?.whenSynced();
+        return controller.onStreamOpen(proxy, streamId, node ?? null);
+      },
+      onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
+      // NACKs are logged by the ADS server (once, cut, rate-limited per proxy identity and type).
+    },
+  });
 }
 
 /** Binds one listener; its error names the flag (the ADS server's own `cannot listen on ADDRESS: ` prefix dropped). */
