@@ -1,3 +1,7 @@
+/**
+ * Kubernetes mode's replica coordination (shared CA Secret, leader Lease). Imported on demand by
+ * the composition root (`src/main.ts`), in Kubernetes mode only: it loads `@kubernetes/client-node`.
+ */
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { CertificateAuthority } from '../certificate/authority.js';
