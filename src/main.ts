@@ -7,11 +7,13 @@ import { formatProblem } from './catalog/problems.js';
 import { formatViolation } from './envoy/validate/index.js';
 import { CertificateAuthority } from './certificate/authority.js';
 import { CertificateManager } from './certificate/manager.js';
-import { defaultControllerNamespace, startReplicaCoordination, type ReplicaCoordination } from './controller/kubernetes-replica.js';
+import type { ReplicaCoordination } from './controller/kubernetes-replica.js';
+import { Lifecycle } from './controller/lifecycle.js';
 import { MeshController } from './controller/mesh-controller.js';
 import { configDump } from './debug/config-dump.js';
 import { OpsServer } from './debug/ops-server.js';
-import { KubernetesSource, loadKubeConfig } from './sources/kubernetes/kubernetes-source.js';
+// Kubernetes mode's modules are imported in Kubernetes mode only (see loadKubernetesMode): types only here.
+import type { KubernetesSource } from './sources/kubernetes/kubernetes-source.js';
 import type { BackoffOptions } from './sources/kubernetes/reflector.js';
 import { ManifestsSource } from './sources/manifests/manifests-source.js';
 import { formatManifestError } from './sources/manifests/parse.js';
@@ -25,6 +27,14 @@ import { splitHostPort } from './util/address.js';
  * and configurations ahead, in ms ({@link MeshController.warmUp}); the work goes on after it.
  */
 export const WARM_UP_LIMIT_MS = 30_000;
+
+/** The namespace the controller runs in when nothing says otherwise. */
+export const DEFAULT_CONTROLLER_NAMESPACE = 'osm-system';
+
+/** The controller's namespace: `$POD_NAMESPACE` (downward API) when set, else {@link DEFAULT_CONTROLLER_NAMESPACE}. */
+export function defaultControllerNamespace(env: NodeJS.ProcessEnv = process.env): string {
+  return env.POD_NAMESPACE || DEFAULT_CONTROLLER_NAMESPACE;
+}
 
 /** Options of {@link runController}; the CLI's `trellis controller` flags. */
 export interface ControllerOptions {
@@ -85,14 +95,12 @@ export interface RunningController {
   readonly controller: MeshController;
   /** Kubernetes mode: the shared CA and the leader election. */
   readonly replica?: ReplicaCoordination;
-  /** Stops every listener, watcher and timer. */
+  /**
+   * Stops every part, in the reverse order of their start (the ADS server first, the operations
+   * server last), each within a time bound (5 s); once: later calls return the same promise.
+   * @throws StopError (from `controller/lifecycle.ts`) naming the parts that did not stop cleanly, after every part was stopped.
+   */
   stop(): Promise<void>;
-}
-
-/** The error for an address that cannot be bound, naming the flag (the ADS server's own `cannot listen on ADDRESS: ` prefix dropped). */
-function listenError(flag: string, address: string, err: unknown): Error {
-  const reason = err instanceof Error ? err.message.replace(/^cannot listen on \S+: /, '') : String(err);
-  return new Error(`cannot listen on ${flag} ${address}: ${reason}`);
 }
 
 /**
@@ -116,137 +124,171 @@ export function isLoopbackHost(host: string): boolean {
   return host === '::1';
 }
 
+/** The parts the operations server reports on, filled in as they start (it starts first). */
+interface Parts {
+  source?: ManifestsSource | KubernetesSource;
+  kube?: KubernetesSource;
+  controller?: MeshController;
+  cache?: SnapshotCache;
+  ads?: AdsServer;
+  /** The warm-up is over (done, failed or past {@link WARM_UP_LIMIT_MS}). */
+  warm: boolean;
+}
+
 /**
- * The composition root: builds the store, the manifests source, the CA and certificate
- * manager, the mesh controller, the ADS server (mTLS, and plaintext when asked) and the
- * operations server, and starts them. Resolves once the ADS and HTTP listeners are bound and
- * the manifests are loaded.
- * @throws Error when the plaintext address is not loopback without `insecureAllowRemote`,
- *   the state directory's CA files are unusable, the manifests directory cannot be read, or
- *   an address cannot be bound.
+ * The composition root: assembles the parts — the operations server, in Kubernetes mode the
+ * replica coordination (shared CA, leader election), the CA and certificate manager, the
+ * store and its source (manifests or Kubernetes), the mesh controller, the warm-up, the ADS
+ * server (mTLS, and plaintext when asked) — and starts them in that order through a
+ * {@link Lifecycle}: a part that fails to start stops those started before it, in reverse order.
+ * Resolves once the ADS and HTTP listeners are bound and, with manifests, the manifests are
+ * loaded and the warm-up is over. `@kubernetes/client-node` is imported in Kubernetes mode only.
+ * @throws Error when the plaintext address is not loopback without `insecureAllowRemote`, or
+ *   not exactly one of `manifests` and `kubernetes` is given; `StartError` naming the part
+ *   when one fails to start (the state directory's CA files are unusable, the manifests
+ *   directory cannot be read, an address cannot be bound, no kubeconfig).
  */
 export async function runController(options: ControllerOptions): Promise<RunningController> {
   const logger = options.logger ?? pino({ level: 'info' });
   routeGrpcLogs(logger.child({ component: 'grpc' }));
+  checkOptions(options);
+  const lifecycle = new Lifecycle({ onStopError: (part, err) => logger.error({ part, err: err.message }, 'a part of the controller did not stop cleanly') });
+  const metrics = new Registry();
+  collectDefaultMetrics({ register: metrics });
+  const parts: Parts = { warm: false };
+  const controllerNamespace = options.controllerNamespace ?? defaultControllerNamespace();
+
+  // The operations server comes first: /healthz answers and /readyz says "not ready" while
+  // the rest starts (in Kubernetes mode, possibly waiting for an unreachable API server).
+  const ops = opsServer(options.meshName, parts, metrics, () => lifecycle.stopping, logger.child({ component: 'ops' }));
+  const httpPort = await lifecycle.start('operations server', () => listen('--http-address', options.httpAddress, () => ops.start(options.httpAddress)), () => ops.stop());
+
+  // Kubernetes mode: every replica shares the CA root (a Secret) and issues service certificates
+  // deterministically, so a proxy gets the same configuration from any replica.
+  const kubernetes = options.kubernetes && (await lifecycle.start('Kubernetes client', () => loadKubernetesMode(options.kubernetes?.kubeconfig)));
+  const replica = kubernetes
+    ? await lifecycle.start(
+        'replica coordination',
+        () => kubernetes.startReplicaCoordination({
+          kubeConfig: kubernetes.kubeConfig,
+          namespace: controllerNamespace,
+          caSecretName: options.caSecretName,
+          leaseName: options.leaseName,
+          identity: options.replicaIdentity,
+          logger: logger.child({ component: 'replica' }),
+        }),
+        (r) => r.stop(),
+      )
+    : undefined;
+  const ca = replica?.ca ?? (await lifecycle.start('certificate authority', () => CertificateAuthority.loadOrCreate(options.stateDir)));
+  const certificates = await lifecycle.start(
+    'certificate manager',
+    () => new CertificateManager({ ca, validitySeconds: options.certValiditySeconds, logger: logger.child({ component: 'certificate' }), deterministic: replica !== undefined }),
+    (c) => c.stop(),
+  );
+
+  const store = new ObjectStore({ logger });
+  // The Kubernetes source syncs in the background (/readyz says when); proxies wait for it.
+  const source = newSource(options, store, kubernetes, logger);
+  const kube = source instanceof ManifestsSource ? undefined : source;
+  await lifecycle.start(kube ? 'Kubernetes source' : 'manifests source', async () => {
+    try {
+      await source.start();
+    } catch (err) {
+      await source.stop(); // what it started before failing (a watcher)
+      throw err;
+    }
+  }, () => source.stop());
+  Object.assign(parts, { source, kube });
+
+  const cache = new SnapshotCache();
+  const controller = await lifecycle.start('mesh controller', () => {
+    const c = newMeshController(options, { store, certificates, cache, source, metrics, meshConfigNamespace: controllerNamespace, logger });
+    c.start();
+    return c;
+  }, (c) => c.stop());
+  Object.assign(parts, { controller, cache });
+
+  // Ready once the known identities have their service certificates and configurations (bounded
+  // wait): a mesh reconnecting all at once then gets its configuration without waiting for either.
+  const warmUp = warmUpInBackground(controller, kube, options.warmUpConfigurationBytes, () => lifecycle.stopping, logger).finally(() => (parts.warm = true));
+
+  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger });
+  parts.ads = ads;
+  // The ADS server's stop closes each of its listeners (the plaintext one too).
+  const xdsPort = await lifecycle.start('ADS server', async () => {
+    const serverCert = await certificates.issueServerCertificate({});
+    return listen('--xds-address', options.xdsAddress, () => ads.start({
+      address: options.xdsAddress,
+      mutualTls: { caPem: certificates.caPem, certPem: serverCert.certPem, keyPem: serverCert.keyPem },
+      authenticate: authenticateFromPeerCertificate,
+    }));
+  }, () => ads.stop(1000));
+  const plaintextAddress = options.xdsPlaintextAddress;
+  const xdsPlaintextPort = plaintextAddress
+    ? await lifecycle.start('plaintext ADS listener', () => {
+        logger.warn(
+          { address: plaintextAddress },
+          'plaintext ADS listener enabled: proxies are identified by node.id without any certificate; use it for proxyless gRPC clients and local tests only',
+        );
+        return listen('--xds-plaintext-address', plaintextAddress, () =>
+          ads.start({ address: plaintextAddress, credentials: grpc.ServerCredentials.createInsecure(), authenticate: authenticateFromNodeId }),
+        );
+      })
+    : undefined;
+
+  // With manifests everything is known already: return once ready. A Kubernetes source may
+  // take long to sync (an unreachable API server); /readyz tells when then.
+  if (!kube) await warmUp;
+  logger.info(
+    { ...(options.manifests !== undefined ? { manifests: path.resolve(options.manifests) } : { kubernetes: true }), xdsPort, xdsPlaintextPort, httpPort, mesh: options.meshName, services: controller.snapshot.services.length },
+    'controller started',
+  );
+  return { xdsPort, xdsPlaintextPort, httpPort, controller, replica, stop: () => lifecycle.stop() };
+}
+
+/** @throws Error when the plaintext ADS address is not loopback without `insecureAllowRemote`, or not exactly one of `manifests` and `kubernetes` is given. */
+function checkOptions(options: ControllerOptions): void {
   if (options.xdsPlaintextAddress && !options.insecureAllowRemote && !isLoopbackHost(splitHostPort(options.xdsPlaintextAddress).host)) {
     throw new Error(
       `--xds-plaintext-address ${options.xdsPlaintextAddress} is not a loopback address: plaintext ADS trusts node.id; pass --insecure-allow-remote to allow it`,
     );
   }
   if ((options.manifests === undefined) === (options.kubernetes === undefined)) throw new Error('give exactly one of manifests and kubernetes');
-  const metrics = new Registry();
-  collectDefaultMetrics({ register: metrics });
+}
 
-  // The operations server comes first: /healthz answers and /readyz says "not ready" while
-  // the rest starts (in Kubernetes mode, possibly waiting for an unreachable API server).
-  const parts: {
-    controller?: MeshController;
-    ads?: AdsServer;
-    cache?: SnapshotCache;
-    source?: { synced: boolean };
-    kube?: KubernetesSource;
-    warm?: boolean;
-  } = {};
-  const ops = new OpsServer(
-    {
-      ready: () => parts.source?.synced === true && parts.controller !== undefined && parts.warm === true,
-      metrics,
-      proxies: () => (parts.controller && parts.ads ? proxiesView(parts.controller, parts.ads) : []),
-      configDump: (uuid) => {
-        const { controller, cache } = parts;
-        if (!controller || !cache || !controller.registry.get(uuid)) return undefined;
-        const snapshot = cache.getSnapshot(uuid);
-        return snapshot ? { proxy: uuid, ...configDump(snapshot) } : undefined;
-      },
-      policies: () => {
-        const { controller, source, kube } = parts;
-        if (!controller || !source) return { meshName: options.meshName, starting: true };
-        return {
-        meshName: options.meshName,
-        settings: controller.snapshot.settings,
-        meshConfig: controller.snapshot.meshConfig ?? null,
-        generation: controller.snapshot.generation,
-        trafficTargets: controller.snapshot.trafficTargets,
-        trafficSplits: controller.snapshot.trafficSplits,
-        ingressBackends: controller.snapshot.ingressBackends,
-        egressPolicies: controller.snapshot.egressPolicies,
-        retryPolicies: controller.snapshot.retryPolicies,
-        upstreamTrafficSettings: controller.snapshot.upstreamTrafficSettings,
-        configValidationFailures: controller.validationFailures().map((f) => ({
-          proxy: f.proxy.uuid,
-          identity: f.proxy.identity,
-          violations: f.violations.map(formatViolation),
-        })),
-        problems: controller.policyProblems().map((p) => ({ ...p, text: formatProblem(p) })),
-        manifestErrors: source instanceof ManifestsSource ? source.errors().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
-        manifestWarnings: source instanceof ManifestsSource ? source.warnings().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
-        ...(kube ? { kubernetes: kube.status() } : {}),
-        };
-      },
-    },
-    logger.child({ component: 'ops' }),
-  );
-  let httpPort: number;
-  try {
-    httpPort = await ops.start(options.httpAddress);
-  } catch (err) {
-    throw listenError('--http-address', options.httpAddress, err);
+/** Kubernetes mode's modules and kubeconfig (see {@link loadKubernetesMode}). */
+type KubernetesMode = Awaited<ReturnType<typeof loadKubernetesMode>>;
+
+/** The (stopped) source writing into `store`: the Kubernetes API server when `kubernetes` is given, else the manifests directory. */
+function newSource(options: ControllerOptions, store: ObjectStore, kubernetes: KubernetesMode | undefined, logger: Logger): ManifestsSource | KubernetesSource {
+  if (kubernetes) {
+    return new kubernetes.KubernetesSource({
+      store,
+      kubeConfig: kubernetes.kubeConfig,
+      meshName: options.meshName,
+      logger: logger.child({ component: 'kubernetes' }),
+      backoff: options.kubernetes?.backoff,
+      watchTimeoutSeconds: options.kubernetes?.watchTimeoutSeconds,
+    });
   }
+  return new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }), maxFileBytes: options.maxManifestBytes, maxTotalBytes: options.maxManifestsTotalBytes });
+}
 
-  // Kubernetes mode: every replica shares the CA root (a Secret) and issues service certificates
-  // deterministically, so a proxy gets the same configuration from any replica.
-  // Until `stop` exists below, a failure must at least close the operations server.
-  const orStopOps = async <T>(step: Promise<T>): Promise<T> => {
-    try {
-      return await step;
-    } catch (err) {
-      await ops.stop();
-      throw err;
-    }
-  };
-  const replica = options.kubernetes
-    ? await orStopOps(startReplicaCoordination({
-        kubeConfig: loadKubeConfig(options.kubernetes.kubeconfig),
-        namespace: options.controllerNamespace ?? defaultControllerNamespace(),
-        caSecretName: options.caSecretName,
-        leaseName: options.leaseName,
-        identity: options.replicaIdentity,
-        logger: logger.child({ component: 'replica' }),
-      }))
-    : undefined;
-  const ca = replica?.ca ?? (await orStopOps(CertificateAuthority.loadOrCreate(options.stateDir)));
-  const certificates = new CertificateManager({
-    ca,
-    validitySeconds: options.certValiditySeconds,
-    logger: logger.child({ component: 'certificate' }),
-    deterministic: replica !== undefined,
-  });
-  const store = new ObjectStore({ logger });
-  // The Kubernetes source syncs in the background (/readyz says when); proxies wait for it.
-  const kube = options.kubernetes
-    ? new KubernetesSource({
-        store,
-        kubeConfig: loadKubeConfig(options.kubernetes.kubeconfig),
-        meshName: options.meshName,
-        logger: logger.child({ component: 'kubernetes' }),
-        backoff: options.kubernetes.backoff,
-        watchTimeoutSeconds: options.kubernetes.watchTimeoutSeconds,
-      })
-    : undefined;
-  const source = kube ?? new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }), maxFileBytes: options.maxManifestBytes, maxTotalBytes: options.maxManifestsTotalBytes });
-  parts.source = source;
-  parts.kube = kube;
-  await orStopOps(Promise.resolve(source.start()));
-
-  const cache = new SnapshotCache();
-  const controller = new MeshController({
-    store,
-    certificates,
-    cache,
-    logger: logger.child({ component: 'controller' }),
-    metrics,
+/** The (stopped) mesh controller over the parts started before it. */
+function newMeshController(
+  options: ControllerOptions,
+  parts: { store: ObjectStore; certificates: CertificateManager; cache: SnapshotCache; source: ManifestsSource | KubernetesSource; metrics: Registry; meshConfigNamespace: string; logger: Logger },
+): MeshController {
+  const { source } = parts;
+  return new MeshController({
+    store: parts.store,
+    certificates: parts.certificates,
+    cache: parts.cache,
+    logger: parts.logger.child({ component: 'controller' }),
+    metrics: parts.metrics,
     meshName: options.meshName,
-    meshConfigNamespace: options.controllerNamespace ?? defaultControllerNamespace(),
+    meshConfigNamespace: parts.meshConfigNamespace,
     meshConfigUnreadable: source instanceof ManifestsSource
       ? (wanted) => {
           const error = source.errorHiding('MeshConfig', wanted.namespace, wanted.name);
@@ -255,34 +297,21 @@ export async function runController(options: ControllerOptions): Promise<Running
       : undefined,
     resyncIntervalMs: options.resyncIntervalMs,
     debounceQuietMs: options.debounceQuietMs,
-    verifyPodIdentity: options.kubernetes !== undefined,
+    verifyPodIdentity: !(source instanceof ManifestsSource),
     podIdentityGraceMs: options.podIdentityGraceMs,
   });
-  controller.start();
-  parts.controller = controller;
-  parts.cache = cache;
-  // Ready once the known identities have their service certificates and configurations (bounded
-  // wait): a mesh reconnecting all at once then gets its configuration without waiting for either.
-  const warmUp = (async () => {
-    try {
-      await kube?.whenSynced();
-      const started = Date.now();
-      const limit = new Promise<-1>((r) => setTimeout(() => r(-1), WARM_UP_LIMIT_MS).unref());
-      const done = await Promise.race([controller.warmUp({ configurationBytes: options.warmUpConfigurationBytes }), limit]);
-      if (done === -1) logger.info({ ms: Date.now() - started }, 'certificates and configurations still being prepared ahead; ready meanwhile');
-      else if (options.warmUpConfigurationBytes === 0) logger.info({ identities: done.identities, certificatesIssued: done.certificatesIssued, ms: Date.now() - started }, 'certificates issued ahead (configuration warm-up off)');
-      else logger.info({ ...done, ms: Date.now() - started }, done.budgetReached ? 'certificates issued and configurations generated ahead, until --warm-up-config was used up' : 'certificates issued and configurations generated ahead');
-    } catch (err) {
-      logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'nothing prepared ahead; certificates and configurations will be made on first connection');
-    } finally {
-      parts.warm = true;
-    }
-  })();
+}
 
-  const ads = new AdsServer({
-    watcher: cache,
-    logger: logger.child({ component: 'ads' }),
-    metrics,
+/** The ADS server (not listening yet) serving `cache`; a stream opened before a Kubernetes source's first sync waits for it. */
+function newAdsServer(
+  options: ControllerOptions,
+  parts: { cache: SnapshotCache; controller: MeshController; kube: KubernetesSource | undefined; metrics: Registry; logger: Logger },
+): AdsServer {
+  const { controller, kube } = parts;
+  return new AdsServer({
+    watcher: parts.cache,
+    logger: parts.logger.child({ component: 'ads' }),
+    metrics: parts.metrics,
     unreadTimeoutMs: options.xdsUnreadTimeoutMs,
     hooks: {
       onStreamOpen: async (proxy, streamId, node) => {
@@ -293,57 +322,94 @@ export async function runController(options: ControllerOptions): Promise<Running
       // NACKs are logged by the ADS server (once, cut, rate-limited per proxy identity and type).
     },
   });
-  parts.ads = ads;
-  const stop = async (): Promise<void> => {
-    controller.stop();
-    await ads.stop(1000);
-    await ops.stop();
-    await source.stop();
-    certificates.stop();
-    await replica?.stop();
-  };
-  const listen = async <T>(flag: string, address: string, start: () => Promise<T>): Promise<T> => {
-    try {
-      return await start();
-    } catch (err) {
-      await stop();
-      throw listenError(flag, address, err);
-    }
-  };
+}
 
-  const serverCert = await certificates.issueServerCertificate({});
-  const xdsPort = await listen('--xds-address', options.xdsAddress, () => ads.start({
-    address: options.xdsAddress,
-    mutualTls: { caPem: certificates.caPem, certPem: serverCert.certPem, keyPem: serverCert.keyPem },
-    authenticate: authenticateFromPeerCertificate,
-  }));
-  let xdsPlaintextPort: number | undefined;
-  if (options.xdsPlaintextAddress) {
-    logger.warn(
-      { address: options.xdsPlaintextAddress },
-      'plaintext ADS listener enabled: proxies are identified by node.id without any certificate; use it for proxyless gRPC clients and local tests only',
-    );
-    const address = options.xdsPlaintextAddress;
-    xdsPlaintextPort = await listen('--xds-plaintext-address', address, () =>
-      ads.start({ address, credentials: grpc.ServerCredentials.createInsecure(), authenticate: authenticateFromNodeId }),
-    );
+/** Binds one listener; its error names the flag (the ADS server's own `cannot listen on ADDRESS: ` prefix dropped). */
+async function listen<T>(flag: string, address: string, start: () => Promise<T>): Promise<T> {
+  try {
+    return await start();
+  } catch (err) {
+    const reason = err instanceof Error ? err.message.replace(/^cannot listen on \S+: /, '') : String(err);
+    throw new Error(`cannot listen on ${flag} ${address}: ${reason}`);
   }
+}
 
-  // With manifests everything is known already: return once ready. A Kubernetes source may
-  // take long to sync (an unreachable API server); /readyz tells when then.
-  if (!kube) await warmUp;
-  logger.info(
-    { ...(options.manifests !== undefined ? { manifests: path.resolve(options.manifests) } : { kubernetes: true }), xdsPort, xdsPlaintextPort, httpPort, mesh: options.meshName, services: controller.snapshot.services.length },
-    'controller started',
+/**
+ * Kubernetes mode's modules, imported here on demand (they import `@kubernetes/client-node`,
+ * about 0.5 s to load, which manifests mode never needs), and the kubeconfig they use.
+ * @throws Error when the kubeconfig cannot be loaded (see `loadKubeConfig`).
+ */
+async function loadKubernetesMode(kubeconfig: string | undefined) {
+  const [{ KubernetesSource, loadKubeConfig }, { startReplicaCoordination }] = await Promise.all([
+    import('./sources/kubernetes/kubernetes-source.js'),
+    import('./controller/kubernetes-replica.js'),
+  ]);
+  return { KubernetesSource, startReplicaCoordination, kubeConfig: loadKubeConfig(kubeconfig) };
+}
+
+/**
+ * Runs the controller's warm-up (after a Kubernetes source's first sync) and logs what it
+ * prepared; resolves when it is over or after {@link WARM_UP_LIMIT_MS} (the work goes on), never
+ * rejects. Skipped when the controller is stopping by then.
+ */
+async function warmUpInBackground(controller: MeshController, kube: KubernetesSource | undefined, configurationBytes: number | undefined, stopping: () => boolean, logger: Logger): Promise<void> {
+  try {
+    await kube?.whenSynced();
+    if (stopping()) return;
+    const started = Date.now();
+    const limit = new Promise<-1>((r) => setTimeout(() => r(-1), WARM_UP_LIMIT_MS).unref());
+    const done = await Promise.race([controller.warmUp({ configurationBytes }), limit]);
+    if (done === -1) logger.info({ ms: Date.now() - started }, 'certificates and configurations still being prepared ahead; ready meanwhile');
+    else if (configurationBytes === 0) logger.info({ identities: done.identities, certificatesIssued: done.certificatesIssued, ms: Date.now() - started }, 'certificates issued ahead (configuration warm-up off)');
+    else logger.info({ ...done, ms: Date.now() - started }, done.budgetReached ? 'certificates issued and configurations generated ahead, until --warm-up-config was used up' : 'certificates issued and configurations generated ahead');
+  } catch (err) {
+    logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'nothing prepared ahead; certificates and configurations will be made on first connection');
+  }
+}
+
+/** The operations server over `parts` (/readyz: ready once the source synced, the controller runs and the warm-up is over, until stopping). */
+function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: () => boolean, logger: Logger): OpsServer {
+  return new OpsServer(
+    {
+      ready: () => !stopping() && parts.source?.synced === true && parts.controller !== undefined && parts.warm,
+      metrics,
+      proxies: () => (parts.controller && parts.ads ? proxiesView(parts.controller, parts.ads) : []),
+      configDump: (uuid) => {
+        const { controller, cache } = parts;
+        if (!controller || !cache || !controller.registry.get(uuid)) return undefined;
+        const snapshot = cache.getSnapshot(uuid);
+        return snapshot ? { proxy: uuid, ...configDump(snapshot) } : undefined;
+      },
+      policies: () => policiesView(meshName, parts),
+    },
+    logger,
   );
+}
 
+/** The `/debug/policies` view: the mesh's policies, the problems found in them and the sources' state. */
+function policiesView(meshName: string, { controller, source, kube }: Parts): unknown {
+  if (!controller || !source) return { meshName, starting: true };
+  const snapshot = controller.snapshot;
   return {
-    xdsPort,
-    xdsPlaintextPort,
-    httpPort,
-    controller,
-    replica,
-    stop,
+    meshName,
+    settings: snapshot.settings,
+    meshConfig: snapshot.meshConfig ?? null,
+    generation: snapshot.generation,
+    trafficTargets: snapshot.trafficTargets,
+    trafficSplits: snapshot.trafficSplits,
+    ingressBackends: snapshot.ingressBackends,
+    egressPolicies: snapshot.egressPolicies,
+    retryPolicies: snapshot.retryPolicies,
+    upstreamTrafficSettings: snapshot.upstreamTrafficSettings,
+    configValidationFailures: controller.validationFailures().map((f) => ({
+      proxy: f.proxy.uuid,
+      identity: f.proxy.identity,
+      violations: f.violations.map(formatViolation),
+    })),
+    problems: controller.policyProblems().map((p) => ({ ...p, text: formatProblem(p) })),
+    manifestErrors: source instanceof ManifestsSource ? source.errors().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
+    manifestWarnings: source instanceof ManifestsSource ? source.warnings().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
+    ...(kube ? { kubernetes: kube.status() } : {}),
   };
 }
 

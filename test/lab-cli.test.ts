@@ -52,7 +52,7 @@ describe('trellis lab up: failures are reported at once, with their reason', { s
     try {
       const up = await trellis(['lab', 'up', '--manifests', manifests, ...common(), '--timeout', '30']);
       assert.equal(up.code, 1, up.stdout);
-      assert.match(up.stderr, /^trellis lab: the lab failed to start: the controller exited \(1\) before it was ready: cannot listen on --http-address 127\.0\.0\.1:19801: .*EADDRINUSE/m);
+      assert.match(up.stderr, /^trellis lab: the lab failed to start: the controller exited \(1\) before it was ready: operations server: cannot listen on --http-address 127\.0\.0\.1:19801: .*EADDRINUSE/m);
       assert.doesNotMatch(up.stderr, /no mesh CA/);
       assert.equal(up.stdout, '', 'no status of a lab that did not start');
     } finally {

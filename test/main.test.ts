@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -155,6 +155,98 @@ describe('an ADS address in use', () => {
       assert.match(String(errors[0].err), new RegExp(`cannot listen on ${flag} ${address}: .*EADDRINUSE`));
     });
   }
+});
+
+describe('the ordered start and stop', () => {
+  /** A port free now on 127.0.0.1 (bound to port 0, then closed). */
+  async function freePort(): Promise<number> {
+    const server = net.createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as net.AddressInfo;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    return port;
+  }
+
+  /** True when `port` on 127.0.0.1 can be bound (nothing listens on it any more). */
+  async function portIsFree(port: number): Promise<boolean> {
+    const server = net.createServer();
+    const bound = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (bound) await new Promise<void>((resolve) => server.close(() => resolve()));
+    return bound;
+  }
+
+  const failures: { part: string; options: (dir: string, busy: string) => Partial<Parameters<typeof runController>[0]>; message: RegExp }[] = [
+    { part: 'Kubernetes client', options: (dir) => ({ kubernetes: { kubeconfig: path.join(dir, 'no-such-kubeconfig') } }), message: /^Kubernetes client: .*no-such-kubeconfig/ },
+    { part: 'certificate authority', options: (dir) => ({ manifests: 'examples/bookstore', stateDir: path.join(dir, 'key-only') }), message: /^certificate authority: CA state: .*ca\.pem is missing/ },
+    { part: 'manifests source', options: (dir) => ({ manifests: path.join(dir, 'no-such-dir') }), message: /^manifests source: manifests directory .*no-such-dir: ENOENT/ },
+    { part: 'plaintext ADS listener', options: (_dir, busy) => ({ manifests: 'examples/bookstore', xdsPlaintextAddress: busy }), message: /^plaintext ADS listener: cannot listen on --xds-plaintext-address .*EADDRINUSE/ },
+  ];
+  for (const failure of failures) {
+    it(`a failure to start the ${failure.part} names it and stops what had started (the listeners are closed)`, async () => {
+      const dir = await mkdtemp(path.join(tmpdir(), 'trellis-unwind-'));
+      await mkdir(path.join(dir, 'key-only'));
+      await writeFile(path.join(dir, 'key-only', 'ca-key.pem'), 'a key without its certificate\n');
+      const busy = net.createServer();
+      await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+      try {
+        const httpPort = await freePort();
+        const xdsPort = await freePort();
+        const lines: Record<string, unknown>[] = [];
+        await assert.rejects(
+          runController({
+            meshName: 'osm',
+            stateDir: path.join(dir, 'state'),
+            xdsAddress: `127.0.0.1:${xdsPort}`,
+            httpAddress: `127.0.0.1:${httpPort}`,
+            resyncIntervalMs: 0,
+            warmUpConfigurationBytes: 0,
+            logger: pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
+            ...failure.options(dir, `127.0.0.1:${(busy.address() as net.AddressInfo).port}`),
+          }),
+          (err: unknown) => {
+            assert.ok(err instanceof Error);
+            assert.match(err.message, failure.message);
+            assert.equal((err as { part?: string }).part, failure.part);
+            return true;
+          },
+        );
+        assert.equal(await portIsFree(httpPort), true, 'the operations server is closed');
+        assert.equal(await portIsFree(xdsPort), true, 'the mTLS ADS listener is closed (or never opened)');
+        assert.deepEqual(lines.filter((l) => Number(l.level) >= 50), [], 'every part stopped cleanly');
+      } finally {
+        busy.close();
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+  }
+
+  it('stop closes every listener, and a second stop (also one made meanwhile) is the same stop', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'trellis-stop-'));
+    try {
+      const running = await runController({
+        manifests: 'examples/bookstore',
+        meshName: 'osm',
+        stateDir: path.join(dir, 'state'),
+        xdsAddress: '127.0.0.1:0',
+        xdsPlaintextAddress: '127.0.0.1:0',
+        httpAddress: '127.0.0.1:0',
+        resyncIntervalMs: 0,
+        warmUpConfigurationBytes: 0,
+        logger: pino({ level: 'silent' }),
+      });
+      assert.equal((await fetch(`http://127.0.0.1:${running.httpPort}/readyz`)).status, 200);
+      const first = running.stop();
+      const second = running.stop();
+      await Promise.all([first, second]);
+      await running.stop();
+      for (const port of [running.httpPort, running.xdsPort, running.xdsPlaintextPort!]) assert.equal(await portIsFree(port), true, `port ${port} closed`);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('routeGrpcLogs', () => {

@@ -1,7 +1,11 @@
+/**
+ * The bodies of `trellis namespace add|remove|list` and `trellis proxy config` (the Kubernetes
+ * API calls). `kube-command-line.ts` registers the commands and imports this module, and with
+ * it `@kubernetes/client-node`, only when one of them runs.
+ */
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig, type V1Namespace } from '@kubernetes/client-node';
-import type { Command } from 'commander';
 import { PROXY_UUID_LABEL } from '../proxy/pod-check.js';
-import { loadKubeConfig, MONITORED_BY_LABEL } from '../sources/kubernetes/kubernetes-source.js';
+import { MONITORED_BY_LABEL } from '../sources/kubernetes/kubernetes-source.js';
 import { apiErrorMessage, apiStatusCode } from '../util/kube-api.js';
 
 /** Where a command writes: standard output for results. */
@@ -111,45 +115,4 @@ async function patchLabels(api: CoreV1Api, name: string, labels: Record<string, 
   } catch (err) {
     throw new Error(`cannot update namespace ${name}: ${apiErrorMessage(err)}`);
   }
-}
-
-/** Runs a command body, printing its error as `trellis <command>: <message>` and setting the exit code. */
-async function run(command: string, body: () => Promise<void>): Promise<void> {
-  try {
-    await body();
-  } catch (err) {
-    process.stderr.write(`trellis ${command}: ${err instanceof Error ? err.message : String(err)}\n`);
-    process.exitCode = 1;
-  }
-}
-
-/** Adds `trellis namespace add|remove|list` and `trellis proxy config` to `program`. */
-export function registerKubeCommands(program: Command): void {
-  const stdout: CommandOutput = { write: (text) => void process.stdout.write(text) };
-  const namespace = program.command('namespace').description('add namespaces to the mesh, remove them, list them (the openservicemesh.io/monitored-by label)');
-  const meshOptions = (c: Command): Command =>
-    c.option('--mesh-name <name>', 'mesh name', 'osm').option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)');
-  meshOptions(namespace.command('add').argument('<namespace...>').description('label namespaces as monitored by the mesh')).action(
-    (names: string[], opts: { meshName: string; kubeconfig?: string }) =>
-      run('namespace add', () => namespaceAdd(loadKubeConfig(opts.kubeconfig), names, opts.meshName, stdout)),
-  );
-  meshOptions(namespace.command('remove').argument('<namespace...>').description('remove the mesh label from namespaces')).action(
-    (names: string[], opts: { meshName: string; kubeconfig?: string }) =>
-      run('namespace remove', () => namespaceRemove(loadKubeConfig(opts.kubeconfig), names, opts.meshName, stdout)),
-  );
-  meshOptions(namespace.command('list').description('list the namespaces in the mesh')).action((opts: { meshName: string; kubeconfig?: string }) =>
-    run('namespace list', () => namespaceList(loadKubeConfig(opts.kubeconfig), opts.meshName, stdout)),
-  );
-
-  const proxy = program.command('proxy').description('inspect mesh proxies');
-  proxy
-    .command('config')
-    .argument('<pod>')
-    .description("print a pod's proxy configuration (the controller's /debug/config_dump)")
-    .requiredOption('-n, --namespace <ns>', 'namespace of the pod')
-    .option('--controller <url>', 'the controller operations server (e.g. through kubectl port-forward -n osm-system svc/osm-controller 9091)', 'http://127.0.0.1:9091')
-    .option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
-    .action((pod: string, opts: { namespace: string; controller: string; kubeconfig?: string }) =>
-      run('proxy config', () => proxyConfig(loadKubeConfig(opts.kubeconfig), pod, opts.namespace, opts.controller, stdout)),
-    );
 }

@@ -1,9 +1,10 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import { parseGoDuration } from '../catalog/build-snapshot.js';
+import { StartError } from '../controller/lifecycle.js';
 import { runController } from '../main.js';
 import { writeProxyBootstrap } from './bootstrap-command.js';
-import { registerKubeCommands } from './kube-commands.js';
+import { registerKubeCommands } from './kube-command-line.js';
 import { registerLabCommands } from './lab-command.js';
 import { registerLabToolCommands } from './lab-tools-command.js';
 import { exitOnSignal } from './signals.js';
@@ -118,7 +119,7 @@ export async function main(argv: readonly string[]): Promise<void> {
           logger,
         });
       } catch (err) {
-        logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'controller failed to start');
+        logger.fatal({ err: err instanceof Error ? err.message : String(err), ...(err instanceof StartError ? { part: err.part } : {}) }, 'controller failed to start');
         process.exit(1);
       }
       exitOnSignal(async (signal) => {

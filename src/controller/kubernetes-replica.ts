@@ -1,16 +1,12 @@
+/**
+ * Kubernetes mode's replica coordination (shared CA Secret, leader Lease). Imported on demand by
+ * the composition root (`src/main.ts`), in Kubernetes mode only: it loads `@kubernetes/client-node`.
+ */
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { CertificateAuthority } from '../certificate/authority.js';
 import { DEFAULT_CA_SECRET_NAME, loadOrCreateCaSecret, secretApiFor } from '../certificate/secret-store.js';
 import { DEFAULT_LEASE_NAME, LeaderElector, leaseApiFor } from './leader-election.js';
-
-/** The namespace the controller runs in when nothing says otherwise. */
-export const DEFAULT_CONTROLLER_NAMESPACE = 'osm-system';
-
-/** The controller's namespace: `$POD_NAMESPACE` (downward API) when set, else {@link DEFAULT_CONTROLLER_NAMESPACE}. */
-export function defaultControllerNamespace(env: NodeJS.ProcessEnv = process.env): string {
-  return env.POD_NAMESPACE || DEFAULT_CONTROLLER_NAMESPACE;
-}
 
 /** Options of {@link startReplicaCoordination}. */
 export interface ReplicaCoordinationOptions {
