@@ -16,7 +16,7 @@ import type { TypeUrl } from '../../api/type-urls.js';
 import type { ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
 import { validateCrossResource, type DecodedResource } from './cross-resource.js';
-import { ResourceCheckCache } from './resource-check-cache.js';
+import { ResourceCheckCache, resourceKey as key } from './resource-check-cache.js';
 
 export { validateMessage, validateEncoded, PgvRules, type RuleViolation } from './pgv-rules.js';
 export { validLike } from './alike.js';
@@ -65,10 +65,6 @@ export interface ValidationResult {
   readonly valid: ProxyResources;
   /** What was left out of `valid`, in the order it was decided. */
   readonly dropped: readonly DroppedResource[];
-}
-
-function key(typeUrl: TypeUrl, name: string): string {
-  return `${typeUrl}\n${name}`;
 }
 
 

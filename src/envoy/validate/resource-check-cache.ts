@@ -115,7 +115,7 @@ export class ResourceCheckCache {
 
   /** A whole resource (or a base part). */
   private checkWhole(typeUrl: TypeUrl, resource: object, name: string | undefined): CheckedResource {
-    const nameKey = name === undefined ? undefined : key(typeUrl, name);
+    const nameKey = name === undefined ? undefined : resourceKey(typeUrl, name);
     const ofType = getOrCreate(this.siblingsByType, typeUrl, () => []);
     const named = nameKey === undefined ? undefined : this.siblingsByName.get(nameKey);
     let result = this.likeSibling(typeUrl, resource, named);
@@ -171,7 +171,7 @@ function attempt(check: () => CheckedResource): CheckedResource {
   }
 }
 
-/** The key of a resource of `typeUrl` named `name`. */
-function key(typeUrl: TypeUrl, name: string): string {
+/** One string per resource of `typeUrl` named `name` (a map key). */
+export function resourceKey(typeUrl: TypeUrl, name: string): string {
   return `${typeUrl}\n${name}`;
 }
