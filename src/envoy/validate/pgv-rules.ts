@@ -1,7 +1,6 @@
 /**
  * The protoc-gen-validate (PGV) rules interpreter: checks a decoded Envoy resource against the
- * constraints written in
- the Envoy protos themselves: the `(validate.rules)` field options, `(validate.required)` on
+ * constraints written in the Envoy protos themselves: the `(validate.rules)` field options, `(validate.required)` on
  * oneofs and `(validate.disabled)` / `(validate.ignored)` on messages, as protobufjs parsed them
  * from the `.proto` files (`parsedOptions`). Nothing here restates a rule by hand: a rule the
  * protos do not carry is not checked (cross-resource rules live in `cross-resource.ts`).
