@@ -55,15 +55,36 @@ export const PROTO_LOADER_OPTIONS = {
   includeDirs: [...PROTO_INCLUDE_DIRS],
 } as const;
 
-let root: protobuf.Root | undefined;
+/**
+ * The loaded protos, and what is looked up in them over and over. The one piece of module
+ * state here: loaded once (a pure function of {@link PROTO_FILES}), never changed after; the
+ * lookup memo holds only types found in it (at most one entry per message type and way of
+ * naming it), so it is bounded by the protos.
+ */
+interface LoadedProtos {
+  readonly root: protobuf.Root;
+  /** By fully-qualified name or type URL: the message types asked for so far. */
+  readonly types: Map<string, protobuf.Type>;
+  /** protobufjs' `fullName` is a getter that walks the namespace tree: compare these types by identity instead. */
+  readonly any: protobuf.Type;
+  readonly struct: protobuf.Type;
+  readonly value: protobuf.Type;
+}
+
+let loaded: LoadedProtos | undefined;
 
 /**
  * Loads (once) and returns the protobufjs root holding every message in {@link PROTO_FILES}
- * with their dependencies, field names kept in snake_case.
+ * with their dependencies, field names kept in snake_case. The root is not changed afterwards
+ * (callers must not add to it): reflection objects can be keys of caches that outlive a call.
  * @throws Error when a proto file cannot be found or parsed.
  */
 export function loadEnvoyRoot(): protobuf.Root {
-  if (root) return root;
+  return protos().root;
+}
+
+function protos(): LoadedProtos {
+  if (loaded) return loaded;
   const r = new protobuf.Root();
   r.resolvePath = (_origin, target) => {
     if (path.isAbsolute(target)) return target;
@@ -77,8 +98,14 @@ export function loadEnvoyRoot(): protobuf.Root {
   r.resolveAll();
   freezeNames(r);
   cacheAnyLookups(r);
-  root = r;
-  return r;
+  loaded = {
+    root: r,
+    types: new Map(),
+    any: r.lookupType('google.protobuf.Any'),
+    struct: r.lookupType('google.protobuf.Struct'),
+    value: r.lookupType('google.protobuf.Value'),
+  };
+  return loaded;
 }
 
 /**
@@ -95,22 +122,23 @@ function freezeNames(ns: protobuf.NamespaceBase): void {
 
 /**
  * protobufjs' `Any` wrapper looks the payload type up by name (a namespace walk) for every
- * `Any` it encodes or decodes; remember the answers (the loaded tree does not change).
+ * `Any` it encodes or decodes; remember the types found (the loaded tree does not change). A
+ * name not found is not remembered, so what is kept is bounded by the protos whatever `Any`
+ * type URLs are decoded.
  */
 function cacheAnyLookups(r: protobuf.Root): void {
   const any = r.lookupType('google.protobuf.Any');
   const lookup = any.lookup.bind(any);
-  const found = new Map<string, protobuf.ReflectionObject | null>();
+  const found = new Map<string, protobuf.ReflectionObject>();
   any.lookup = (path: string | string[], filterTypes?: unknown, parentAlreadyChecked?: boolean) => {
     if (typeof path !== 'string' || filterTypes !== undefined || parentAlreadyChecked !== undefined) {
       return lookup(path, filterTypes as never, parentAlreadyChecked);
     }
-    let hit = found.get(path);
-    if (hit === undefined) {
-      hit = lookup(path);
-      found.set(path, hit);
-    }
-    return hit;
+    const hit = found.get(path);
+    if (hit !== undefined) return hit;
+    const looked = lookup(path);
+    if (looked !== null) found.set(path, looked);
+    return looked;
   };
 }
 
@@ -121,16 +149,15 @@ function cacheAnyLookups(r: protobuf.Root): void {
 export function messageType(nameOrTypeUrl: string): protobuf.Type {
   // protobufjs' lookup walks the namespace tree on every call; the hot paths (encode, validate)
   // ask for the same few dozen types over and over.
-  let t = typeCache.get(nameOrTypeUrl);
+  const { root: r, types } = protos();
+  let t = types.get(nameOrTypeUrl);
   if (!t) {
     const name = nameOrTypeUrl.startsWith(TYPE_URL_PREFIX) ? nameOrTypeUrl.slice(TYPE_URL_PREFIX.length) : nameOrTypeUrl;
-    t = loadEnvoyRoot().lookupType(name);
-    typeCache.set(nameOrTypeUrl, t);
+    t = r.lookupType(name); // throws when not found: only found types are kept
+    types.set(nameOrTypeUrl, t);
   }
   return t;
 }
-
-const typeCache = new Map<string, protobuf.Type>();
 
 /** A `google.protobuf.Any` with its value already encoded. */
 export interface EncodedAny {
@@ -146,17 +173,6 @@ interface FieldPath {
 
 function formatPath(path: FieldPath | string): string {
   return typeof path === 'string' ? path : `${formatPath(path.up)}${path.segment}`;
-}
-
-/** protobufjs' `fullName` is a getter that walks the namespace tree: compare types by identity instead. */
-let wellKnown: { any: protobuf.Type; struct: protobuf.Type; value: protobuf.Type } | undefined;
-function wellKnownTypes(): NonNullable<typeof wellKnown> {
-  wellKnown ??= {
-    any: messageType('google.protobuf.Any'),
-    struct: messageType('google.protobuf.Struct'),
-    value: messageType('google.protobuf.Value'),
-  };
-  return wellKnown;
 }
 
 /**
@@ -192,7 +208,7 @@ function checkKnownFields(type: protobuf.Type, object: unknown, where: FieldPath
   if (object === null || object === undefined || typeof object !== 'object') return;
   if (Buffer.isBuffer(object) || object instanceof Uint8Array) return;
   const obj = object as Record<string, unknown>;
-  const known = wellKnownTypes();
+  const known = protos();
   if (type === known.any) {
     const at = obj['@type'];
     if (typeof at === 'string') {
@@ -266,6 +282,18 @@ function checked(type: protobuf.Type, object: object): object {
 
 function encodeWith(type: protobuf.Type, message: protobuf.Message): Buffer {
   return Buffer.from(type.encode(message).finish());
+}
+
+/**
+ * The wire bytes of a message given as parts (`NamedResource.parts`: messages of its type that
+ * set disjoint fields and share no oneof) from the parts' own encodings: their concatenation,
+ * in order (protobuf: concatenated encodings of one message type parse as their merge, which
+ * with disjoint fields is exactly their union). The one place that joins parts: encode them
+ * one by one ({@link encodeChecked}, or {@link encodeMessage}) and join them here.
+ * @param encodings each part's encoding, the base first.
+ */
+export function joinEncodedParts(encodings: readonly Uint8Array[]): Buffer {
+  return Buffer.concat(encodings);
 }
 
 /** What {@link encodeChecked} returns. */

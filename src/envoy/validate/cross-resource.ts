@@ -4,7 +4,7 @@
  * filter-chain matches, unique virtual-host domains, references that resolve, weighted
  * clusters that add up, IP-literal endpoints, and regexes that compile.
  *
- * Input form: the DECODED form (see `proto-rules.ts`): what `decodeMessage` returns for the
+ * Input form: the DECODED form (see `pgv-rules.ts`): what `decodeMessage` returns for the
  * encoded bytes, with nested `Any` values carrying `@type`.
  *
  * Sources: Envoy docs (`config/listener/v3/listener_components.proto` "FilterChainMatch":
@@ -13,11 +13,12 @@
  * configuration; `xds_protocol` "Resource warming"), gRFC A28 (weighted clusters: the sum must
  * be > 0 and, gRPC C-core, equal `total_weight` when set) and A27 (EDS endpoints must be IPs).
  *
- * Pure: no I/O.
+ * Pure: no I/O. What is found per resource is kept in a {@link ResourceFactsCache} the caller
+ * owns, not in this module.
  */
 import { TypeUrl } from '../../api/type-urls.js';
 import { RE2_UNSUPPORTED, re2Problem } from '../../util/re2.js';
-import { canonicalJson, ipVersion } from './proto-rules.js';
+import { canonicalJson, ipVersion } from './pgv-rules.js';
 
 /** A decoded resource with its xDS name. */
 export interface DecodedResource {
@@ -79,7 +80,7 @@ function num(v: unknown): number {
   const x = o ? o['value'] : v; // UInt32Value in the decoded form is {value}
   return typeof x === 'number' ? x : typeof x === 'string' ? Number(x) : 0;
 }
-/** `<MessageName>` for a decoded `Any` (an object with `@type`), as `proto-rules.ts` writes paths. */
+/** `<MessageName>` for a decoded `Any` (an object with `@type`), as `pgv-rules.ts` writes paths. */
 function anySuffix(o: Obj): string {
   const t = o['@type'];
   return typeof t === 'string' ? `<${t.slice(t.lastIndexOf('.') + 1)}>` : '';
@@ -149,8 +150,8 @@ function clusterRefsOfAction(action: Obj, at: string, out: ResourceReference[]):
  * (`eds_cluster_config.service_name`, else the cluster's name, when fetched over ADS); and
  * every secret named by an `SdsSecretConfig` fetched over ADS.
  */
-export function resourceReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>): readonly ResourceReference[] {
-  return resourceFacts(typeUrl, decoded).references;
+export function resourceReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>, facts: ResourceFactsCache = new ResourceFactsCache()): readonly ResourceReference[] {
+  return facts.of(typeUrl, decoded).references;
 }
 
 function findReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>): ResourceReference[] {
@@ -191,12 +192,18 @@ function findReferences(typeUrl: TypeUrl, decoded: Record<string, unknown>): Res
  * against the rest of its configuration), which references may name.
  * `safe_regex.regex` being empty is left to the `string.min_len` annotation on
  * `RegexMatcher.regex`, and a virtual host without domains to `repeated.min_items` on
- * `VirtualHost.domains` (both checked by `proto-rules.ts`); here regexes are compiled with
+ * `VirtualHost.domains` (both checked by `pgv-rules.ts`); here regexes are compiled with
  * RE2 itself (`re2-wasm`): what RE2 rejects is `regex.compile`, or `regex.re2_unsupported` for
  * a lookaround or backreference.
+ * @param facts what was found before in the same resource objects (a fresh cache by default;
+ *   pass the one you keep so that a resource many proxies get is walked once).
  * @returns the violations, grouped by resource in the order given.
  */
-export function validateCrossResource(resources: DecodedResources, others?: ReadonlyMap<TypeUrl, Iterable<string>>): CrossViolation[] {
+export function validateCrossResource(
+  resources: DecodedResources,
+  others?: ReadonlyMap<TypeUrl, Iterable<string>>,
+  facts: ResourceFactsCache = new ResourceFactsCache(),
+): CrossViolation[] {
   const out: CrossViolation[] = [];
   const names = new Map<TypeUrl, Set<string>>();
   for (const [typeUrl, list] of others ?? []) if (!resources.has(typeUrl)) names.set(typeUrl, new Set(list));
@@ -215,40 +222,53 @@ export function validateCrossResource(resources: DecodedResources, others?: Read
 
   for (const [typeUrl, list] of resources) {
     for (const r of list) {
-      const facts = r.parts && r.parts.length > 0 ? combinedFacts(typeUrl, r.parts) : resourceFacts(typeUrl, r.decoded);
-      for (const ref of facts.references) {
+      const found = r.parts && r.parts.length > 0 ? facts.ofParts(typeUrl, r.parts) : facts.of(typeUrl, r.decoded);
+      for (const ref of found.references) {
         if (names.get(ref.typeUrl)?.has(ref.name)) continue;
         out.push({ typeUrl, name: r.name, path: ref.path, rule: REFERENCE_RULE[ref.typeUrl], message: `${typeName(ref.typeUrl)} "${ref.name}" is not in this proxy's resources` });
       }
-      for (const v of facts.violations) out.push({ typeUrl, name: r.name, ...v });
+      for (const v of found.violations) out.push({ typeUrl, name: r.name, ...v });
     }
   }
   return out;
 }
 
 /** What a resource says on its own, whatever else the proxy gets: the names it refers to and the rules it breaks by itself. */
-interface ResourceFacts {
+export interface ResourceFacts {
   readonly references: readonly ResourceReference[];
   /** Single-resource rules: filter-chain matches, domains, weights, endpoint addresses, regexes. */
   readonly violations: readonly { readonly path: string; readonly rule: string; readonly message: string }[];
 }
 
 /**
- * By resource object: generated objects are never mutated, and a resource many proxies get
- * (a ClusterLoadAssignment, a shared route configuration) is one object, so it is walked once.
+ * What each resource says on its own (the names it refers to, the single-resource rules it
+ * breaks), by resource object: generated objects are never mutated, and a resource many proxies
+ * get (a ClusterLoadAssignment, a shared route configuration, a cluster's base part) is one
+ * object, so it is walked once. Held weakly: a resource no proxy holds any more is forgotten.
+ * The caller owns one (`ResourceCheckCache` holds one) for as long as it validates.
  */
-const factsCache = new WeakMap<object, ResourceFacts>();
+export class ResourceFactsCache {
+  private readonly byObject = new WeakMap<object, ResourceFacts>();
 
-/** The facts of a resource given as parts with disjoint fields: every rule reads fields of one part. */
-function combinedFacts(typeUrl: TypeUrl, parts: readonly Record<string, unknown>[]): ResourceFacts {
-  if (parts.length === 1) return resourceFacts(typeUrl, parts[0]);
-  const each = parts.map((p) => resourceFacts(typeUrl, p));
-  return { references: each.flatMap((f) => f.references), violations: each.flatMap((f) => f.violations) };
+  /** The facts of `decoded`, a resource of `typeUrl`: found once per object. */
+  of(typeUrl: TypeUrl, decoded: Record<string, unknown>): ResourceFacts {
+    let found = this.byObject.get(decoded);
+    if (!found) {
+      found = resourceFacts(typeUrl, decoded);
+      this.byObject.set(decoded, found);
+    }
+    return found;
+  }
+
+  /** The facts of a resource given as parts with disjoint fields (every rule reads fields of one part): each part's, in order. */
+  ofParts(typeUrl: TypeUrl, parts: readonly Record<string, unknown>[]): ResourceFacts {
+    if (parts.length === 1) return this.of(typeUrl, parts[0]!);
+    const each = parts.map((p) => this.of(typeUrl, p));
+    return { references: each.flatMap((f) => f.references), violations: each.flatMap((f) => f.violations) };
+  }
 }
 
 function resourceFacts(typeUrl: TypeUrl, decoded: Record<string, unknown>): ResourceFacts {
-  const found = factsCache.get(decoded);
-  if (found) return found;
   const violations: { path: string; rule: string; message: string }[] = [];
   const add: Add = (path, rule, message) => void violations.push({ path, rule, message });
   if (typeUrl === TypeUrl.Listener) {
@@ -267,9 +287,7 @@ function resourceFacts(typeUrl: TypeUrl, decoded: Record<string, unknown>): Reso
   const references = findReferences(typeUrl, decoded);
   // One walk of the whole resource for the secrets it names (not a Secret's own) and its regexes.
   walkNested(decoded, [], '', typeUrl === TypeUrl.Secret ? undefined : references, add);
-  const facts: ResourceFacts = { references, violations };
-  factsCache.set(decoded, facts);
-  return facts;
+  return { references, violations };
 }
 
 type Add = (path: string, rule: string, message: string) => void;
@@ -356,7 +374,7 @@ function checkEndpoints(cla: Obj, base: string, add: Add): void {
 
 /** Finds every `RegexMatcher` (an object with a string `regex` and `google_re2`, or under `safe_regex`/`pattern`). */
 /**
- * A step of a field path (`proto-rules.ts`'s format), formatted only where something is found:
+ * A step of a field path (`pgv-rules.ts`'s format), formatted only where something is found:
  * a field name, `<MessageName>` after a decoded `Any`, or an index.
  */
 type Step = string | number;

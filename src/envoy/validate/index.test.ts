@@ -226,6 +226,18 @@ describe('validateProxyResources: what is left out', () => {
   });
 });
 
+describe('ResourceCheckCache: what it remembers is its own', () => {
+  it('a fresh cache finds, in objects another cache checked, what they break now (cross-resource facts included)', () => {
+    const set = baseSet();
+    assert.deepEqual(validateProxyResources(toResources(set), new ResourceCheckCache()).violations, []);
+    // Objects a cache checked are not to be changed (generated objects never are); a test that
+    // changes one and checks it with a new cache must not get the first cache's answers.
+    RC(set).virtual_hosts[0].routes[0].route.cluster = 'missing';
+    const again = validateProxyResources(toResources(set), new ResourceCheckCache());
+    assert.deepEqual(again.violations.map((v) => `${v.name} ${v.rule} ${v.path}`), ['rds-outbound.80 reference.cluster virtual_hosts[0].routes[0].route.cluster']);
+  });
+});
+
 describe('generated configuration of the bookstore fixture', () => {
   const certs = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
   for (const permissive of [false, true]) {

@@ -1,6 +1,6 @@
 /**
- * Checks a decoded Envoy resource against the protoc-gen-validate (PGV) constraints written in
- * the Envoy protos themselves: the `(validate.rules)` field options, `(validate.required)` on
+ * The protoc-gen-validate (PGV) rules interpreter: checks a decoded Envoy resource against the
+ * constraints written in the Envoy protos themselves: the `(validate.rules)` field options, `(validate.required)` on
  * oneofs and `(validate.disabled)` / `(validate.ignored)` on messages, as protobufjs parsed them
  * from the `.proto` files (`parsedOptions`). Nothing here restates a rule by hand: a rule the
  * protos do not carry is not checked (cross-resource rules live in `cross-resource.ts`).
@@ -27,11 +27,13 @@
  * Approximations: `pattern` (RE2 in PGV) is compiled as a JavaScript RegExp; timestamp rules
  * and a few rarely used string formats (`email`, `uri`, `uri_ref`) are not checked.
  *
- * Pure: no I/O (the protos are loaded once by `loadEnvoyRoot`).
+ * Pure: no I/O (the protos are loaded once by `loadEnvoyRoot`). What is read of the protos'
+ * options is kept in a {@link PgvRules} the caller owns, not in this module. The shortcut that
+ * decides a message valid from a valid one alike it, without running the rules, is `alike.ts`.
  */
 import { compileRe2 } from '../../util/re2.js';
 import protobuf from 'protobufjs';
-import { decodeMessage, fitsField, messageType } from '../../api/codec.js';
+import { decodeMessage, messageType } from '../../api/codec.js';
 
 /**
  * One broken constraint.
@@ -51,22 +53,57 @@ export interface RuleViolation {
 }
 
 /** A PGV `FieldRules` message as protobufjs parses it from the option text (snake_case keys). */
-type Rules = Record<string, unknown>;
+export type FieldRules = Record<string, unknown>;
+type Rules = FieldRules;
 type Obj = Record<string, unknown>;
 
-const rulesCache = new WeakMap<protobuf.ReflectionObject, Rules | null>();
+/** What of a message type's own options the walk needs, read once per type. */
+interface MessagePlan {
+  /** `(validate.disabled)` or `(validate.ignored)`: nothing inside is checked. */
+  readonly skip: boolean;
+  /** Oneofs marked `(validate.required)`. */
+  readonly requiredOneofs: readonly protobuf.OneOf[];
+  /** Every field in declaration order with its merged `(validate.rules)` (null: none). */
+  readonly fields: readonly { readonly field: protobuf.Field; readonly rules: Rules | null }[];
+}
 
-/** Merges every `(validate.rules)` entry of a field's parsed options into one rule set (or null). */
-function fieldRules(field: protobuf.Field): Rules | null {
-  const cached = rulesCache.get(field);
-  if (cached !== undefined) return cached;
-  let merged: Rules | null = null;
-  for (const option of (field.parsedOptions as Obj[] | undefined) ?? []) {
-    const r = option['(validate.rules)'];
-    if (r && typeof r === 'object') merged = deepMerge(merged ?? {}, r as Rules);
+/**
+ * The PGV constraints of the loaded protos as the rules interpreter uses them: each field's
+ * merged `(validate.rules)` and each message type's options, read from protobufjs' reflection
+ * objects on first use and kept by object (the loaded protos do not change; a type no longer
+ * reachable is forgotten with it). The caller owns one for as long as it validates
+ * (`ResourceCheckCache` holds one); a fresh one gives the same answers, reading the options again.
+ */
+export class PgvRules {
+  private readonly byField = new WeakMap<protobuf.Field, Rules | null>();
+  private readonly byType = new WeakMap<protobuf.Type, MessagePlan>();
+
+  /** Every `(validate.rules)` entry of `field`'s parsed options merged into one rule set; null when it has none. */
+  fieldRules(field: protobuf.Field): FieldRules | null {
+    const cached = this.byField.get(field);
+    if (cached !== undefined) return cached;
+    let merged: Rules | null = null;
+    for (const option of (field.parsedOptions as Obj[] | undefined) ?? []) {
+      const r = option['(validate.rules)'];
+      if (r && typeof r === 'object') merged = deepMerge(merged ?? {}, r as Rules);
+    }
+    this.byField.set(field, merged);
+    return merged;
   }
-  rulesCache.set(field, merged);
-  return merged;
+
+  /** What the walk reads of `type`: whether it is skipped, its required oneofs, its fields with their rules. */
+  messagePlan(type: protobuf.Type): MessagePlan {
+    let plan = this.byType.get(type);
+    if (!plan) {
+      plan = {
+        skip: hasOption(type, '(validate.disabled)') || hasOption(type, '(validate.ignored)'),
+        requiredOneofs: type.oneofsArray.filter((o) => hasOption(o, '(validate.required)')),
+        fields: type.fieldsArray.map((field) => ({ field, rules: this.fieldRules(field) })),
+      };
+      this.byType.set(type, plan);
+    }
+    return plan;
+  }
 }
 
 function deepMerge(a: Rules, b: Rules): Rules {
@@ -87,7 +124,8 @@ function hasOption(obj: protobuf.ReflectionObject, name: string): boolean {
   return ((obj.parsedOptions as Obj[] | undefined) ?? []).some((o) => o[name] === true);
 }
 
-function isSet(v: unknown): boolean {
+/** Neither undefined nor null: a field the decoded (or object) form sets. */
+export function isSet(v: unknown): boolean {
   return v !== undefined && v !== null;
 }
 
@@ -100,7 +138,8 @@ function show(v: unknown): string {
   return s.length > 80 ? `${s.slice(0, 77)}...` : s;
 }
 
-const WRAPPER_KIND: Readonly<Record<string, string>> = {
+/** The scalar kind of each wrapper message (`google.protobuf.UInt32Value` …), by full name: its rules apply to its `.value`. */
+export const WRAPPER_KIND: Readonly<Record<string, string>> = {
   '.google.protobuf.DoubleValue': 'double',
   '.google.protobuf.FloatValue': 'float',
   '.google.protobuf.Int64Value': 'int64',
@@ -112,8 +151,12 @@ const WRAPPER_KIND: Readonly<Record<string, string>> = {
   '.google.protobuf.BytesValue': 'bytes',
 };
 
-const BIG_KINDS = new Set(['int64', 'uint64', 'sint64', 'fixed64', 'sfixed64']);
-const NUMERIC_KINDS = new Set(['int32', 'uint32', 'sint32', 'fixed32', 'sfixed32', 'double', 'float', ...BIG_KINDS]);
+/** Messages whose content no rule reaches (`google.protobuf.Struct`, `Value`, `ListValue`), by full name. */
+export const UNSTRUCTURED: ReadonlySet<string> = new Set(['.google.protobuf.Struct', '.google.protobuf.Value', '.google.protobuf.ListValue']);
+
+const BIG_KINDS: ReadonlySet<string> = new Set(['int64', 'uint64', 'sint64', 'fixed64', 'sfixed64']);
+/** The numeric scalar kinds (PGV names its rule kinds after them). */
+export const NUMERIC_KINDS: ReadonlySet<string> = new Set(['int32', 'uint32', 'sint32', 'fixed32', 'sfixed32', 'double', 'float', ...BIG_KINDS]);
 
 /** Zero value of a scalar proto type as the decoded form would show it. */
 function zeroOf(type: string): unknown {
@@ -383,6 +426,16 @@ function checkScalar(type: string, rules: Rules, value: unknown, enumType: proto
   }
 }
 
+/**
+ * True when `value`, of a scalar field of proto type `type`, meets the field's `rules` (enum
+ * rules apart: they need the enum type).
+ */
+export function meetsScalarRules(type: string, rules: FieldRules, value: unknown): boolean {
+  const out: RuleViolation[] = [];
+  checkScalar(type, rules, value, undefined, '', out);
+  return out.length === 0;
+}
+
 function isZero(type: string, value: unknown, enumType: protobuf.Enum | undefined): boolean {
   if (value === undefined || value === null || value === '' || value === false || value === 0 || value === '0') return true;
   if (enumType && typeof value === 'string') return enumType.values[value] === 0;
@@ -390,7 +443,7 @@ function isZero(type: string, value: unknown, enumType: protobuf.Enum | undefine
 }
 
 /** Looks up an `Any`'s payload type by its type URL; undefined when it is not loaded. */
-function anyType(typeUrl: string): protobuf.Type | undefined {
+export function anyType(typeUrl: string): protobuf.Type | undefined {
   try {
     return messageType(typeUrl);
   } catch {
@@ -402,10 +455,11 @@ function anyType(typeUrl: string): protobuf.Type | undefined {
  * Validates one decoded value of a single (non-repeated, non-map) field, or of one element
  * of a repeated field / one map value, given the rules that apply to it.
  */
-function checkValue(field: protobuf.Field, rules: Rules | null, value: unknown, path: string, out: RuleViolation[]): void {
+function checkValue(pgv: PgvRules, field: protobuf.Field, rules: Rules | null, value: unknown, path: string, out: RuleViolation[]): void {
   const rt = field.resolvedType;
   if (rt instanceof protobuf.Type) {
-    const full = fullNameOf(rt);
+    // A plain property once the protos are loaded (`loadEnvoyRoot` pins it).
+    const full = rt.fullName;
     const wrapperKind = WRAPPER_KIND[full];
     if (wrapperKind) {
       if (rules) {
@@ -432,13 +486,13 @@ function checkValue(field: protobuf.Field, rules: Rules | null, value: unknown, 
       if ((rules?.['message'] as Rules | undefined)?.['skip'] === true) return;
       if (typeof (value as Obj)['@type'] === 'string') {
         const inner = anyType((value as Obj)['@type'] as string);
-        if (inner) walkMessage(inner, value as Obj, `${path}<${inner.name}>`, out);
+        if (inner) walkMessage(pgv, inner, value as Obj, `${path}<${inner.name}>`, out);
       }
       return;
     }
-    if (full === '.google.protobuf.Struct' || full === '.google.protobuf.Value' || full === '.google.protobuf.ListValue') return;
+    if (UNSTRUCTURED.has(full)) return;
     if ((rules?.['message'] as Rules | undefined)?.['skip'] === true) return;
-    if (value && typeof value === 'object') walkMessage(rt, value as Obj, path, out);
+    if (value && typeof value === 'object') walkMessage(pgv, rt, value as Obj, path, out);
     return;
   }
   if (rules) checkScalar(field.type, rules, value, rt instanceof protobuf.Enum ? rt : undefined, path, out);
@@ -446,40 +500,6 @@ function checkValue(field: protobuf.Field, rules: Rules | null, value: unknown, 
 
 function isMessageField(field: protobuf.Field): boolean {
   return field.resolvedType instanceof protobuf.Type;
-}
-
-/** protobufjs computes `fullName` by walking the namespace tree on every read: remember it per type. */
-const fullNames = new WeakMap<protobuf.Type, string>();
-function fullNameOf(type: protobuf.Type): string {
-  let name = fullNames.get(type);
-  if (name === undefined) {
-    name = type.fullName;
-    fullNames.set(type, name);
-  }
-  return name;
-}
-
-/** What of a message type's own options the walk needs, read once per type. */
-interface MessagePlan {
-  /** `(validate.disabled)` or `(validate.ignored)`: nothing inside is checked. */
-  readonly skip: boolean;
-  /** Oneofs marked `(validate.required)`. */
-  readonly requiredOneofs: readonly protobuf.OneOf[];
-  /** Every field in declaration order with its merged `(validate.rules)` (null: none). */
-  readonly fields: readonly { readonly field: protobuf.Field; readonly rules: Rules | null }[];
-}
-const messagePlans = new WeakMap<protobuf.Type, MessagePlan>();
-function messagePlan(type: protobuf.Type): MessagePlan {
-  let plan = messagePlans.get(type);
-  if (!plan) {
-    plan = {
-      skip: hasOption(type, '(validate.disabled)') || hasOption(type, '(validate.ignored)'),
-      requiredOneofs: type.oneofsArray.filter((o) => hasOption(o, '(validate.required)')),
-      fields: type.fieldsArray.map((field) => ({ field, rules: fieldRules(field) })),
-    };
-    messagePlans.set(type, plan);
-  }
-  return plan;
 }
 
 const REQUIRED_KINDS = ['message', 'duration', 'timestamp', 'any'] as const;
@@ -494,8 +514,8 @@ function requiredKind(rules: Rules): string | undefined {
  * @param presentOnly check only the fields `obj` sets, at this level (not oneof requirements or
  *   absent fields): for a part of a message whose other fields are checked with another part.
  */
-function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViolation[], presentOnly = false): void {
-  const plan = messagePlan(type);
+function walkMessage(pgv: PgvRules, type: protobuf.Type, obj: Obj, path: string, out: RuleViolation[], presentOnly = false): void {
+  const plan = pgv.messagePlan(type);
   if (plan.skip) return;
   for (const oneof of presentOnly ? [] : plan.requiredOneofs) {
     const set = oneof.oneof.filter((n) => isSet(obj[n]));
@@ -528,7 +548,7 @@ function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViola
         const at = `${here}[${k}]`;
         if (keyRules) checkScalar((field as unknown as protobuf.MapField).keyType, keyRules, k, undefined, at, out);
         if (!isSet(v)) continue;
-        if (isMessageField(field) || valueRules) checkValue(field, valueRules, v, at, out);
+        if (isMessageField(field) || valueRules) checkValue(pgv, field, valueRules, v, at, out);
       }
       continue;
     }
@@ -555,7 +575,7 @@ function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViola
       const itemRules = (r?.['items'] as Rules | undefined) ?? null;
       // Plain loops, no closures: this runs for every repeated field of every resource.
       if (isMessageField(field) || itemRules) {
-        for (let i = 0; i < list.length; i++) if (isSet(list[i])) checkValue(field, itemRules, list[i], `${here}[${i}]`, out);
+        for (let i = 0; i < list.length; i++) if (isSet(list[i])) checkValue(pgv, field, itemRules, list[i], `${here}[${i}]`, out);
       }
       continue;
     }
@@ -566,14 +586,14 @@ function walkMessage(type: protobuf.Type, obj: Obj, path: string, out: RuleViola
         if (required) out.push({ path: here, rule: `${required}.required`, message: 'is required' });
         continue;
       }
-      checkValue(field, rules, value, here, out);
+      checkValue(pgv, field, rules, value, here, out);
       continue;
     }
     if (!rules) continue;
     if (!present && field.partOf) continue; // oneof member (or proto3 optional) not set: PGV skips it
     const rt = field.resolvedType;
     const enumZero = rt instanceof protobuf.Enum ? (rt.valuesById[0] ?? 0) : undefined;
-    checkValue(field, rules, present ? value : (enumZero ?? zeroOf(field.type)), here, out);
+    checkValue(pgv, field, rules, present ? value : (enumZero ?? zeroOf(field.type)), here, out);
   }
 }
 
@@ -607,12 +627,13 @@ function canonical(value: unknown): unknown {
  * @param typeNameOrUrl fully-qualified message name or type URL, e.g.
  *   `type.googleapis.com/envoy.config.listener.v3.Listener`.
  * @param decoded the message in the decoded form described in this module's header.
+ * @param pgv the rules read so far (a fresh set by default; pass the one you keep to read each proto's options once).
  * @returns the violations found, in field order (empty when valid).
  * @throws Error when the type is not in the loaded protos.
  */
-export function validateMessage(typeNameOrUrl: string, decoded: Record<string, unknown>): RuleViolation[] {
+export function validateMessage(typeNameOrUrl: string, decoded: Record<string, unknown>, pgv: PgvRules = new PgvRules()): RuleViolation[] {
   const out: RuleViolation[] = [];
-  walkMessage(messageType(typeNameOrUrl), decoded, '', out);
+  walkMessage(pgv, messageType(typeNameOrUrl), decoded, '', out);
   return out;
 }
 
@@ -623,9 +644,9 @@ export function validateMessage(typeNameOrUrl: string, decoded: Record<string, u
  * @returns the violations found, in field order (empty when valid).
  * @throws Error when the type is not in the loaded protos.
  */
-export function validateMessagePart(typeNameOrUrl: string, decoded: Record<string, unknown>): RuleViolation[] {
+export function validateMessagePart(typeNameOrUrl: string, decoded: Record<string, unknown>, pgv: PgvRules = new PgvRules()): RuleViolation[] {
   const out: RuleViolation[] = [];
-  walkMessage(messageType(typeNameOrUrl), decoded, '', out, true);
+  walkMessage(pgv, messageType(typeNameOrUrl), decoded, '', out, true);
   return out;
 }
 
@@ -635,188 +656,10 @@ export function validateMessagePart(typeNameOrUrl: string, decoded: Record<strin
  * Envoy root.
  * @returns the violations found (empty when valid).
  */
-export function validateWithType(type: protobuf.Type, decoded: Record<string, unknown>): RuleViolation[] {
+export function validateWithType(type: protobuf.Type, decoded: Record<string, unknown>, pgv: PgvRules = new PgvRules()): RuleViolation[] {
   const out: RuleViolation[] = [];
-  walkMessage(type, decoded, '', out);
+  walkMessage(pgv, type, decoded, '', out);
   return out;
-}
-
-/**
- * True when `candidate`, a message of `typeNameOrUrl` in the object form the codec encodes,
- * breaks no rule, given that `valid` (of the same type) breaks none: the two are alike where a
- * rule could tell them apart. Decided conservatively, without running the rules: they set the
- * same fields (the same `@type` in every `Any`, the same number of items and map entries), and
- * every value that differs is
- * - a non-empty string in a `string` field with no rule, or whose rules both values meet;
- * - a non-zero number in a numeric field with no rule, that fits the field (`fitsField`);
- * - a map entry of a map with no rule (keys may differ; values are compared alike);
- * - inside a message compared alike, outside any repeated field with rules on its items and
- *   any message field with rules (those must be equal).
- * For example two proxies' TLS contexts towards one service, which differ only in the name of
- * their own certificate's secret (`SdsSecretConfig.name`, `min_len: 1`), or two inbound
- * listeners whose RBAC policies name different principals. False whenever unsure. When true,
- * `candidate` also has only known fields, as `valid` has (`encodeMessage`'s `knownFields`).
- * @throws Error when the type is not in the loaded protos.
- */
-export function validLike(typeNameOrUrl: string, valid: object, candidate: object): boolean {
-  return sameOutcome(messageType(typeNameOrUrl), valid as Obj, candidate as Obj);
-}
-
-const UNSTRUCTURED = new Set(['.google.protobuf.Struct', '.google.protobuf.Value', '.google.protobuf.ListValue']);
-
-function sameOutcome(type: protobuf.Type, a: Obj, b: Obj): boolean {
-  if (a === b) return true;
-  if (!plainObjects(a, b)) return false;
-  const full = fullNameOf(type);
-  if (full === '.google.protobuf.Any') {
-    const at = a['@type'];
-    const inner = typeof at === 'string' && at === b['@type'] ? anyType(at) : undefined;
-    return inner !== undefined && sameFields(inner, a, b, true);
-  }
-  if (UNSTRUCTURED.has(full) || WRAPPER_KIND[full]) return exactlyEqual(a, b);
-  return sameFields(type, a, b, false);
-}
-
-function sameFields(type: protobuf.Type, a: Obj, b: Obj, any: boolean): boolean {
-  let keys = 0;
-  for (const key in a) {
-    if (any && key === '@type') continue;
-    keys++;
-    if (!Object.hasOwn(type.fields, key)) return false;
-    const field = type.fields[key]!;
-    const va = a[key];
-    const vb = b[key];
-    if (va === vb) continue;
-    if (!isSet(va) || !isSet(vb)) return false;
-    const rules = fieldRules(field);
-    const rt = field.resolvedType;
-    const message = rt instanceof protobuf.Type ? rt : undefined;
-    if (field.map) {
-      if (rules ? !exactlyEqual(va, vb) : !sameEntries(field, message, va, vb)) return false;
-    } else if (field.repeated) {
-      const items = rules ? itemRules(rules) : null;
-      if (items === undefined) {
-        if (!exactlyEqual(va, vb)) return false;
-        continue;
-      }
-      if (!Array.isArray(va) || !Array.isArray(vb) || va.length !== vb.length) return false;
-      for (let i = 0; i < va.length; i++) {
-        if (va[i] === vb[i]) continue;
-        if (!alikeValues(field, message, items, va[i], vb[i])) return false;
-      }
-    } else if (!alikeValues(field, message, rules, va, vb)) {
-      return false;
-    }
-  }
-  // The same keys: every key of b is one of a's (even one whose value is undefined, which the
-  // loop above saw as equal on both sides), and as many.
-  for (const key in b) {
-    if (any && key === '@type') continue;
-    if (!Object.hasOwn(a, key)) return false;
-    keys--;
-  }
-  return keys === 0;
-}
-
-/** Both are objects, neither null nor an array (a message or a map in object form). */
-function plainObjects(a: unknown, b: unknown): boolean {
-  return typeof a === 'object' && typeof b === 'object' && a !== null && b !== null && !Array.isArray(a) && !Array.isArray(b);
-}
-
-/** Two entry lists of a map field with no rules, paired in order: values alike, keys free. */
-function sameEntries(field: protobuf.Field, message: protobuf.Type | undefined, a: unknown, b: unknown): boolean {
-  if (!plainObjects(a, b)) return false;
-  const ea = Object.values(a as Obj);
-  const eb = Object.values(b as Obj);
-  if (ea.length !== eb.length) return false;
-  for (let i = 0; i < ea.length; i++) {
-    if (ea[i] === eb[i]) continue;
-    if (!isSet(ea[i]) || !isSet(eb[i]) || !alikeValues(field, message, null, ea[i], eb[i])) return false;
-  }
-  return true;
-}
-
-/**
- * Two set values of one field (or of one item or map value, with the rules that apply to it):
- * messages compared alike when their only rule is `message.required` (both are present),
- * exactly equal when they carry other rules; scalars as {@link alikeScalars}.
- */
-function alikeValues(field: protobuf.Field, message: protobuf.Type | undefined, rules: Rules | null, a: unknown, b: unknown): boolean {
-  if (!message) return alikeScalars(field, rules, a, b);
-  if (rules && !onlyRequired(rules)) return exactlyEqual(a, b);
-  return sameOutcome(message, a as Obj, b as Obj);
-}
-
-/**
- * Exactly equal: the same own keys (also those whose value is undefined), scalars by
- * `Object.is` (NaN equals NaN, 0 is not -0), arrays item by item. Not canonically: an empty
- * message is a present field, which a oneof or `message.required` counts.
- */
-function exactlyEqual(a: unknown, b: unknown): boolean {
-  if (Object.is(a, b)) return true;
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null || Array.isArray(a) !== Array.isArray(b)) return false;
-  if (Array.isArray(a)) {
-    const bs = b as unknown[];
-    if (a.length !== bs.length) return false;
-    for (let i = 0; i < a.length; i++) if (!exactlyEqual(a[i], bs[i])) return false;
-    return true;
-  }
-  const ka = Object.keys(a);
-  if (ka.length !== Object.keys(b).length) return false;
-  for (const k of ka) if (!Object.hasOwn(b, k) || !exactlyEqual((a as Obj)[k], (b as Obj)[k])) return false;
-  return true;
-}
-
-/** `{message: {required: true}}` and nothing else. */
-function onlyRequired(rules: Rules): boolean {
-  const keys = Object.keys(rules);
-  if (keys.length !== 1 || keys[0] !== 'message') return false;
-  const m = rules['message'] as Rules;
-  return Object.keys(m).every((k) => k === 'required');
-}
-
-/**
- * The rules each item of a repeated field must meet, when its other rules only count items
- * (`min_items`, `max_items`: equal lengths meet them alike); null for none. Undefined when it
- * has other rules (`unique`, …): then two lists must be exactly equal.
- */
-function itemRules(rules: Rules): Rules | null | undefined {
-  const keys = Object.keys(rules);
-  if (keys.length !== 1 || keys[0] !== 'repeated') return undefined;
-  const r = rules['repeated'] as Rules;
-  for (const k of Object.keys(r)) if (k !== 'min_items' && k !== 'max_items' && k !== 'items') return undefined;
-  return (r['items'] as Rules | undefined) ?? null;
-}
-
-const NUMERIC = new Set(['double', 'float', 'int32', 'uint32', 'sint32', 'fixed32', 'sfixed32', 'int64', 'uint64', 'sint64', 'fixed64', 'sfixed64']);
-
-/**
- * Two different values of a scalar field that cannot break a rule differently, and are both
- * present on the wire: non-empty strings of a `string` field that has no rules or whose rules
- * both meet; non-zero finite numbers that fit a numeric field with no rules. Enums and booleans must
- * be equal.
- */
-function alikeScalars(field: protobuf.Field, rules: Rules | null, a: unknown, b: unknown): boolean {
-  if (field.type === 'string') {
-    if (typeof a !== 'string' || typeof b !== 'string' || a === '' || b === '') return false;
-    if (rules === null) return true;
-    const out: RuleViolation[] = [];
-    checkScalar('string', rules, a, undefined, '', out);
-    checkScalar('string', rules, b, undefined, '', out);
-    return out.length === 0;
-  }
-  return (
-    rules === null &&
-    NUMERIC.has(field.type) &&
-    typeof a === 'number' &&
-    typeof b === 'number' &&
-    a !== 0 &&
-    b !== 0 &&
-    Number.isFinite(a) &&
-    Number.isFinite(b) &&
-    fitsField(field.type, a) &&
-    fitsField(field.type, b)
-  );
 }
 
 /**
@@ -824,8 +667,8 @@ function alikeScalars(field: protobuf.Field, rules: Rules | null, a: unknown, b:
  * @returns the violations found (empty when valid).
  * @throws Error when the type is not loaded or the bytes are not a valid message.
  */
-export function validateEncoded(typeUrl: string, bytes: Uint8Array): RuleViolation[] {
-  return validateMessage(typeUrl, decodeMessage(typeUrl, bytes));
+export function validateEncoded(typeUrl: string, bytes: Uint8Array, pgv: PgvRules = new PgvRules()): RuleViolation[] {
+  return validateMessage(typeUrl, decodeMessage(typeUrl, bytes), pgv);
 }
 
 /** 4 or 6 when `s` is an IPv4 / IPv6 literal (no zone, no brackets), else 0. Pure (no `node:net`). */

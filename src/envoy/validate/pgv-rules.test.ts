@@ -4,7 +4,7 @@ import protobuf from 'protobufjs';
 import { decodeMessage, encodeMessage } from '../../api/codec.js';
 import { TypeUrl } from '../../api/type-urls.js';
 import { compileRe2, type Re2 } from '../../util/re2.js';
-import { canonicalJson, ipVersion, validLike, validateMessage, validateWithType } from './proto-rules.js';
+import { canonicalJson, ipVersion, validateMessage, validateWithType } from './pgv-rules.js';
 
 type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -303,53 +303,5 @@ describe('helpers', () => {
   });
   it('canonical JSON ignores key order and empty values', () => {
     assert.equal(canonicalJson({ b: 1, a: [], c: {}, d: { y: 2, x: 1 } }), canonicalJson({ d: { x: 1, y: 2 }, b: 1 }));
-  });
-});
-
-describe('validLike', () => {
-  const ADS = { ads: {}, resource_api_version: 'V3' };
-  const tls = (cert: string, extra: Obj = {}): Obj => ({
-    transport_socket: {
-      name: 'envoy.transport_sockets.tls',
-      typed_config: { '@type': UPSTREAM_TLS, common_tls_context: { tls_certificate_sds_secret_configs: [{ name: cert, sds_config: ADS }] }, sni: 's.ns', ...extra },
-    },
-  });
-
-  it('holds for messages that differ only in strings meeting the same (or no) rules', () => {
-    assert.equal(validLike(TypeUrl.Cluster, tls('service-cert:a/a'), tls('service-cert:b/b')), true);
-    assert.equal(validLike(TypeUrl.Cluster, BASE[TypeUrl.Cluster], { ...BASE[TypeUrl.Cluster], name: 'other|80' }), true);
-  });
-
-  it('holds across map keys, unruled numbers, ruled list items and required-only messages that all meet their rules', () => {
-    const RBAC = 'envoy.config.rbac.v3.RBAC';
-    const principal = (p: string) => ({ authenticated: { principal_name: { exact: p } } });
-    const rbac = (name: string, p: string) => ({ action: 'ALLOW', policies: { [name]: { permissions: [{ any: true }], principals: [principal(p)] } } });
-    assert.equal(validLike(RBAC, rbac('a/x', 'spiffe://a'), rbac('b/y', 'spiffe://b')), true, 'map keys and StringMatcher (message.required) differ');
-    assert.equal(validLike(RBAC, rbac('a', 'p'), { ...rbac('a', 'p'), policies: { a: rbac('a', 'p').policies.a, b: rbac('a', 'p').policies.a } }), false, 'an entry more');
-    const VH = 'envoy.config.route.v3.VirtualHost';
-    const vh = (...domains: string[]) => ({ name: 'v', domains });
-    assert.equal(validLike(VH, vh('a.ns', 'a.ns:8080'), vh('b.ns', 'b.ns:9090')), true, 'domains items meet HTTP_HEADER_VALUE');
-    assert.equal(validLike(VH, vh('a.ns'), vh('b\nc')), false, 'an item breaking its rule');
-    assert.equal(validLike(VH, vh('a.ns'), vh('a.ns', 'b.ns')), false, 'an item more');
-    const ADDRESS = 'envoy.config.core.v3.SocketAddress';
-    assert.equal(validLike(ADDRESS, { address: '10.0.0.1', port_value: 8080 }, { address: '10.0.0.2', port_value: 9090 }), false, 'port_value has a rule (lte 65535)');
-    const HCM = 'envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
-    const hcm = (hops: number) => ({ stat_prefix: 'a', xff_num_trusted_hops: hops });
-    assert.equal(validLike(HCM, hcm(1), hcm(7)), true, 'xff_num_trusted_hops: uint32, no rule');
-    assert.equal(validLike(HCM, hcm(1), hcm(0)), false, 'zero is not on the wire');
-  });
-
-  it('fails when a differing string breaks a rule, is empty, or the shapes differ', () => {
-    assert.equal(validLike(TypeUrl.Cluster, tls('service-cert:a/a'), tls('')), false, 'SdsSecretConfig.name min_len 1');
-    assert.equal(validLike(TypeUrl.Cluster, tls('a'), tls('a', { sni: 'x'.repeat(300) })), false, 'sni max_bytes 255');
-    assert.equal(validLike(TypeUrl.Cluster, tls('a'), tls('a', { allow_renegotiation: true })), false, 'a field more');
-    assert.equal(validLike(TypeUrl.Cluster, BASE[TypeUrl.Cluster], { ...BASE[TypeUrl.Cluster], connect_timeout: { seconds: 2 } }), false, 'a number');
-    assert.equal(validLike(TypeUrl.Cluster, BASE[TypeUrl.Cluster], { ...BASE[TypeUrl.Cluster], type: 'STATIC' }), false, 'an enum');
-    const other = { transport_socket: { name: 'envoy.transport_sockets.tls', typed_config: { '@type': TCP_PROXY, stat_prefix: 's.ns' } } };
-    assert.equal(validLike(TypeUrl.Cluster, tls('a'), other), false, 'another @type');
-    assert.equal(validLike(TypeUrl.Cluster, { name: 'a', nonsense: 1 }, { name: 'b', nonsense: 1 }), false, 'an unknown field');
-    const RDS = 'envoy.extensions.filters.network.http_connection_manager.v3.Rds';
-    const rds = (config_source: Obj) => ({ config_source, route_config_name: 'r' });
-    assert.equal(validLike(RDS, rds({ ads: {}, resource_api_version: 'V3' }), rds({ resource_api_version: 'V3' })), false, 'an empty message is a present field');
   });
 });

@@ -1,0 +1,177 @@
+/**
+ * Encoding and `validate.rules` checks of generated resources, kept per resource object and
+ * shared across proxies and pushes (see {@link ResourceCheckCache}). A resource given as parts
+ * (`NamedResource.parts`) is encoded and checked part by part, and its bytes are the parts'
+ * encodings joined by `joinEncodedParts` (`src/api/codec.ts`, the one place that joins them).
+ *
+ * Pure: no I/O; everything it remembers is in the instance the caller owns.
+ */
+import { encodeChecked, encodeMessage, joinEncodedParts } from '../../api/codec.js';
+import type { TypeUrl } from '../../api/type-urls.js';
+import { getOrCreate } from '../../util/maps.js';
+import { validLike } from './alike.js';
+import { ResourceFactsCache } from './cross-resource.js';
+import { PgvRules, validateMessage, validateMessagePart, type RuleViolation } from './pgv-rules.js';
+
+/** What {@link ResourceCheckCache} remembers of one resource: its wire bytes, or why it has none, and its rule violations. */
+export interface CheckedResource {
+  /** The encoded message; undefined when it could not be encoded. */
+  readonly encoded: Buffer | undefined;
+  /** The encoding error, when there is one. */
+  readonly error: string | undefined;
+  /** Violations of the protos' `validate.rules` (checked on the decoded wire form). */
+  readonly violations: readonly RuleViolation[];
+}
+
+/** How many unlike resources of one type are kept to compare new ones with. */
+const SIBLINGS_PER_TYPE = 4;
+
+/** A resource or part checked before, with its result: what the next alike one is compared with. */
+interface Sibling {
+  readonly object: object;
+  readonly result: CheckedResource;
+}
+
+/**
+ * Per-resource results (encoding and `validate.rules` checks), shared across proxies and
+ * pushes. A resource is looked up, cheapest first:
+ * 1. by object: the same object checked before (generated objects are not mutated afterwards);
+ * 2. by sibling: when the last valid resource of the same type and name (another proxy's
+ *    listener of that name, or the same resource of the last push), or one of the last few
+ *    valid ones of the same type that were not alike one another (another proxy's certificate
+ *    secret), is alike this one (`validLike`), this one is valid too and is only encoded;
+ * 3. otherwise it is encoded and checked in full.
+ * There is no lookup by content: a JSON key cannot tell `undefined`, NaN and ±Infinity from
+ * absent or null, and costs about as much as encoding what it would find.
+ */
+export class ResourceCheckCache {
+  /** The protos' `validate.rules` as read so far (by field and message type). */
+  readonly pgv = new PgvRules();
+  /** What the cross-resource rules found in each resource object (`validateProxyResources` reads it). */
+  readonly facts = new ResourceFactsCache();
+  private readonly byObject = new WeakMap<object, CheckedResource>();
+  /** The same for objects checked as a part after the first (fewer rules apply to those). */
+  private readonly byPartObject = new WeakMap<object, CheckedResource>();
+  /** By base part: the valid part last checked at each later position. */
+  private readonly siblingsByBase = new WeakMap<object, Sibling[]>();
+  /** By type URL: the valid part last checked at each later position, after any base. */
+  private readonly siblingsByPosition = new Map<TypeUrl, Sibling[]>();
+  /** By type URL and name: the valid resource last checked. */
+  private readonly siblingsByName = new Map<string, Sibling>();
+  /** By type URL: the last few valid resources checked that were not alike one another, latest first. */
+  private readonly siblingsByType = new Map<TypeUrl, Sibling[]>();
+  private checkedInFull = 0;
+
+  /** @param maxNames how many names to keep a sibling for, the least recently checked going first (default 20 000). */
+  constructor(private readonly maxNames = 20_000) {}
+
+  /**
+   * Encodes and checks `resource` of `typeUrl` (named `name`), or returns the result for the
+   * same object, or for an alike sibling. With `parts` (see `NamedResource.parts`), each part is
+   * encoded and checked on its own (the first, the base, as a whole resource of that name; the
+   * others for the fields they set) and the encodings are concatenated: a part shared by many
+   * resources costs once, and a part alike the one last seen at its position (after the same
+   * base, else after any) is only encoded.
+   */
+  check(typeUrl: TypeUrl, resource: object, parts?: readonly object[], name?: string): CheckedResource {
+    const seen = this.byObject.get(resource);
+    if (seen) return seen;
+    const result = parts && parts.length > 0 ? this.checkParts(typeUrl, parts, name) : this.checkWhole(typeUrl, resource, name);
+    this.byObject.set(resource, result);
+    return result;
+  }
+
+  /** How many resources and parts were encoded and checked in full (not by object or sibling). */
+  get fullChecks(): number {
+    return this.checkedInFull;
+  }
+
+  private checkParts(typeUrl: TypeUrl, parts: readonly object[], name: string | undefined): CheckedResource {
+    const siblings = getOrCreate(this.siblingsByBase, parts[0], () => []);
+    const anyBase = getOrCreate(this.siblingsByPosition, typeUrl, () => []);
+    const results = parts.map((part, i) => (i === 0 ? this.check(typeUrl, part, undefined, name) : this.checkPart(typeUrl, part, i, siblings, anyBase)));
+    const failed = results.find((r) => r.encoded === undefined);
+    if (failed) return failed;
+    return {
+      encoded: joinEncodedParts(results.map((r) => r.encoded!)),
+      error: undefined,
+      violations: results.flatMap((r) => r.violations),
+    };
+  }
+
+  /**
+   * A part after the base, compared with the part last checked at its position after the same
+   * base (another proxy's TLS context towards the same service), else after any base (towards
+   * another service: a new push's bases are new objects).
+   */
+  private checkPart(typeUrl: TypeUrl, part: object, position: number, siblings: Sibling[], anyBase: Sibling[]): CheckedResource {
+    const seen = this.byPartObject.get(part);
+    if (seen) return seen;
+    const result = this.likeSibling(typeUrl, part, siblings[position]) ?? this.likeSibling(typeUrl, part, anyBase[position]) ?? this.checkInFull(typeUrl, part, true);
+    this.byPartObject.set(part, result);
+    if (isValid(result)) siblings[position] = anyBase[position] = { object: part, result };
+    return result;
+  }
+
+  /** A whole resource (or a base part). */
+  private checkWhole(typeUrl: TypeUrl, resource: object, name: string | undefined): CheckedResource {
+    const nameKey = name === undefined ? undefined : resourceKey(typeUrl, name);
+    const ofType = getOrCreate(this.siblingsByType, typeUrl, () => []);
+    const named = nameKey === undefined ? undefined : this.siblingsByName.get(nameKey);
+    let result = this.likeSibling(typeUrl, resource, named);
+    // The sibling this one replaces in `ofType`: the one it was alike, or none (a new kind).
+    let alike = result ? ofType.findIndex((s) => s.object === named!.object) : -1;
+    for (let i = 0; result === undefined && i < ofType.length; i++) {
+      result = this.likeSibling(typeUrl, resource, ofType[i]);
+      if (result) alike = i;
+    }
+    result ??= this.checkInFull(typeUrl, resource, false);
+    if (!isValid(result)) return result; // only a valid resource can stand for others
+    const sibling = { object: resource, result };
+    if (nameKey !== undefined) {
+      this.siblingsByName.delete(nameKey);
+      this.siblingsByName.set(nameKey, sibling);
+      if (this.siblingsByName.size > this.maxNames) this.siblingsByName.delete(this.siblingsByName.keys().next().value!);
+    }
+    if (alike >= 0) ofType.splice(alike, 1);
+    ofType.unshift(sibling);
+    if (ofType.length > SIBLINGS_PER_TYPE) ofType.pop();
+    return result;
+  }
+
+  private checkInFull(typeUrl: TypeUrl, resource: object, part: boolean): CheckedResource {
+    this.checkedInFull++;
+    return attempt(() => {
+      const { encoded, decoded } = encodeChecked(typeUrl, resource);
+      return { encoded, error: undefined, violations: part ? validateMessagePart(typeUrl, decoded, this.pgv) : validateMessage(typeUrl, decoded, this.pgv) };
+    });
+  }
+
+  /**
+   * `object`'s result when `sibling` was encoded, broke no rule and is alike (`validLike`): the
+   * encoding of `object` (or its encoding error), with no violations. Undefined otherwise.
+   */
+  private likeSibling(typeUrl: TypeUrl, object: object, sibling: Sibling | undefined): CheckedResource | undefined {
+    if (!sibling || !isValid(sibling.result) || !validLike(typeUrl, sibling.object, object, this.pgv)) return undefined;
+    return attempt(() => ({ encoded: encodeMessage(typeUrl, object, true), error: undefined, violations: [] }));
+  }
+}
+
+/** Encoded, and no rule broken. */
+function isValid(result: CheckedResource): boolean {
+  return result.encoded !== undefined && result.violations.length === 0;
+}
+
+/** `check()`'s result, or the encoding error it threw as a result without bytes. */
+function attempt(check: () => CheckedResource): CheckedResource {
+  try {
+    return check();
+  } catch (err) {
+    return { encoded: undefined, error: err instanceof Error ? err.message : String(err), violations: [] };
+  }
+}
+
+/** One string per resource of `typeUrl` named `name` (a map key). */
+export function resourceKey(typeUrl: TypeUrl, name: string): string {
+  return `${typeUrl}\n${name}`;
+}
