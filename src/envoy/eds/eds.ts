@@ -5,6 +5,7 @@ import type { Proxy } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
 import { sharedResource } from '../shared-resources.js';
+import { meshChangeKind, type PushChange } from '../push-change.js';
 
 /**
  * The ClusterLoadAssignment of a MeshService: one locality group (zone = the namespace) with
@@ -42,4 +43,14 @@ export function sharedClusterLoadAssignment(snapshot: MeshSnapshot, svc: MeshSer
 /** EDS for one proxy: a ClusterLoadAssignment for each of its upstream (EDS) clusters, sorted by name. */
 export function generateClusterLoadAssignments(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<ClusterLoadAssignment>[] {
   return outboundView(snapshot, proxy.identity).upstreams.map((svc) => sharedClusterLoadAssignment(snapshot, svc));
+}
+
+/**
+ * Whether `change` makes a sidecar's ClusterLoadAssignments regenerate (Istio's `cdsNeedsPush` idea):
+ * for a change of endpoints and any change but one that only re-weights TrafficSplits (RDS) or
+ * only rotates the certificate (SDS).
+ */
+export function clusterLoadAssignmentsNeedPush(change: PushChange): boolean {
+  const kind = meshChangeKind(change);
+  return kind === 'endpoints' || kind === 'other';
 }
