@@ -54,6 +54,24 @@ export function generateConfiguration(
 ): EncodedConfiguration {
   const withKey = 'privateKeyPem' in certs;
   const resources = generateProxyResources(mesh, proxy, withKey ? certs : { ...certs, certChainPem: '', privateKeyPem: '' }, types);
+  return { ...checkConfiguration(resources, proxy, certs, cache, others), dependencies: types === undefined ? [...proxyDependencies(mesh, proxy.identity)] : [] };
+}
+
+/**
+ * Validates and encodes resources generated for `proxy` (the valid, referentially closed subset
+ * when some break a rule), as {@link generateConfiguration} does: without a service certificate
+ * in `certs`, with the identity's `service-cert:<ns>/<sa>` Secret counted as existing but left out.
+ * @param others the names of the proxy's resources of the types not in `resources`, which those may refer to.
+ * @throws Error when a resource cannot be encoded.
+ */
+export function checkConfiguration(
+  resources: ProxyResources,
+  proxy: Proxy,
+  certs: ConfigurationCertificates,
+  cache: ResourceCheckCache,
+  others?: ReadonlyMap<TypeUrl, Iterable<string>>,
+): Omit<EncodedConfiguration, 'dependencies'> {
+  const withKey = 'privateKeyPem' in certs;
   const { violations, valid, dropped } = withKey
     ? validateProxyResources(resources, cache, others)
     : validateWithheld(resources, serviceCertSecretName(proxy.identity), cache, others);
@@ -61,7 +79,6 @@ export function generateConfiguration(
     violations,
     dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),
     encoded: encodeResources(violations.length === 0 && withKey ? resources : valid, cache),
-    dependencies: types === undefined ? [...proxyDependencies(mesh, proxy.identity)] : [],
   };
 }
 

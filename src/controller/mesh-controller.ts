@@ -7,18 +7,18 @@ import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
 import { affectedBy } from '../envoy/dependencies.js';
-import { typesToRegenerate } from '../envoy/generate.js';
+import { resourcesChangedBy, typesToRegenerate, type ProxyResources } from '../envoy/generate.js';
 import type { PushChange } from '../envoy/push-change.js';
-import { formatViolation, ResourceCheckCache, type Violation } from '../envoy/validate/index.js';
+import { formatViolation, ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import type { NodeSoftware } from '../proxy/client-type.js';
 import { ProxyRegistry, type ConnectedProxy } from '../proxy/registry.js';
 import { serviceIdentity, type Proxy, type ServiceIdentity, type XdsClientType } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
-import { buildProxySnapshot, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
-import type { ProxySnapshot, ResourceMap } from '../xds/cache/types.js';
+import { buildProxySnapshot, typeVersion, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
+import type { CachedResource, ProxySnapshot, ResourceMap } from '../xds/cache/types.js';
 import { ProxyAdmission } from './admission.js';
-import { generateConfiguration, type ConfigurationCertificates, type EncodedConfiguration } from './configuration.js';
+import { checkConfiguration, encodeResources, generateConfiguration, type ConfigurationCertificates, type EncodedConfiguration } from './configuration.js';
 import { ConfigurationMemo, memoKey, proxyKind, type GeneratedConfig } from './configuration-memo.js';
 import { snapshotBytes, warmUp, type WarmUpOptions, type WarmUpResult } from './warm-up.js';
 
@@ -85,6 +85,19 @@ export interface MeshControllerOptions {
 }
 
 
+/** What a push regenerates of a proxy: `typesToRegenerate`, and of some of those types only the resources `resourcesChangedBy` gives. */
+interface Regeneration {
+  readonly types: ReadonlySet<TypeUrl>;
+  readonly changed: ProxyResources;
+  /**
+   * `changed`, validated on their own and encoded, once per push, when they break no rule by
+   * themselves: they refer to nothing outside them, and replace resources of the same names, so
+   * they are valid in every proxy that has those (else each kind of proxy validates them against
+   * the rest of its resources, and the violations are its own).
+   */
+  readonly checkedChanges: Omit<EncodedConfiguration, 'dependencies'> | undefined;
+}
+
 /** Every type a proxy's configuration has. */
 const ALL_TYPES: readonly TypeUrl[] = [TypeUrl.Cluster, TypeUrl.ClusterLoadAssignment, TypeUrl.Listener, TypeUrl.RouteConfiguration, TypeUrl.Secret];
 
@@ -117,16 +130,25 @@ function namesOf(resources: ResourceMap): Iterable<string> {
 }
 
 /**
- * `previous` with the types of `update` replaced (a type whose version is the same keeps its
- * resource map); `previous` itself when nothing differs.
+ * `previous` with the types of `update` replaced, or, for a type in `overlaid`, with those of its
+ * resources that `previous` has replaced (its others stay); a type whose version is the same
+ * keeps its resource map. `previous` itself when nothing differs.
  */
-function withTypes(previous: ProxySnapshot, update: ProxySnapshot): ProxySnapshot {
+function withTypes(previous: ProxySnapshot, update: ProxySnapshot, overlaid: ReadonlySet<TypeUrl>): ProxySnapshot {
   let resources: Map<TypeUrl, ResourceMap> | undefined;
   let versions: Map<TypeUrl, string> | undefined;
   for (const [type, map] of update.resources) {
-    const version = update.versions.get(type)!;
+    let next = map;
+    if (overlaid.has(type)) {
+      const before = previous.resources.get(type) ?? new Map();
+      let merged: Map<string, CachedResource> | undefined;
+      for (const [name, resource] of map) if (before.get(name) !== undefined && before.get(name)!.version !== resource.version) (merged ??= new Map(before)).set(name, resource);
+      if (!merged) continue;
+      next = merged;
+    }
+    const version = next === map ? update.versions.get(type)! : typeVersion(next.values());
     if (previous.versions.get(type) === version) continue;
-    (resources ??= new Map(previous.resources)).set(type, map);
+    (resources ??= new Map(previous.resources)).set(type, next);
     (versions ??= new Map(previous.versions)).set(type, version);
   }
   return resources && versions ? Object.freeze({ resources, versions }) : previous;
@@ -457,27 +479,34 @@ export class MeshController {
   /**
    * `previous` (the snapshot of a connected proxy like `proxy`, valid, from a full generation)
    * with its `types` generated again from the current MeshSnapshot, validated against the rest
-   * of it (cross-resource references), once per kind, certificate and previous snapshot. A
-   * result with violations has no snapshot (the proxy keeps `previous`).
+   * of it (cross-resource references), once per kind, certificate and previous snapshot. Of a
+   * type in `changed`, only those resources are validated, encoded and replaced (the change alters
+   * no other, see `resourcesChangedBy`). A result with violations has no snapshot (the proxy keeps
+   * `previous`).
    * @returns undefined when the types cannot be replaced alone: their new resources have other
    *   names than `previous`'s (the rest may refer to them), so a full generation is needed.
    */
   private updatedConfiguration(
     proxy: Proxy,
     { certs, serial }: { certs: ConfigurationCertificates; serial: string },
-    types: ReadonlySet<TypeUrl>,
+    { types, changed, checkedChanges }: Regeneration,
     previous: ProxySnapshot,
     dependencies: ReadonlySet<string>,
   ): GeneratedConfig | undefined {
     return this.memo.update(this.mesh.generation, memoKey(proxy, serial), types, previous, () => {
       for (const type of types) this.metrics.typesGenerated.inc({ type: TYPE_SHORT_NAME[type] });
-      const others = new Map([...previous.resources].filter(([type]) => !types.has(type)).map(([type, map]) => [type, namesOf(map)]));
-      const configuration = generateConfiguration(this.mesh, proxy, certs, this.checked, types, others);
-      const base = { violations: configuration.violations, dropped: configuration.dropped, validSnapshot: undefined, dependencies, proxy, ahead: false };
-      if (configuration.violations.length > 0) return { ...base, snapshot: undefined };
-      const update = buildProxySnapshot(configuration.encoded);
-      for (const [type, map] of update.resources) if (!sameNames(map, previous.resources.get(type))) return undefined;
-      return { ...base, snapshot: withTypes(previous, update) };
+      // The names of the proxy's resources of the types not in `excluded` (those of a type in `changed` stay).
+      const others = (excluded: ReadonlySet<TypeUrl>) => new Map([...previous.resources].filter(([type]) => !excluded.has(type)).map(([type, map]) => [type, namesOf(map)]));
+      const generated = new Set([...types].filter((type) => !changed.has(type)));
+      const parts: Omit<EncodedConfiguration, 'dependencies'>[] = [];
+      if (generated.size > 0) parts.push(generateConfiguration(this.mesh, proxy, certs, this.checked, generated, others(generated)));
+      if (changed.size > 0) parts.push(checkedChanges ?? checkConfiguration(changed, proxy, certs, this.checked, others(new Set(changed.keys()))));
+      const violations = parts.flatMap((p) => p.violations);
+      const base = { violations, dropped: parts.flatMap((p) => p.dropped), validSnapshot: undefined, dependencies, proxy, ahead: false };
+      if (violations.length > 0) return { ...base, snapshot: undefined };
+      const update = buildProxySnapshot(new Map(parts.flatMap((p) => [...p.encoded])));
+      for (const [type, map] of update.resources) if (generated.has(type) && !sameNames(map, previous.resources.get(type))) return undefined;
+      return { ...base, snapshot: withTypes(previous, update, new Set(changed.keys())) };
     });
   }
 
@@ -502,24 +531,24 @@ export class MeshController {
       this.options.certificates.retain(this.keepsCertificate);
     }
     const diffedAt = this.timers.now();
-    const types = this.pushTypes(before, this.mesh, change);
-    const work: { proxy: Proxy; types: ReadonlySet<TypeUrl> | undefined }[] = [];
+    const plan = this.pushPlan(before, this.mesh, change);
+    const work: { proxy: Proxy; regeneration: Regeneration | undefined }[] = [];
     for (const record of this.registry.connected()) {
       const { proxy, dependencies } = record;
       const rotated = request.rotated.has(proxy.identity);
       // Without recorded dependencies (no configuration yet, or the last failed or broke a rule): in full, on every change.
       if (dependencies === undefined) {
-        if (rotated || request.configChanged) work.push({ proxy, types: undefined });
+        if (rotated || request.configChanged) work.push({ proxy, regeneration: undefined });
         continue;
       }
       const changed = change === 'all' || affectedBy(change, proxy, dependencies);
       if (!changed && !rotated) continue;
-      const regenerate = types(changed, rotated, proxy.clientType ?? 'envoy');
-      if (regenerate.size > 0) work.push({ proxy, types: regenerate });
+      const regeneration = plan(changed, rotated, proxy.clientType ?? 'envoy');
+      if (regeneration.types.size > 0) work.push({ proxy, regeneration });
     }
     let slice = this.timers.now();
-    for (const { proxy, types } of work) {
-      await this.regenerate(proxy, types);
+    for (const { proxy, regeneration } of work) {
+      await this.regenerate(proxy, regeneration);
       // Generation is synchronous: without a break the ADS server could write nothing until
       // every proxy is done. Yield to the event loop every few milliseconds so each proxy's
       // responses go out as soon as its snapshot is set.
@@ -546,33 +575,38 @@ export class MeshController {
   }
 
   /**
-   * The types to regenerate (`typesToRegenerate`) for a proxy in a push from `before` to
-   * `after`, by whether `change` can alter its configuration, whether its certificate rotated
-   * and its client type: computed once per push for each of those few cases.
+   * What to regenerate of a proxy in a push from `before` to `after` (`typesToRegenerate`, and
+   * `resourcesChangedBy`), by whether `change` can alter its configuration (`affected`), whether its
+   * certificate rotated and its client type: computed once per push for each of those few cases.
    */
-  private pushTypes(before: MeshSnapshot, after: MeshSnapshot, change: 'all' | MeshChange): (changed: boolean, rotated: boolean, clientType: XdsClientType) => ReadonlySet<TypeUrl> {
-    const found = new Map<string, ReadonlySet<TypeUrl>>();
-    return (changed, rotated, clientType) => {
-      const key = `${changed}|${rotated}|${clientType}`;
-      let types = found.get(key);
-      if (!types) {
-        const push: PushChange = { before, after, change: changed ? change : NOTHING, certificateRotated: rotated, clientType };
-        found.set(key, (types = typesToRegenerate(push)));
+  private pushPlan(before: MeshSnapshot, after: MeshSnapshot, change: 'all' | MeshChange): (affected: boolean, rotated: boolean, clientType: XdsClientType) => Regeneration {
+    const found = new Map<string, Regeneration>();
+    return (affected, rotated, clientType) => {
+      const key = `${affected}|${rotated}|${clientType}`;
+      let regeneration = found.get(key);
+      if (!regeneration) {
+        const push: PushChange = { before, after, change: affected ? change : NOTHING, certificateRotated: rotated, clientType };
+        const types = typesToRegenerate(push);
+        const changed = resourcesChangedBy(push, types);
+        const valid = changed.size > 0 && validateProxyResources(changed, this.checked).violations.length === 0;
+        const checkedChanges = valid ? { violations: [], dropped: [], encoded: encodeResources(changed, this.checked) } : undefined;
+        found.set(key, (regeneration = { types, changed, checkedChanges }));
       }
-      return types;
+      return regeneration;
     };
   }
 
   /**
    * Regenerates the `types` of one proxy's resources (every type when absent, or when it has no
-   * valid snapshot from a full generation to update), keeping its other types as they are, and
-   * publishes its snapshot. Fails closed: a proxy that has a snapshot keeps it when the new
+   * valid snapshot from a full generation to update), keeping its other types as they are (and,
+   * of a type in `changed`, its other resources), and publishes its snapshot. Fails closed: a proxy that has a snapshot keeps it when the new
    * resources break a rule (a partial LDS/CDS set would delete working listeners and clusters);
    * a new one gets the valid, referentially closed subset; either way it is regenerated in full
    * on every later change (the fix may be anywhere).
    * @returns false when that failed (the proxy keeps its last good snapshot).
    */
-  private async regenerate(proxy: Proxy, types?: ReadonlySet<TypeUrl>): Promise<boolean> {
+  private async regenerate(proxy: Proxy, regeneration?: Regeneration): Promise<boolean> {
+    const types = regeneration?.types;
     const { uuid } = proxy;
     try {
       const certs = await this.certificatesFor(proxy);
@@ -582,7 +616,7 @@ export class MeshController {
       if (!record || proxyKind(record.proxy) !== proxyKind(proxy)) return true;
       const previous = this.options.cache.getSnapshot(uuid);
       const partial = types !== undefined && !ALL_TYPES.every((t) => types.has(t)) && previous !== undefined && record.dependencies !== undefined;
-      const config = (partial && this.updatedConfiguration(proxy, certs, types, previous, record.dependencies!)) || this.fullConfiguration(proxy, certs);
+      const config = (partial && this.updatedConfiguration(proxy, certs, regeneration!, previous, record.dependencies!)) || this.fullConfiguration(proxy, certs);
       this.recordViolations(record, config.violations);
       let snapshot = config.snapshot;
       if (!snapshot) {

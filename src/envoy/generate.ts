@@ -2,7 +2,7 @@ import { TypeUrl } from '../api/type-urls.js';
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { Proxy } from '../proxy/types.js';
 import { clustersNeedPush, generateClusters } from './cds/cds.js';
-import { clusterLoadAssignmentsNeedPush, generateClusterLoadAssignments } from './eds/eds.js';
+import { clusterLoadAssignmentsChangedBy, clusterLoadAssignmentsNeedPush, generateClusterLoadAssignments } from './eds/eds.js';
 import { generateListeners, listenersNeedPush } from './lds/lds.js';
 import { generateRouteConfigurations, routeConfigurationsNeedPush } from './rds/rds.js';
 import { generateEgressRouteConfigurations } from './rds/egress.js';
@@ -64,5 +64,20 @@ export function typesToRegenerate(change: PushChange): ReadonlySet<TypeUrl> {
   for (const [type, needsPush] of SIDECAR_NEEDS_PUSH) {
     if (change.clientType === 'grpc' ? proxylessResourcesNeedPush(type, change) : needsPush(change)) out.add(type);
   }
+  return out;
+}
+
+/**
+ * Of the `types` a push regenerates (`typesToRegenerate`), those whose module can tell which of
+ * their resources `change` alters, with those resources, as every proxy (sidecar or proxyless)
+ * that has them gets them: a proxy's other resources of such a type stay as they are, and only
+ * these are validated and encoded again (once per push). Today: the changed services'
+ * ClusterLoadAssignments when only endpoints changed (`clusterLoadAssignmentsChangedBy`). A type
+ * not in the result is generated again in full.
+ */
+export function resourcesChangedBy(change: PushChange, types: ReadonlySet<TypeUrl>): ReadonlyMap<TypeUrl, readonly NamedResource[]> {
+  const out = new Map<TypeUrl, readonly NamedResource[]>();
+  const assignments = types.has(TypeUrl.ClusterLoadAssignment) ? clusterLoadAssignmentsChangedBy(change) : undefined;
+  if (assignments) out.set(TypeUrl.ClusterLoadAssignment, assignments);
   return out;
 }

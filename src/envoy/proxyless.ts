@@ -12,7 +12,7 @@ import { clusterLoadAssignmentsNeedPush, generateClusterLoadAssignments } from '
 import { listenersNeedPush } from './lds/lds.js';
 import { outboundView } from './outbound.js';
 import { serviceHostnames } from './rds/hosts.js';
-import type { PushChange } from './push-change.js';
+import { meshChangeKind, type PushChange } from './push-change.js';
 import { generateOutboundRouteConfigurations, isHttpLike, outboundRouteConfigName, routeConfigurationsNeedPush } from './rds/rds.js';
 import type { NamedResource } from './resource.js';
 import { ADS_CONFIG_SOURCE, durationMs, ExtensionType, typedConfig } from './typed-config.js';
@@ -212,12 +212,12 @@ export function generateProxylessResources(snapshot: MeshSnapshot, proxy: Proxy,
 }
 
 /**
- * Whether `change` makes a proxyless client's resources of `type` regenerate: never its Secrets
- * (it has no SDS, so a certificate rotation changes nothing it gets); for the other types, the
- * sidecar's predicate of that type (`clustersNeedPush`, …): each proxyless generator reads, of
- * what a push can change, what the sidecar's of its type reads (endpoints only in EDS, TrafficSplit
- * weights only in RDS; a change of the set of services, which its listeners follow, is never
- * "only endpoints" or "only weights").
+ * Whether `change` makes a proxyless client's resources of `type` regenerate. Its Secrets (none:
+ * it has no SDS) never for a certificate rotation, which changes nothing it gets; only with the
+ * rest for any other change. Its other types follow the sidecar's predicate of that type
+ * (`clustersNeedPush`, …): each proxyless generator reads, of what a push can change, what the
+ * sidecar's of its type reads (endpoints only in EDS, TrafficSplit weights only in RDS; a change
+ * of the set of services, which its listeners follow, is never "only endpoints" or "only weights").
  */
 export function proxylessResourcesNeedPush(type: TypeUrl, change: PushChange): boolean {
   switch (type) {
@@ -230,6 +230,6 @@ export function proxylessResourcesNeedPush(type: TypeUrl, change: PushChange): b
     case TypeUrl.RouteConfiguration:
       return routeConfigurationsNeedPush(change);
     default:
-      return false;
+      return meshChangeKind(change) === 'other';
   }
 }
