@@ -1,25 +1,24 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { TYPE_SHORT_NAME, TypeUrl } from '../api/type-urls.js';
+import { TYPE_SHORT_NAME } from '../api/type-urls.js';
 import { buildMeshSnapshot, DEFAULT_MESH_CONFIG } from '../catalog/build-snapshot.js';
 import { diffMeshSnapshots, type MeshChange } from '../catalog/snapshot-diff.js';
 import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
 import { affectedBy } from '../envoy/dependencies.js';
-import { resourcesChangedBy, typesToRegenerate, type ProxyResources } from '../envoy/generate.js';
-import type { PushChange } from '../envoy/push-change.js';
-import { formatViolation, ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
+import { formatViolation, ResourceCheckCache, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import type { NodeSoftware } from '../proxy/client-type.js';
 import { ProxyRegistry, type ConnectedProxy } from '../proxy/registry.js';
 import { serviceIdentity, type Proxy, type ServiceIdentity, type XdsClientType } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
-import { buildProxySnapshot, typeVersion, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
-import type { CachedResource, ProxySnapshot, ResourceMap } from '../xds/cache/types.js';
+import type { SnapshotCache } from '../xds/cache/snapshot-cache.js';
+import type { ProxySnapshot } from '../xds/cache/types.js';
 import { ProxyAdmission } from './admission.js';
-import { checkConfiguration, encodeResources, generateConfiguration, type ConfigurationCertificates, type EncodedConfiguration } from './configuration.js';
+import type { ConfigurationCertificates } from './configuration.js';
 import { ConfigurationMemo, memoKey, proxyKind, type GeneratedConfig } from './configuration-memo.js';
+import { fullConfiguration, planRegeneration, PROXY_TYPES, updatedConfiguration, type Regeneration } from './regeneration.js';
 import { snapshotBytes, warmUp, type WarmUpOptions, type WarmUpResult } from './warm-up.js';
 
 /** Longest stretch of proxy generation between two yields to the event loop during a push, in ms. */
@@ -85,80 +84,12 @@ export interface MeshControllerOptions {
 }
 
 
-/** What a push regenerates of a proxy: `typesToRegenerate`, and of some of those types only the resources `resourcesChangedBy` gives. */
-interface Regeneration {
-  readonly types: ReadonlySet<TypeUrl>;
-  readonly changed: ProxyResources;
-  /**
-   * `changed`, validated on their own and encoded, once per push, when they break no rule by
-   * themselves: they refer to nothing outside them, and replace resources of the same names, so
-   * they are valid in every proxy that has those (else each kind of proxy validates them against
-   * the rest of its resources, and the violations are its own).
-   */
-  readonly checkedChanges: Omit<EncodedConfiguration, 'dependencies'> | undefined;
-}
-
-/** Every type a proxy's configuration has. */
-const ALL_TYPES: readonly TypeUrl[] = [TypeUrl.Cluster, TypeUrl.ClusterLoadAssignment, TypeUrl.Listener, TypeUrl.RouteConfiguration, TypeUrl.Secret];
-
 /** A MeshChange naming nothing: what a push changes for a proxy that only the certificate rotation affects. */
 const NOTHING: MeshChange = { services: new Set(), identities: new Set(), servicesChanged: false };
 
 /** Whether `proxy` is given its identity's service certificate and key: a verified sidecar only (never a claimed identity, never a proxyless client, which has no SDS). */
 function getsServiceCertificate(proxy: Proxy): boolean {
   return proxy.verified === true && proxy.clientType !== 'grpc';
-}
-
-/** What the controller remembers of a full configuration: its snapshot (or the valid subset's) built from the encodings. */
-function generatedConfig(configuration: EncodedConfiguration, proxy: Proxy): GeneratedConfig {
-  const snapshot = buildProxySnapshot(configuration.encoded);
-  const valid = configuration.violations.length === 0;
-  return {
-    violations: configuration.violations,
-    dropped: configuration.dropped,
-    snapshot: valid ? snapshot : undefined,
-    validSnapshot: valid ? undefined : snapshot,
-    dependencies: new Set(configuration.dependencies),
-    proxy,
-    ahead: false,
-  };
-}
-
-/** The names of a resource map, as many times as they are read. */
-function namesOf(resources: ResourceMap): Iterable<string> {
-  return { [Symbol.iterator]: () => resources.keys() };
-}
-
-/**
- * `previous` with the types of `update` replaced, or, for a type in `overlaid`, with those of its
- * resources that `previous` has replaced (its others stay); a type whose version is the same
- * keeps its resource map. `previous` itself when nothing differs.
- */
-function withTypes(previous: ProxySnapshot, update: ProxySnapshot, overlaid: ReadonlySet<TypeUrl>): ProxySnapshot {
-  let resources: Map<TypeUrl, ResourceMap> | undefined;
-  let versions: Map<TypeUrl, string> | undefined;
-  for (const [type, map] of update.resources) {
-    let next = map;
-    if (overlaid.has(type)) {
-      const before = previous.resources.get(type) ?? new Map();
-      let merged: Map<string, CachedResource> | undefined;
-      for (const [name, resource] of map) if (before.get(name) !== undefined && before.get(name)!.version !== resource.version) (merged ??= new Map(before)).set(name, resource);
-      if (!merged) continue;
-      next = merged;
-    }
-    const version = next === map ? update.versions.get(type)! : typeVersion(next.values());
-    if (previous.versions.get(type) === version) continue;
-    (resources ??= new Map(previous.resources)).set(type, next);
-    (versions ??= new Map(previous.versions)).set(type, version);
-  }
-  return resources && versions ? Object.freeze({ resources, versions }) : previous;
-}
-
-/** Whether two resource maps hold the same names. */
-function sameNames(a: ResourceMap, b: ResourceMap | undefined): boolean {
-  if (!b || a.size !== b.size) return false;
-  for (const name of a.keys()) if (!b.has(name)) return false;
-  return true;
 }
 
 /**
@@ -471,42 +402,26 @@ export class MeshController {
   private fullConfiguration(proxy: Proxy, { certs, serial }: { certs: ConfigurationCertificates; serial: string }): GeneratedConfig {
     return this.memo.full(this.mesh.generation, memoKey(proxy, serial), () => {
       this.metrics.configurationsGenerated.inc();
-      for (const type of ALL_TYPES) this.metrics.typesGenerated.inc({ type: TYPE_SHORT_NAME[type] });
-      return generatedConfig(generateConfiguration(this.mesh, proxy, certs, this.checked), proxy);
+      for (const type of PROXY_TYPES) this.metrics.typesGenerated.inc({ type: TYPE_SHORT_NAME[type] });
+      return fullConfiguration({ mesh: this.mesh, proxy, certs, cache: this.checked });
     });
   }
 
   /**
-   * `previous` (the snapshot of a connected proxy like `proxy`, valid, from a full generation)
-   * with its `types` generated again from the current MeshSnapshot, validated against the rest
-   * of it (cross-resource references), once per kind, certificate and previous snapshot. Of a
-   * type in `changed`, only those resources are validated, encoded and replaced (the change alters
-   * no other, see `resourcesChangedBy`). A result with violations has no snapshot (the proxy keeps
-   * `previous`).
-   * @returns undefined when the types cannot be replaced alone: their new resources have other
-   *   names than `previous`'s (the rest may refer to them), so a full generation is needed.
+   * `previous`, the snapshot of a connected proxy like `proxy`, with what `regeneration` says
+   * generated again from the current MeshSnapshot (`updatedConfiguration`), once per kind,
+   * certificate and previous snapshot; undefined when a full generation is needed instead.
    */
   private updatedConfiguration(
     proxy: Proxy,
     { certs, serial }: { certs: ConfigurationCertificates; serial: string },
-    { types, changed, checkedChanges }: Regeneration,
+    regeneration: Regeneration,
     previous: ProxySnapshot,
     dependencies: ReadonlySet<string>,
   ): GeneratedConfig | undefined {
-    return this.memo.update(this.mesh.generation, memoKey(proxy, serial), types, previous, () => {
-      for (const type of types) this.metrics.typesGenerated.inc({ type: TYPE_SHORT_NAME[type] });
-      // The names of the proxy's resources of the types not in `excluded` (those of a type in `changed` stay).
-      const others = (excluded: ReadonlySet<TypeUrl>) => new Map([...previous.resources].filter(([type]) => !excluded.has(type)).map(([type, map]) => [type, namesOf(map)]));
-      const generated = new Set([...types].filter((type) => !changed.has(type)));
-      const parts: Omit<EncodedConfiguration, 'dependencies'>[] = [];
-      if (generated.size > 0) parts.push(generateConfiguration(this.mesh, proxy, certs, this.checked, generated, others(generated)));
-      if (changed.size > 0) parts.push(checkedChanges ?? checkConfiguration(changed, proxy, certs, this.checked, others(new Set(changed.keys()))));
-      const violations = parts.flatMap((p) => p.violations);
-      const base = { violations, dropped: parts.flatMap((p) => p.dropped), validSnapshot: undefined, dependencies, proxy, ahead: false };
-      if (violations.length > 0) return { ...base, snapshot: undefined };
-      const update = buildProxySnapshot(new Map(parts.flatMap((p) => [...p.encoded])));
-      for (const [type, map] of update.resources) if (generated.has(type) && !sameNames(map, previous.resources.get(type))) return undefined;
-      return { ...base, snapshot: withTypes(previous, update, new Set(changed.keys())) };
+    return this.memo.update(this.mesh.generation, memoKey(proxy, serial), regeneration.types, previous, () => {
+      for (const type of regeneration.types) this.metrics.typesGenerated.inc({ type: TYPE_SHORT_NAME[type] });
+      return updatedConfiguration({ mesh: this.mesh, proxy, certs, cache: this.checked }, regeneration, previous, dependencies);
     });
   }
 
@@ -585,12 +500,8 @@ export class MeshController {
       const key = `${affected}|${rotated}|${clientType}`;
       let regeneration = found.get(key);
       if (!regeneration) {
-        const push: PushChange = { before, after, change: affected ? change : NOTHING, certificateRotated: rotated, clientType };
-        const types = typesToRegenerate(push);
-        const changed = resourcesChangedBy(push, types);
-        const valid = changed.size > 0 && validateProxyResources(changed, this.checked).violations.length === 0;
-        const checkedChanges = valid ? { violations: [], dropped: [], encoded: encodeResources(changed, this.checked) } : undefined;
-        found.set(key, (regeneration = { types, changed, checkedChanges }));
+        regeneration = planRegeneration({ before, after, change: affected ? change : NOTHING, certificateRotated: rotated, clientType }, this.checked);
+        found.set(key, regeneration);
       }
       return regeneration;
     };
@@ -615,7 +526,7 @@ export class MeshController {
       const record = this.registry.get(uuid);
       if (!record || proxyKind(record.proxy) !== proxyKind(proxy)) return true;
       const previous = this.options.cache.getSnapshot(uuid);
-      const partial = types !== undefined && !ALL_TYPES.every((t) => types.has(t)) && previous !== undefined && record.dependencies !== undefined;
+      const partial = types !== undefined && !PROXY_TYPES.every((t) => types.has(t)) && previous !== undefined && record.dependencies !== undefined;
       const config = (partial && this.updatedConfiguration(proxy, certs, regeneration!, previous, record.dependencies!)) || this.fullConfiguration(proxy, certs);
       this.recordViolations(record, config.violations);
       let snapshot = config.snapshot;
