@@ -508,12 +508,12 @@ export class MeshController {
   }
 
   /**
-   * Regenerates the `types` of one proxy's resources (every type when absent, or when it has no
-   * valid snapshot from a full generation to update), keeping its other types as they are (and,
-   * of a type in `changed`, its other resources), and publishes its snapshot. Fails closed: a proxy that has a snapshot keeps it when the new
-   * resources break a rule (a partial LDS/CDS set would delete working listeners and clusters);
-   * a new one gets the valid, referentially closed subset; either way it is regenerated in full
-   * on every later change (the fix may be anywhere).
+   * Regenerates what `regeneration` says of one proxy's resources (every type when absent, or
+   * when the proxy has no valid snapshot from a full generation to update), keeping the rest as
+   * it is, and publishes its snapshot. Fails closed: a proxy that has a snapshot keeps it when
+   * the new resources break a rule (a partial LDS/CDS set would delete working listeners and
+   * clusters); a new one gets the valid, referentially closed subset; either way it is
+   * regenerated in full on every later change (the fix may be anywhere).
    * @returns false when that failed (the proxy keeps its last good snapshot).
    */
   private async regenerate(proxy: Proxy, regeneration?: Regeneration): Promise<boolean> {
