@@ -20,7 +20,7 @@ export interface EncodedConfiguration {
   readonly dropped: readonly string[];
   /** Every resource, encoded, by type URL; when there are violations, the valid subset only. */
   readonly encoded: ReadonlyMap<TypeUrl, readonly EncodedNamedResource[]>;
-  /** The services the configuration was generated from (`proxyDependencies`). */
+  /** The services the configuration was generated from (`proxyDependencies`); empty for a partial one (`types` given). */
   readonly dependencies: readonly string[];
 }
 
@@ -39,34 +39,67 @@ export type ConfigurationCertificates = ProxyCertificates | { readonly caPem: st
  * verified sidecar's, and are valid with it counted as existing elsewhere), but it is never sent,
  * so the proxy's mTLS does not work (see README, plaintext listener).
  * @param cache encodings and rule checks to reuse across proxies and calls.
+ * @param types the types to regenerate (every type when absent): the result holds those only.
+ * @param others with `types`: the names of the proxy's resources of the other types, which the
+ *   regenerated ones are validated against (cross-resource references).
  * @throws Error when a resource cannot be generated or encoded.
  */
-export function generateConfiguration(mesh: MeshSnapshot, proxy: Proxy, certs: ConfigurationCertificates, cache: ResourceCheckCache): EncodedConfiguration {
+export function generateConfiguration(
+  mesh: MeshSnapshot,
+  proxy: Proxy,
+  certs: ConfigurationCertificates,
+  cache: ResourceCheckCache,
+  types?: ReadonlySet<TypeUrl>,
+  others?: ReadonlyMap<TypeUrl, Iterable<string>>,
+): EncodedConfiguration {
   const withKey = 'privateKeyPem' in certs;
-  const resources = generateProxyResources(mesh, proxy, withKey ? certs : { ...certs, certChainPem: '', privateKeyPem: '' });
-  const withheld = !withKey && resources.has(TypeUrl.Secret);
-  const { violations, valid, dropped } = withheld ? validateWithheld(resources, serviceCertSecretName(proxy.identity), cache) : validateProxyResources(resources, cache);
+  const resources = generateProxyResources(mesh, proxy, withKey ? certs : { ...certs, certChainPem: '', privateKeyPem: '' }, types);
+  return { ...checkConfiguration(resources, proxy, certs, cache, others), dependencies: types === undefined ? [...proxyDependencies(mesh, proxy.identity)] : [] };
+}
+
+/**
+ * Validates and encodes resources generated for `proxy` (the valid, referentially closed subset
+ * when some break a rule), as {@link generateConfiguration} does: without a service certificate
+ * in `certs`, with the identity's `service-cert:<ns>/<sa>` Secret counted as existing but left out.
+ * @param others the names of the proxy's resources of the types not in `resources`, which those may refer to.
+ * @throws Error when a resource cannot be encoded.
+ */
+export function checkConfiguration(
+  resources: ProxyResources,
+  proxy: Proxy,
+  certs: ConfigurationCertificates,
+  cache: ResourceCheckCache,
+  others?: ReadonlyMap<TypeUrl, Iterable<string>>,
+): Omit<EncodedConfiguration, 'dependencies'> {
+  const withKey = 'privateKeyPem' in certs;
+  const { violations, valid, dropped } = withKey
+    ? validateProxyResources(resources, cache, others)
+    : validateWithheld(resources, serviceCertSecretName(proxy.identity), cache, others);
   return {
     violations,
     dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),
-    encoded: encodeResources(violations.length === 0 && !withheld ? resources : valid, cache),
-    dependencies: [...proxyDependencies(mesh, proxy.identity)],
+    encoded: encodeResources(violations.length === 0 && withKey ? resources : valid, cache),
   };
 }
 
 /**
  * Validates `resources` without the Secret `withheld`: the Secrets apart, and the rest with
- * `withheld` counted as an existing Secret (it is referred to, but never sent).
+ * `withheld` counted as an existing Secret (it is referred to, but never sent). `others` (a
+ * partial update): the names of the proxy's resources of the types not in `resources`.
  */
-function validateWithheld(resources: ProxyResources, withheld: string, cache: ResourceCheckCache): ValidationResult {
-  const secrets = (resources.get(TypeUrl.Secret) ?? []).filter((r) => r.name !== withheld);
-  const others = new Map([...resources].filter(([type]) => type !== TypeUrl.Secret));
-  const rest = validateProxyResources(others, cache, new Map([[TypeUrl.Secret, [...secrets.map((r) => r.name), withheld]]]));
-  const sds = validateProxyResources(new Map([[TypeUrl.Secret, secrets]]), cache, new Map([...others].map(([type, list]) => [type, list.map((r) => r.name)])));
+function validateWithheld(resources: ProxyResources, withheld: string, cache: ResourceCheckCache, others?: ReadonlyMap<TypeUrl, Iterable<string>>): ValidationResult {
+  const given = resources.get(TypeUrl.Secret);
+  const secrets = given?.filter((r) => r.name !== withheld);
+  const rest = new Map([...resources].filter(([type]) => type !== TypeUrl.Secret));
+  const secretNames = secrets ? secrets.map((r) => r.name) : [...(others?.get(TypeUrl.Secret) ?? [])];
+  const checked = validateProxyResources(rest, cache, new Map([...(others ?? []), [TypeUrl.Secret, [...secretNames, withheld]]]));
+  if (!secrets) return checked;
+  const restNames = [...rest].map(([type, list]) => [type, list.map((r) => r.name)] as const);
+  const sds = validateProxyResources(new Map([[TypeUrl.Secret, secrets]]), cache, new Map([...(others ?? []), ...restNames]));
   return {
-    violations: [...rest.violations, ...sds.violations],
-    valid: new Map([...rest.valid, ...sds.valid]),
-    dropped: [...rest.dropped, ...sds.dropped],
+    violations: [...checked.violations, ...sds.violations],
+    valid: new Map([...checked.valid, ...sds.valid]),
+    dropped: [...checked.dropped, ...sds.dropped],
   };
 }
 

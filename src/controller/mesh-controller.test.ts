@@ -89,8 +89,15 @@ describe('MeshController', () => {
     const generated = () => count('trellis_proxy_snapshots_total');
     /** Configurations generated so far (`trellis_configurations_generated_total`). */
     const configurations = () => count('trellis_configurations_generated_total');
-    return { store, cache, controller, certificates, seen, generated, configurations };
+    /** Resource types generated so far, by xDS type (`trellis_configuration_types_generated_total{type}`). */
+    const typesGenerated = async (): Promise<Record<string, number>> =>
+      Object.fromEntries((await metrics.getSingleMetric('trellis_configuration_types_generated_total')!.get()).values.map((v) => [String(v.labels.type), v.value]));
+    return { store, cache, controller, certificates, seen, generated, configurations, typesGenerated };
   }
+
+  /** What grew between two `typesGenerated()` readings (types that did not are left out). */
+  const grown = (before: Record<string, number>, after: Record<string, number>) =>
+    Object.fromEntries(Object.entries(after).filter(([type, n]) => n !== (before[type] ?? 0)).map(([type, n]) => [type, n - (before[type] ?? 0)]));
 
   it('an endpoint change replaces only the ClusterLoadAssignments it changes, as a full generation would', async () => {
     const { store, cache, controller, certificates } = await setup();
@@ -117,6 +124,36 @@ describe('MeshController', () => {
     const late = verified('55555555-5555-4555-8555-555555555555.sidecar.bookbuyer.bookbuyer.cluster.local');
     await controller.onStreamOpen(late, 2);
     assert.deepEqual(cache.getSnapshot(late.uuid)!.versions, after.versions);
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('an endpoint change regenerates, validates and encodes EDS alone, once for the proxies of one kind, which share its snapshot', async () => {
+    const { store, cache, controller, certificates, typesGenerated } = await setup();
+    const twin = verified('55555555-5555-4555-8555-555555555555.sidecar.bookbuyer.bookbuyer.cluster.local');
+    await controller.onStreamOpen(BUYER, 1);
+    await controller.onStreamOpen(twin, 2);
+    const before = await typesGenerated();
+    store.replaceAll('test', bookstoreMesh().map((o) => (o.kind === 'Pod' && o.metadata.name === 'bookstore-v1-1' ? { ...o, status: { podIP: '10.244.9.9', phase: 'Running' as const } } : o)));
+    await controller.flush();
+    assert.deepEqual(grown(before, await typesGenerated()), { EDS: 1 }, 'EDS only, once for both bookbuyer proxies');
+    assert.equal(cache.getSnapshot(twin.uuid), cache.getSnapshot(BUYER.uuid), 'one snapshot object for both');
+    assert.match(JSON.stringify(decodeMessage(TypeUrl.ClusterLoadAssignment, cache.getSnapshot(BUYER.uuid)!.resources.get(TypeUrl.ClusterLoadAssignment)!.get('bookstore/bookstore-v1|14001')!.resource.value)), /10\.244\.9\.9/);
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('a proxy connecting after a split weight change is served the updated configuration, not a new generation', async () => {
+    const { store, controller, certificates, cache, configurations, typesGenerated } = await setup();
+    await controller.onStreamOpen(BUYER, 1);
+    store.replaceAll('test', bookstoreMesh({ split: [90, 10] }));
+    await controller.flush();
+    const [generatedBefore, typesBefore] = [await configurations(), await typesGenerated()];
+    const late = verified('55555555-5555-4555-8555-555555555555.sidecar.bookbuyer.bookbuyer.cluster.local');
+    await controller.onStreamOpen(late, 2);
+    assert.equal(await configurations(), generatedBefore, 'no generation for the late proxy');
+    assert.deepEqual(grown(typesBefore, await typesGenerated()), {});
+    assert.equal(cache.getSnapshot(late.uuid), cache.getSnapshot(BUYER.uuid));
     controller.stop();
     certificates.stop();
   });
@@ -436,6 +473,28 @@ describe('MeshController', () => {
     );
     await controller.flush();
     assert.equal(seen.get(THIEF.uuid)!.length, thiefCount, 'the other identity got nothing');
+    controller.stop();
+    certificates.stop();
+  });
+
+  it('a certificate rotation regenerates SDS alone, and nothing of a proxyless client of that identity', async () => {
+    const timers = new ManualTimers();
+    const { controller, certificates, cache, configurations, typesGenerated } = await setup(timers);
+    const GRPC = verified('88888888-8888-4888-8888-888888888888.sidecar.bookbuyer.bookbuyer.cluster.local');
+    await controller.onStreamOpen(BUYER, 1);
+    await controller.onStreamOpen(GRPC, 2, { user_agent_name: 'gRPC Node Pure JS' });
+    const [buyer, grpc] = [cache.getSnapshot(BUYER.uuid)!, cache.getSnapshot(GRPC.uuid)!];
+    const [generatedBefore, typesBefore] = [await configurations(), await typesGenerated()];
+    timers.advance(16 * 3600_000 + 1000); // past the renewal time: 2/3 of the 24 h default validity
+    await certificates.settled();
+    await until(() => cache.getSnapshot(BUYER.uuid) !== buyer, "the buyer's SDS push");
+    await controller.flush();
+    assert.equal(await configurations(), generatedBefore, 'no full generation');
+    assert.deepEqual(grown(typesBefore, await typesGenerated()), { SDS: 1 });
+    const after = cache.getSnapshot(BUYER.uuid)!;
+    assert.notEqual(after.versions.get(TypeUrl.Secret), buyer.versions.get(TypeUrl.Secret), 'a new service certificate');
+    for (const type of [TypeUrl.Cluster, TypeUrl.ClusterLoadAssignment, TypeUrl.Listener, TypeUrl.RouteConfiguration]) assert.equal(after.resources.get(type), buyer.resources.get(type), `${type} untouched`);
+    assert.equal(cache.getSnapshot(GRPC.uuid), grpc, 'the proxyless client (no SDS) keeps its snapshot');
     controller.stop();
     certificates.stop();
   });

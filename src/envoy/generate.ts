@@ -1,15 +1,16 @@
 import { TypeUrl } from '../api/type-urls.js';
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { Proxy } from '../proxy/types.js';
-import { generateClusters } from './cds/cds.js';
-import { generateClusterLoadAssignments } from './eds/eds.js';
-import { generateListeners } from './lds/lds.js';
-import { generateRouteConfigurations } from './rds/rds.js';
+import { clustersNeedPush, generateClusters } from './cds/cds.js';
+import { clusterLoadAssignmentsChangedBy, clusterLoadAssignmentsNeedPush, generateClusterLoadAssignments } from './eds/eds.js';
+import { generateListeners, listenersNeedPush } from './lds/lds.js';
+import { generateRouteConfigurations, routeConfigurationsNeedPush } from './rds/rds.js';
 import { generateEgressRouteConfigurations } from './rds/egress.js';
 import { generateIngressRouteConfigurations } from './rds/ingress.js';
-import { generateProxylessResources, generateProxylessRouteConfigurations } from './proxyless.js';
+import { generateProxylessResources, generateProxylessRouteConfigurations, proxylessResourcesNeedPush } from './proxyless.js';
+import type { PushChange } from './push-change.js';
 import type { NamedResource } from './resource.js';
-import { generateSecrets, type ProxyCertificates } from './sds/sds.js';
+import { generateSecrets, secretsNeedPush, type ProxyCertificates } from './sds/sds.js';
 
 /** Every resource of one proxy, by type URL, in the object form the codec encodes. */
 export type ProxyResources = ReadonlyMap<TypeUrl, readonly NamedResource[]>;
@@ -20,16 +21,18 @@ export type ProxyResources = ReadonlyMap<TypeUrl, readonly NamedResource[]>;
  * ({@link generateProxylessResources}: `api_listener`s named by target, plaintext EDS clusters,
  * no SDS), from the same policies.
  * @param certs the proxy identity's service certificate and the mesh root, for SDS.
+ * @param types the types to generate (all when absent), in the order above.
  */
-export function generateProxyResources(snapshot: MeshSnapshot, proxy: Proxy, certs: ProxyCertificates): ProxyResources {
-  if (proxy.clientType === 'grpc') return generateProxylessResources(snapshot, proxy);
-  return new Map<TypeUrl, readonly NamedResource[]>([
-    [TypeUrl.Cluster, generateClusters(snapshot, proxy)],
-    [TypeUrl.ClusterLoadAssignment, generateClusterLoadAssignments(snapshot, proxy)],
-    [TypeUrl.Listener, generateListeners(snapshot, proxy)],
-    [TypeUrl.RouteConfiguration, generateProxyRouteConfigurations(snapshot, proxy)],
-    [TypeUrl.Secret, generateSecrets(snapshot, proxy, certs)],
-  ]);
+export function generateProxyResources(snapshot: MeshSnapshot, proxy: Proxy, certs: ProxyCertificates, types?: ReadonlySet<TypeUrl>): ProxyResources {
+  if (proxy.clientType === 'grpc') return generateProxylessResources(snapshot, proxy, types);
+  const generators: [TypeUrl, () => readonly NamedResource[]][] = [
+    [TypeUrl.Cluster, () => generateClusters(snapshot, proxy)],
+    [TypeUrl.ClusterLoadAssignment, () => generateClusterLoadAssignments(snapshot, proxy)],
+    [TypeUrl.Listener, () => generateListeners(snapshot, proxy)],
+    [TypeUrl.RouteConfiguration, () => generateProxyRouteConfigurations(snapshot, proxy)],
+    [TypeUrl.Secret, () => generateSecrets(snapshot, proxy, certs)],
+  ];
+  return new Map(generators.filter(([type]) => types === undefined || types.has(type)).map(([type, generate]) => [type, generate()]));
 }
 
 /**
@@ -39,4 +42,42 @@ export function generateProxyResources(snapshot: MeshSnapshot, proxy: Proxy, cer
 export function generateProxyRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): readonly NamedResource[] {
   if (proxy.clientType === 'grpc') return generateProxylessRouteConfigurations(snapshot, proxy);
   return [...generateRouteConfigurations(snapshot, proxy), ...generateIngressRouteConfigurations(snapshot, proxy), ...generateEgressRouteConfigurations(snapshot, proxy)];
+}
+
+/** The types a sidecar gets, each with the predicate saying which changes make it regenerate. */
+const SIDECAR_NEEDS_PUSH: readonly (readonly [TypeUrl, (change: PushChange) => boolean])[] = [
+  [TypeUrl.Cluster, clustersNeedPush],
+  [TypeUrl.ClusterLoadAssignment, clusterLoadAssignmentsNeedPush],
+  [TypeUrl.Listener, listenersNeedPush],
+  [TypeUrl.RouteConfiguration, routeConfigurationsNeedPush],
+  [TypeUrl.Secret, secretsNeedPush],
+];
+
+/**
+ * The types of a proxy's resources that `change` makes regenerate, from each type's predicate
+ * (`clustersNeedPush`, …; a proxyless client's `proxylessResourcesNeedPush`): only EDS when
+ * only endpoints changed, only RDS when only TrafficSplit weights did, only SDS when only the
+ * certificate rotated, every type for anything else; none when nothing of the proxy changed.
+ */
+export function typesToRegenerate(change: PushChange): ReadonlySet<TypeUrl> {
+  const out = new Set<TypeUrl>();
+  for (const [type, needsPush] of SIDECAR_NEEDS_PUSH) {
+    if (change.clientType === 'grpc' ? proxylessResourcesNeedPush(type, change) : needsPush(change)) out.add(type);
+  }
+  return out;
+}
+
+/**
+ * Of the `types` a push regenerates (`typesToRegenerate`), those whose module can tell which of
+ * their resources `change` alters, with those resources, as every proxy (sidecar or proxyless)
+ * that has them gets them: a proxy's other resources of such a type stay as they are, and only
+ * these are validated and encoded again (once per push). Today: the changed services'
+ * ClusterLoadAssignments when only endpoints changed (`clusterLoadAssignmentsChangedBy`). A type
+ * not in the result is generated again in full.
+ */
+export function resourcesChangedBy(change: PushChange, types: ReadonlySet<TypeUrl>): ReadonlyMap<TypeUrl, readonly NamedResource[]> {
+  const out = new Map<TypeUrl, readonly NamedResource[]>();
+  const assignments = types.has(TypeUrl.ClusterLoadAssignment) ? clusterLoadAssignmentsChangedBy(change) : undefined;
+  if (assignments) out.set(TypeUrl.ClusterLoadAssignment, assignments);
+  return out;
 }

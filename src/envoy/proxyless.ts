@@ -7,11 +7,13 @@ import { TypeUrl } from '../api/type-urls.js';
 import { clusterName } from '../catalog/names.js';
 import type { MeshService, MeshSnapshot } from '../catalog/types.js';
 import { identityParts, type Proxy } from '../proxy/types.js';
-import { CONNECT_TIMEOUT_MS } from './cds/cds.js';
-import { generateClusterLoadAssignments } from './eds/eds.js';
+import { clustersNeedPush, CONNECT_TIMEOUT_MS } from './cds/cds.js';
+import { clusterLoadAssignmentsNeedPush, generateClusterLoadAssignments } from './eds/eds.js';
+import { listenersNeedPush } from './lds/lds.js';
 import { outboundView } from './outbound.js';
 import { serviceHostnames } from './rds/hosts.js';
-import { generateOutboundRouteConfigurations, isHttpLike, outboundRouteConfigName } from './rds/rds.js';
+import { meshChangeKind, type PushChange } from './push-change.js';
+import { generateOutboundRouteConfigurations, isHttpLike, outboundRouteConfigName, routeConfigurationsNeedPush } from './rds/rds.js';
 import type { NamedResource } from './resource.js';
 import { ADS_CONFIG_SOURCE, durationMs, ExtensionType, typedConfig } from './typed-config.js';
 import { byKey, byName } from '../util/order.js';
@@ -196,13 +198,38 @@ export function generateProxylessClusterLoadAssignments(snapshot: MeshSnapshot, 
  * - CDS: {@link generateProxylessClusters}.
  * - EDS: {@link generateProxylessClusterLoadAssignments}.
  * - SDS: none (gRPC does not use SDS).
+ * @param types the types to generate (all when absent), in the order above.
  */
-export function generateProxylessResources(snapshot: MeshSnapshot, proxy: Proxy): ReadonlyMap<TypeUrl, readonly NamedResource[]> {
-  return new Map<TypeUrl, readonly NamedResource[]>([
-    [TypeUrl.Cluster, generateProxylessClusters(snapshot, proxy)],
-    [TypeUrl.ClusterLoadAssignment, generateProxylessClusterLoadAssignments(snapshot, proxy)],
-    [TypeUrl.Listener, generateProxylessListeners(snapshot, proxy)],
-    [TypeUrl.RouteConfiguration, generateProxylessRouteConfigurations(snapshot, proxy)],
-    [TypeUrl.Secret, []],
-  ]);
+export function generateProxylessResources(snapshot: MeshSnapshot, proxy: Proxy, types?: ReadonlySet<TypeUrl>): ReadonlyMap<TypeUrl, readonly NamedResource[]> {
+  const generators: [TypeUrl, () => readonly NamedResource[]][] = [
+    [TypeUrl.Cluster, () => generateProxylessClusters(snapshot, proxy)],
+    [TypeUrl.ClusterLoadAssignment, () => generateProxylessClusterLoadAssignments(snapshot, proxy)],
+    [TypeUrl.Listener, () => generateProxylessListeners(snapshot, proxy)],
+    [TypeUrl.RouteConfiguration, () => generateProxylessRouteConfigurations(snapshot, proxy)],
+    [TypeUrl.Secret, () => []],
+  ];
+  return new Map(generators.filter(([type]) => types === undefined || types.has(type)).map(([type, generate]) => [type, generate()]));
+}
+
+/**
+ * Whether `change` makes a proxyless client's resources of `type` regenerate. Its Secrets (none:
+ * it has no SDS) never for a certificate rotation, which changes nothing it gets; only with the
+ * rest for any other change. Its other types follow the sidecar's predicate of that type
+ * (`clustersNeedPush`, …): each proxyless generator reads, of what a push can change, what the
+ * sidecar's of its type reads (endpoints only in EDS, TrafficSplit weights only in RDS; a change
+ * of the set of services, which its listeners follow, is never "only endpoints" or "only weights").
+ */
+export function proxylessResourcesNeedPush(type: TypeUrl, change: PushChange): boolean {
+  switch (type) {
+    case TypeUrl.Cluster:
+      return clustersNeedPush(change);
+    case TypeUrl.ClusterLoadAssignment:
+      return clusterLoadAssignmentsNeedPush(change);
+    case TypeUrl.Listener:
+      return listenersNeedPush(change);
+    case TypeUrl.RouteConfiguration:
+      return routeConfigurationsNeedPush(change);
+    default:
+      return meshChangeKind(change) === 'other';
+  }
 }

@@ -1,7 +1,28 @@
+import type { Violation } from '../envoy/validate/index.js';
 import type { Proxy, ServiceIdentity } from './types.js';
 
-/** A connected proxy: who it is, on which streams, since when. */
-export interface ConnectedProxy {
+/** What the controller tracks of a connected proxy's configuration (see `MeshController`). */
+export interface ProxyConfigurationState {
+  /**
+   * The services its current configuration was generated from (`proxyDependencies`): a change
+   * to none of them cannot alter it (`affectedBy`). Undefined while it must be generated again
+   * in full on every change: it has no configuration yet, the last one failed or broke a rule,
+   * or its first one was sent without its invalid resources.
+   */
+  readonly dependencies: ReadonlySet<string> | undefined;
+  /** The validation violations of its latest configuration (empty when it had none). */
+  readonly violations: readonly Violation[];
+  /** Why its latest generation failed, until one succeeds. */
+  readonly lastError: string | undefined;
+  /**
+   * The MeshSnapshot generation its current snapshot was generated or last updated from (a
+   * change that cannot alter it leaves it as it was); undefined before its first one.
+   */
+  readonly generation: number | undefined;
+}
+
+/** A connected proxy: who it is, on which streams, since when, and the state of its configuration. */
+export interface ConnectedProxy extends ProxyConfigurationState {
   readonly proxy: Proxy;
   /** When its first current stream opened. */
   readonly connectedSince: Date;
@@ -9,26 +30,39 @@ export interface ConnectedProxy {
   readonly streamIds: ReadonlySet<number>;
 }
 
+/** The state of a proxy with no configuration yet. */
+const UNCONFIGURED: ProxyConfigurationState = { dependencies: undefined, violations: [], lastError: undefined, generation: undefined };
+
+type Entry = { -readonly [K in keyof ConnectedProxy]: ConnectedProxy[K] } & { streamIds: Set<number> };
+
 /**
- * The proxies connected now, by UUID (the mesh catalog's proxy registry). A proxy is
- * registered when a stream of it opens and unregistered when its last stream closes.
+ * The proxies connected now, by UUID (the mesh catalog's proxy registry): one record per
+ * proxy. A proxy is registered when a stream of it opens and unregistered, with its state,
+ * when its last stream closes.
  */
 export class ProxyRegistry {
-  private readonly byUuid = new Map<string, { proxy: Proxy; connectedSince: Date; streamIds: Set<number> }>();
+  private readonly byUuid = new Map<string, Entry>();
   /** How many registered proxies have each identity. */
   private readonly identities = new Map<ServiceIdentity, number>();
 
-  /** Registers a stream of `proxy` (the proxy of the UUID becomes `proxy`). */
+  /**
+   * Registers a stream of `proxy` (the proxy of the UUID becomes `proxy`). A proxy whose client
+   * type or verification differs from its UUID's registered one gets another configuration:
+   * its state starts over.
+   */
   register(proxy: Proxy, streamId: number, at: Date): void {
     const entry = this.byUuid.get(proxy.uuid);
     if (entry) {
       entry.streamIds.add(streamId);
       this.count(entry.proxy.identity, -1);
+      if ((entry.proxy.clientType ?? 'envoy') !== (proxy.clientType ?? 'envoy') || (entry.proxy.verified === true) !== (proxy.verified === true)) {
+        Object.assign(entry, UNCONFIGURED);
+      }
       entry.proxy = proxy;
       this.count(proxy.identity, 1);
       return;
     }
-    this.byUuid.set(proxy.uuid, { proxy, connectedSince: at, streamIds: new Set([streamId]) });
+    this.byUuid.set(proxy.uuid, { proxy, connectedSince: at, streamIds: new Set([streamId]), ...UNCONFIGURED });
     this.count(proxy.identity, 1);
   }
 
@@ -56,6 +90,12 @@ export class ProxyRegistry {
       this.count(entry.proxy.identity, -1);
     }
     return entry.streamIds.size;
+  }
+
+  /** Sets some of the configuration state of the proxy with this UUID (nothing when it is not registered). */
+  update(uuid: string, state: Partial<ProxyConfigurationState>): void {
+    const entry = this.byUuid.get(uuid);
+    if (entry) Object.assign(entry, state);
   }
 
   /** The connected proxy with this UUID, or undefined. */

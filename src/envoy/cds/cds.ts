@@ -11,6 +11,7 @@ import { generateEgressClusters } from './egress.js';
 import { httpProtocolOptions, upstreamSettingFields, upstreamTrafficSettingFor, type UpstreamHttp } from '../upstream-settings.js';
 import { byName } from '../../util/order.js';
 import { sharedResource } from '../shared-resources.js';
+import { meshChangeKind, type PushChange } from '../push-change.js';
 
 /** Name of the cluster that points at Envoy's own admin port for Prometheus scraping (OSM). */
 export const ENVOY_METRICS_CLUSTER = 'envoy-metrics-cluster';
@@ -101,4 +102,13 @@ export function generateClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedRes
     });
   }
   return [...clusters.values()].sort(byName);
+}
+
+/**
+ * Whether `change` makes a sidecar's Clusters regenerate (Istio's `cdsNeedsPush` idea):
+ * for any change but one that only moves endpoints (EDS), only re-weights TrafficSplits (RDS: the
+ * same clusters are reached) or only rotates the certificate (SDS: clusters name the secret, not its content).
+ */
+export function clustersNeedPush(change: PushChange): boolean {
+  return meshChangeKind(change) === 'other';
 }

@@ -19,6 +19,7 @@ import { ADS_CONFIG_SOURCE, ExtensionType, typedConfig } from '../typed-config.j
 import { egressFilterChains, egressListenerFilters } from './egress.js';
 import { proxyEgressPolicies } from '../egress-plan.js';
 import { ingressFilterChains } from './ingress.js';
+import { meshChangeKind, type PushChange } from '../push-change.js';
 
 /** Name and port of the listener that captures outbound traffic (OSM v1.2). */
 export const OUTBOUND_LISTENER = { name: 'outbound-listener', port: 15001 } as const;
@@ -222,4 +223,14 @@ export function generateListeners(snapshot: MeshSnapshot, proxy: Proxy): NamedRe
     : outboundListener(snapshot, proxy);
   if (outbound) out.push({ name: OUTBOUND_LISTENER.name, resource: outbound });
   return out;
+}
+
+/**
+ * Whether `change` makes a sidecar's Listeners regenerate (Istio's `cdsNeedsPush` idea):
+ * for any change but one that only moves endpoints (EDS; `onlyEndpointsChanged` excludes headless
+ * services, whose addresses are in filter chain matches), only re-weights HTTP TrafficSplits (RDS;
+ * a TCP apex's weights are in listeners, `onlySplitWeightsChanged` excludes it) or only rotates the certificate (SDS).
+ */
+export function listenersNeedPush(change: PushChange): boolean {
+  return meshChangeKind(change) === 'other';
 }

@@ -16,6 +16,7 @@ import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, httpLocalRateLimitConfig } from '../rate-limit.js';
 import { serviceHostnames } from './hosts.js';
 import { byKey } from '../../util/order.js';
+import { meshChangeKind, type PushChange } from '../push-change.js';
 
 /**
  * The retry policy of the routes from `source` to `svc`, from the Retry policy naming that
@@ -255,4 +256,14 @@ export function generateInboundRouteConfigurations(snapshot: MeshSnapshot, proxy
 /** RDS for one proxy: its outbound and inbound route configurations, sorted by name. */
 export function generateRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
   return [...generateOutboundRouteConfigurations(snapshot, proxy), ...generateInboundRouteConfigurations(snapshot, proxy)];
+}
+
+/**
+ * Whether `change` makes a sidecar's RouteConfigurations regenerate (Istio's `cdsNeedsPush` idea):
+ * for a change of TrafficSplit weights and any change but one that only moves endpoints (EDS) or
+ * only rotates the certificate (SDS).
+ */
+export function routeConfigurationsNeedPush(change: PushChange): boolean {
+  const kind = meshChangeKind(change);
+  return kind === 'split-weights' || kind === 'other';
 }

@@ -14,6 +14,7 @@ import type { NamedResource } from '../resource.js';
 import { sharedResource } from '../shared-resources.js';
 import { generateIngressSecrets } from './ingress.js';
 import { byName } from '../../util/order.js';
+import { meshChangeKind, type PushChange } from '../push-change.js';
 
 /** The certificate material SDS serves to one proxy: its identity's service certificate and the mesh root. */
 export interface ProxyCertificates {
@@ -88,4 +89,13 @@ export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: Pro
   }
   out.push(...generateIngressSecrets(snapshot, proxy, certs));
   return out.sort(byName);
+}
+
+/**
+ * Whether `change` makes a sidecar's Secrets regenerate (Istio's `cdsNeedsPush` idea):
+ * when the identity's service certificate rotated, and for any change but one that only moves
+ * endpoints (EDS) or only re-weights TrafficSplits (RDS): trust bundles follow identities and TrafficTargets.
+ */
+export function secretsNeedPush(change: PushChange): boolean {
+  return change.certificateRotated || meshChangeKind(change) === 'other';
 }

@@ -1,0 +1,137 @@
+/**
+ * What a push regenerates of one kind of proxy, and the two computations of its configuration:
+ * in full, or an update of some types of a snapshot it has (the rest kept as they are, the new
+ * resources validated against it). Pure: no I/O, no state (the memo is `ConfigurationMemo`).
+ */
+import { TypeUrl } from '../api/type-urls.js';
+import type { MeshSnapshot } from '../catalog/types.js';
+import { resourcesChangedBy, typesToRegenerate, type ProxyResources } from '../envoy/generate.js';
+import type { PushChange } from '../envoy/push-change.js';
+import { validateProxyResources, type ResourceCheckCache } from '../envoy/validate/index.js';
+import type { Proxy } from '../proxy/types.js';
+import { buildProxySnapshot, typeVersion } from '../xds/cache/snapshot-cache.js';
+import type { CachedResource, ProxySnapshot, ResourceMap } from '../xds/cache/types.js';
+import { checkConfiguration, encodeResources, generateConfiguration, type ConfigurationCertificates, type EncodedConfiguration } from './configuration.js';
+import type { GeneratedConfig } from './configuration-memo.js';
+
+/** What a push regenerates of a proxy: `typesToRegenerate`, and of some of those types only the resources `resourcesChangedBy` gives. */
+export interface Regeneration {
+  readonly types: ReadonlySet<TypeUrl>;
+  readonly changed: ProxyResources;
+  /**
+   * `changed`, validated on their own and encoded, once per push, when they break no rule by
+   * themselves: they refer to nothing outside them, and replace resources of the same names, so
+   * they are valid in every proxy that has those (else each kind of proxy validates them against
+   * the rest of its resources, and the violations are its own).
+   */
+  readonly checkedChanges: Omit<EncodedConfiguration, 'dependencies'> | undefined;
+}
+
+/** Every type a proxy's configuration has. */
+export const PROXY_TYPES: readonly TypeUrl[] = [TypeUrl.Cluster, TypeUrl.ClusterLoadAssignment, TypeUrl.Listener, TypeUrl.RouteConfiguration, TypeUrl.Secret];
+
+/** What the controller remembers of a full configuration: its snapshot (or the valid subset's) built from the encodings. */
+function generatedConfig(configuration: EncodedConfiguration, proxy: Proxy): GeneratedConfig {
+  const snapshot = buildProxySnapshot(configuration.encoded);
+  const valid = configuration.violations.length === 0;
+  return {
+    violations: configuration.violations,
+    dropped: configuration.dropped,
+    snapshot: valid ? snapshot : undefined,
+    validSnapshot: valid ? undefined : snapshot,
+    dependencies: new Set(configuration.dependencies),
+    proxy,
+    ahead: false,
+  };
+}
+
+/** The names of a resource map, as many times as they are read. */
+function namesOf(resources: ResourceMap): Iterable<string> {
+  return { [Symbol.iterator]: () => resources.keys() };
+}
+
+/**
+ * `previous` with the types of `update` replaced, or, for a type in `overlaid`, with those of its
+ * resources that `previous` has replaced (its others stay); a type whose version is the same
+ * keeps its resource map. `previous` itself when nothing differs.
+ */
+function withTypes(previous: ProxySnapshot, update: ProxySnapshot, overlaid: ReadonlySet<TypeUrl>): ProxySnapshot {
+  let resources: Map<TypeUrl, ResourceMap> | undefined;
+  let versions: Map<TypeUrl, string> | undefined;
+  for (const [type, map] of update.resources) {
+    let next = map;
+    if (overlaid.has(type)) {
+      const before = previous.resources.get(type) ?? new Map();
+      let merged: Map<string, CachedResource> | undefined;
+      for (const [name, resource] of map) if (before.get(name) !== undefined && before.get(name)!.version !== resource.version) (merged ??= new Map(before)).set(name, resource);
+      if (!merged) continue;
+      next = merged;
+    }
+    const version = next === map ? update.versions.get(type)! : typeVersion(next.values());
+    if (previous.versions.get(type) === version) continue;
+    (resources ??= new Map(previous.resources)).set(type, next);
+    (versions ??= new Map(previous.versions)).set(type, version);
+  }
+  return resources && versions ? Object.freeze({ resources, versions }) : previous;
+}
+
+/** Whether two resource maps hold the same names. */
+function sameNames(a: ResourceMap, b: ResourceMap | undefined): boolean {
+  if (!b || a.size !== b.size) return false;
+  for (const name of a.keys()) if (!b.has(name)) return false;
+  return true;
+}
+
+/**
+ * What to regenerate of a proxy for `push` (`typesToRegenerate`, `resourcesChangedBy`), with the
+ * changed resources validated on their own and encoded when they break no rule by themselves.
+ */
+export function planRegeneration(push: PushChange, cache: ResourceCheckCache): Regeneration {
+  const types = typesToRegenerate(push);
+  const changed = resourcesChangedBy(push, types);
+  const valid = changed.size > 0 && validateProxyResources(changed, cache).violations.length === 0;
+  return { types, changed, checkedChanges: valid ? { violations: [], dropped: [], encoded: encodeResources(changed, cache) } : undefined };
+}
+
+/** What a configuration is generated from: the MeshSnapshot, the proxy, its certificates, and the encodings and checks to reuse. */
+export interface ConfigurationInputs {
+  readonly mesh: MeshSnapshot;
+  readonly proxy: Proxy;
+  readonly certs: ConfigurationCertificates;
+  readonly cache: ResourceCheckCache;
+}
+
+/** The full configuration of `proxy` (`generateConfiguration`), with its snapshot (or the valid subset's). */
+export function fullConfiguration({ mesh, proxy, certs, cache }: ConfigurationInputs): GeneratedConfig {
+  return generatedConfig(generateConfiguration(mesh, proxy, certs, cache), proxy);
+}
+
+/**
+ * `previous` (a valid snapshot of `proxy` from a full generation) with its `types` generated
+ * again from `mesh`, validated against the rest of it (cross-resource references). Of a type in
+ * `changed`, only those resources are validated, encoded and replaced (the change alters no other,
+ * see `resourcesChangedBy`). A result with violations has no snapshot (the proxy keeps `previous`).
+ * @param dependencies the services `previous` was generated from (a change of endpoints, TrafficSplit weights or certificate alters none).
+ * @returns undefined when the types cannot be replaced alone: their new resources have other
+ *   names than `previous`'s (the rest may refer to them), so a full generation is needed.
+ * @throws Error when a resource cannot be generated or encoded.
+ */
+export function updatedConfiguration(
+  { mesh, proxy, certs, cache }: ConfigurationInputs,
+  { types, changed, checkedChanges }: Regeneration,
+  previous: ProxySnapshot,
+  dependencies: ReadonlySet<string>,
+): GeneratedConfig | undefined {
+  // The names of the proxy's resources of the types not in `excluded` (those of a type in `changed` stay).
+  const others = (excluded: ReadonlySet<TypeUrl>) => new Map([...previous.resources].filter(([type]) => !excluded.has(type)).map(([type, map]) => [type, namesOf(map)]));
+  const generated = new Set([...types].filter((type) => !changed.has(type)));
+  const parts: Omit<EncodedConfiguration, 'dependencies'>[] = [];
+  if (generated.size > 0) parts.push(generateConfiguration(mesh, proxy, certs, cache, generated, others(generated)));
+  if (changed.size > 0) parts.push(checkedChanges ?? checkConfiguration(changed, proxy, certs, cache, others(new Set(changed.keys()))));
+  const violations = parts.flatMap((p) => p.violations);
+  const base = { violations, dropped: parts.flatMap((p) => p.dropped), validSnapshot: undefined, dependencies, proxy, ahead: false };
+  if (violations.length > 0) return { ...base, snapshot: undefined };
+  const update = buildProxySnapshot(new Map(parts.flatMap((p) => [...p.encoded])));
+  for (const [type, map] of update.resources) if (generated.has(type) && !sameNames(map, previous.resources.get(type))) return undefined;
+  return { ...base, snapshot: withTypes(previous, update, new Set(changed.keys())) };
+}
