@@ -177,22 +177,54 @@ export function nowMs(): number {
   return Number(process.hrtime.bigint()) / 1e6;
 }
 
+/** What the load generator reads of a simulated sidecar, whichever ADS variant it speaks. */
+export interface Sidecar {
+  /** When the first full configuration was ACKed (monotonic ms), once it was. */
+  readonly syncedAt: number | undefined;
+  /** Responses, bytes and last ACK time since the last {@link Sidecar.mark}. */
+  readonly markResponses: number;
+  readonly markBytes: number;
+  readonly markLastAck: number;
+  readonly ended: { code: number; details: string } | undefined;
+  /** Opens the channel and the stream and sends the first CDS and LDS requests. */
+  connect(address: string, credentials: grpc.ChannelCredentials, maxReceiveBytes: number): void;
+  /** Starts a new measurement window. */
+  mark(): void;
+  /** Cancels the stream and closes the channel. */
+  close(): void;
+}
+
 /** Where a sidecar reports (the load generator's bookkeeping). */
 export interface SidecarObserver {
   /** A response was received and ACKed (`ackAt`: after the ACK was written). */
-  onResponse(sidecar: LeanSidecar, type: string, bytes: number, ackAt: number): void;
+  onResponse(sidecar: Sidecar, type: string, bytes: number, ackAt: number): void;
   /** The sidecar holds its first full configuration. */
-  onSynced(sidecar: LeanSidecar): void;
+  onSynced(sidecar: Sidecar): void;
   /** The stream ended. */
-  onEnded(sidecar: LeanSidecar, status: { code: number; details: string }): void;
+  onEnded(sidecar: Sidecar, status: { code: number; details: string }): void;
   /** The lean extraction disagreed with the full decode (only when `verify`). */
-  onVerifyMismatch(sidecar: LeanSidecar, message: string): void;
+  onVerifyMismatch(sidecar: Sidecar, message: string): void;
 }
 
-const PER_NAME_TYPES = [TypeUrl.ClusterLoadAssignment, TypeUrl.RouteConfiguration, TypeUrl.Secret] as const;
+/** The types whose resources a sidecar asks for by name (the others are wildcard: CDS, LDS). */
+export const PER_NAME_TYPES = [TypeUrl.ClusterLoadAssignment, TypeUrl.RouteConfiguration, TypeUrl.Secret] as const;
 
-/** One simulated sidecar on its own channel (its own TCP connection). */
-export class LeanSidecar {
+/**
+ * The gRPC channel options of a simulated sidecar: its own subchannel (its own TCP connection),
+ * the receive limit, and on TLS the controller certificate's name `localhost`.
+ */
+export function sidecarChannelOptions(credentials: grpc.ChannelCredentials, maxReceiveBytes: number): grpc.ChannelOptions {
+  return {
+    'grpc.use_local_subchannel_pool': 1,
+    'grpc.max_receive_message_length': maxReceiveBytes,
+    'grpc.max_send_message_length': 64 * 1024 * 1024,
+    // A TLS server name may not be an IP address (RFC 6066): name the controller's certificate's `localhost`.
+    ...(credentials._isSecure() ? { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' } : {}),
+  };
+}
+
+/** One simulated sidecar on its own channel (its own TCP connection), over state-of-the-world ADS. */
+export class LeanSidecar implements Sidecar {
   /** When the first full configuration was ACKed (monotonic ms), once it was. */
   syncedAt: number | undefined;
   /** Responses, bytes and last ACK time since the last {@link mark}. */
@@ -227,13 +259,7 @@ export class LeanSidecar {
   /** Opens the channel and the stream and sends the wildcard CDS and LDS requests. */
   connect(address: string, credentials: grpc.ChannelCredentials, maxReceiveBytes: number): void {
     this.serviceCertExpected = credentials._isSecure();
-    this.client = new grpc.Client(address, credentials, {
-      'grpc.use_local_subchannel_pool': 1,
-      'grpc.max_receive_message_length': maxReceiveBytes,
-      'grpc.max_send_message_length': 64 * 1024 * 1024,
-      // A TLS server name may not be an IP address (RFC 6066): name the controller's certificate's `localhost`.
-      ...(credentials._isSecure() ? { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' } : {}),
-    });
+    this.client = new grpc.Client(address, credentials, sidecarChannelOptions(credentials, maxReceiveBytes));
     const call = this.client.makeBidiStreamRequest(ADS_METHOD, (b: Buffer) => b, (b: Buffer) => b);
     this.call = call;
     call.on('data', (buf: Buffer) => this.onData(buf));
