@@ -24,7 +24,7 @@ import { ResourceCheckCache, validateProxyResources } from '../src/envoy/validat
 import { parseCommonName, proxyCommonName } from '../src/proxy/types.js';
 import { ManifestsSource } from '../src/sources/manifests/manifests-source.js';
 import { ObjectStore } from '../src/store/object-store.js';
-import { buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
+import { ResourceInterner, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
 import { nowMs } from './lean-sidecar.js';
 import { MESH_NAME, meshConfigChange, planMesh, planProxies, writeMesh, type MeshMode } from './mesh-generator.js';
 import type { MeshSnapshot } from '../src/catalog/types.js';
@@ -71,6 +71,7 @@ async function main(): Promise<void> {
     const certificates = new CertificateManager({ ca });
     // One cache for every proxy, as the controller keeps one (repeated content is encoded and checked once).
     const checked = new ResourceCheckCache();
+    const interner = new ResourceInterner();
     const proxies = planProxies(plan, count).map((p) => parseCommonName(proxyCommonName(p.uuid, 'sidecar', p.namespace, p.serviceAccount)));
     const pass = async (snapshot: MeshSnapshot): Promise<Totals> => {
       const totals: Totals = { cert: 0, generate: 0, validate: 0, encode: 0, snapshot: 0, resources: 0, bytes: 0, byType: new Map(), held: 0 };
@@ -89,7 +90,7 @@ async function main(): Promise<void> {
         const encoded = encodeResources(resources, checked);
         totals.encode += nowMs() - t;
         t = nowMs();
-        const built = buildProxySnapshot(encoded);
+        const built = buildProxySnapshot(encoded, interner);
         totals.snapshot += nowMs() - t;
         for (const [type, list] of built.resources) {
           totals.resources += list.size;

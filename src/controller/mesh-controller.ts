@@ -20,7 +20,7 @@ import { RateLimiter } from '../util/rate-limit.js';
 import { awaitProxyPod, DEFAULT_POD_IDENTITY_GRACE_MS } from './pod-identity.js';
 import { identityParts, parseCommonName, proxyCommonName, serviceIdentity, type Proxy, type ServiceIdentity } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
-import { buildProxySnapshot, replaceResources, type NamedResource as EncodedNamedResource, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
+import { ResourceInterner, buildProxySnapshot, replaceResources, type NamedResource as EncodedNamedResource, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
 
 /** Longest stretch of proxy generation between two yields to the event loop during a push, in ms. */
@@ -148,8 +148,8 @@ function memoKey(proxy: Proxy, certificateSerial: string): string {
 }
 
 /** What the controller remembers of a configuration: its snapshot (or the valid subset's) built from the encodings. */
-function generatedConfig(configuration: EncodedConfiguration, proxy: Proxy): GeneratedConfig {
-  const snapshot = buildProxySnapshot(configuration.encoded);
+function generatedConfig(configuration: EncodedConfiguration, proxy: Proxy, interner: ResourceInterner): GeneratedConfig {
+  const snapshot = buildProxySnapshot(configuration.encoded, interner);
   const valid = configuration.violations.length === 0;
   return {
     violations: configuration.violations,
@@ -200,6 +200,8 @@ export class MeshController {
   private readonly proxyLogLimit = new RateLimiter(PROXY_LOG_LIMIT, PROXY_LOG_WINDOW_MS, () => performance.now(), 10_000);
   /** Encodings and rule checks by resource content, shared by every proxy and push. */
   private readonly checked = new ResourceCheckCache();
+  /** The encoded resources of every proxy's snapshot, each distinct one held once, with their versions. */
+  private readonly interner = new ResourceInterner();
   /** Latest validation violations per proxy UUID (only proxies that have some). */
   private readonly violations = new Map<string, { proxy: Proxy; violations: readonly Violation[] }>();
   /** The identities of the mesh, for one MeshSnapshot generation (see {@link meshIdentities}). */
@@ -567,7 +569,7 @@ export class MeshController {
     this.metrics.configurationsGenerated.inc();
     const caPem = this.options.certificates.caPem;
     const certs = cert ? { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem } : { caPem };
-    const config = generatedConfig(generateConfiguration(this.mesh, proxy, certs, this.checked), proxy);
+    const config = generatedConfig(generateConfiguration(this.mesh, proxy, certs, this.checked), proxy, this.interner);
     this.memo.entries.set(key, config);
     return config;
   }
@@ -689,7 +691,7 @@ export class MeshController {
 
   /** Publishes `previous` with `replacements` of `typeUrl` (see `replaceResources`), unless nothing differs. */
   private replaceInSnapshot(proxy: Proxy, previous: ProxySnapshot, typeUrl: TypeUrl, replacements: readonly EncodedNamedResource[]): void {
-    const next = replaceResources(previous, typeUrl, replacements);
+    const next = replaceResources(previous, typeUrl, replacements, this.interner);
     if (next === previous) return;
     this.metrics.proxiesUpdated.inc();
     this.options.cache.setSnapshot(proxy.uuid, next);
