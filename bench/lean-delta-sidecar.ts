@@ -7,11 +7,10 @@
  * the Clusters and Listeners it receives, to find those names) and records times, not
  * configuration.
  */
-import * as grpc from '@grpc/grpc-js';
 import type protobuf from 'protobufjs';
 import { messageType } from '../src/api/codec.js';
 import { TypeUrl } from '../src/api/type-urls.js';
-import { PER_NAME_TYPES, clusterReferences, listenerReferences, nowMs, sidecarChannelOptions, type Sidecar, type SidecarObserver } from './lean-sidecar.js';
+import { SidecarStream, clusterReferences, listenerReferences, type SidecarObserver } from './lean-sidecar.js';
 
 /** The delta ADS method path. */
 export const DELTA_ADS_METHOD = '/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources';
@@ -45,74 +44,29 @@ interface References {
 }
 
 /** One simulated sidecar on its own channel (its own TCP connection), over delta ADS. */
-export class LeanDeltaSidecar implements Sidecar {
-  syncedAt: number | undefined;
-  markResponses = 0;
-  markBytes = 0;
-  markLastAck = 0;
-  ended: { code: number; details: string } | undefined;
-  private client: grpc.Client | undefined;
-  private call: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
-  private first = true;
-  private cdsAcked = false;
-  private ldsAcked = false;
+export class LeanDeltaSidecar extends SidecarStream {
   /** What each held Cluster and Listener refers to, by resource name. */
   private readonly clusters = new Map<string, References>();
   private readonly listeners = new Map<string, References>();
-  /** The names subscribed to, per by-name type. */
-  private readonly subscribed = new Map<string, Set<string>>();
-  /** The names held, per by-name type. */
-  private readonly have = new Map<string, Set<string>>();
-  /** On plaintext the controller never sends the `service-cert:` Secret (no key there): not waited for. */
-  private serviceCertExpected = true;
 
   /** @param nodeId the proxy's CommonName (node.id; on mTLS the certificate says the same). */
-  constructor(
-    readonly nodeId: string,
-    private readonly observer: SidecarObserver,
-  ) {}
+  constructor(nodeId: string, observer: SidecarObserver) {
+    super(nodeId, observer, DELTA_ADS_METHOD);
+  }
 
-  connect(address: string, credentials: grpc.ChannelCredentials, maxReceiveBytes: number): void {
-    this.serviceCertExpected = credentials._isSecure();
-    this.client = new grpc.Client(address, credentials, sidecarChannelOptions(credentials, maxReceiveBytes));
-    const call = this.client.makeBidiStreamRequest(DELTA_ADS_METHOD, (b: Buffer) => b, (b: Buffer) => b);
-    this.call = call;
-    call.on('data', (buf: Buffer) => this.onData(buf));
-    call.on('error', (err: grpc.ServiceError) => this.end({ code: err.code ?? grpc.status.UNKNOWN, details: err.details ?? err.message }));
-    call.on('status', (s: grpc.StatusObject) => this.end({ code: s.code, details: s.details }));
-    // A first request with no names is the wildcard subscription (LDS and CDS).
+  /** A first request with no names is the wildcard subscription (LDS and CDS). */
+  protected requestWildcards(): void {
     this.send({ type_url: TypeUrl.Cluster });
     this.send({ type_url: TypeUrl.Listener });
   }
 
-  mark(): void {
-    this.markResponses = 0;
-    this.markBytes = 0;
-    this.markLastAck = 0;
-  }
-
-  close(): void {
-    this.call?.cancel();
-    this.client?.close();
-  }
-
-  private end(status: { code: number; details: string }): void {
-    if (this.ended) return;
-    this.ended = status;
-    this.observer.onEnded(this, status);
-  }
-
   private send(req: Record<string, unknown>): void {
     if (!this.call || this.ended) return;
-    if (this.first) {
-      req.node = { id: this.nodeId, cluster: this.nodeId.split('.')[2] ?? '' };
-      this.first = false;
-    }
     const t = types().request;
-    this.call.write(Buffer.from(t.encode(t.fromObject(req)).finish()));
+    this.call.write(Buffer.from(t.encode(t.fromObject(this.withNode(req))).finish()));
   }
 
-  private onData(buf: Buffer): void {
+  protected onData(buf: Buffer): void {
     const res = types().response.decode(buf) as DecodedDeltaResponse;
     const type = res.type_url ?? '';
     const updates = res.resources ?? [];
@@ -141,15 +95,7 @@ export class LeanDeltaSidecar implements Sidecar {
       for (const s of this.referenced(this.listeners, 'secrets')) secrets.add(s);
       this.resubscribe(TypeUrl.Secret, secrets);
     }
-    const ackAt = nowMs();
-    this.markResponses++;
-    this.markBytes += buf.length;
-    this.markLastAck = ackAt;
-    this.observer.onResponse(this, type, buf.length, ackAt);
-    if (this.syncedAt === undefined && this.isSynced()) {
-      this.syncedAt = ackAt;
-      this.observer.onSynced(this);
-    }
+    this.responded(type, buf.length);
   }
 
   private referenced(held: ReadonlyMap<string, References>, which: keyof References): Set<string> {
@@ -160,8 +106,8 @@ export class LeanDeltaSidecar implements Sidecar {
 
   /** Subscribes to the names of `wanted` not subscribed yet, unsubscribes the ones no longer wanted (one request, if any). */
   private resubscribe(type: string, wanted: Set<string>): void {
-    let current = this.subscribed.get(type);
-    if (!current) this.subscribed.set(type, (current = new Set()));
+    let current = this.wanted.get(type);
+    if (!current) this.wanted.set(type, (current = new Set()));
     const subscribe = [...wanted].filter((n) => !current.has(n));
     const unsubscribe = [...current].filter((n) => !wanted.has(n));
     if (subscribe.length === 0 && unsubscribe.length === 0) return;
@@ -170,19 +116,5 @@ export class LeanDeltaSidecar implements Sidecar {
     const have = this.have.get(type);
     if (have) for (const n of unsubscribe) have.delete(n);
     this.send({ type_url: type, resource_names_subscribe: subscribe.sort(), resource_names_unsubscribe: unsubscribe.sort() });
-  }
-
-  private isSynced(): boolean {
-    if (!this.cdsAcked || !this.ldsAcked) return false;
-    for (const type of PER_NAME_TYPES) {
-      const wanted = this.subscribed.get(type);
-      if (!wanted) continue;
-      const have = this.have.get(type);
-      for (const n of wanted) {
-        if (type === TypeUrl.Secret && !this.serviceCertExpected && n.startsWith('service-cert:')) continue;
-        if (!have?.has(n)) return false;
-      }
-    }
-    return true;
   }
 }

@@ -223,50 +223,47 @@ export function sidecarChannelOptions(credentials: grpc.ChannelCredentials, maxR
   };
 }
 
-/** One simulated sidecar on its own channel (its own TCP connection), over state-of-the-world ADS. */
-export class LeanSidecar implements Sidecar {
-  /** When the first full configuration was ACKed (monotonic ms), once it was. */
+/**
+ * What both simulated sidecars share: the channel and stream, the measurement window, and the
+ * bookkeeping of what is wanted and held, by which the first full configuration is recognised.
+ * A subclass says which method it calls, sends its first requests and handles responses.
+ */
+export abstract class SidecarStream implements Sidecar {
   syncedAt: number | undefined;
-  /** Responses, bytes and last ACK time since the last {@link mark}. */
   markResponses = 0;
   markBytes = 0;
   markLastAck = 0;
   ended: { code: number; details: string } | undefined;
+  protected call: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
+  /** Whether the next request is the stream's first (which carries the node). */
+  protected first = true;
+  protected cdsAcked = false;
+  protected ldsAcked = false;
+  /** The names asked for, per by-name type. */
+  protected readonly wanted = new Map<string, Set<string>>();
+  /** The names held, per by-name type. */
+  protected readonly have = new Map<string, Set<string>>();
   private client: grpc.Client | undefined;
-  private call: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
-  private first = true;
-  private cdsAcked = false;
-  private ldsAcked = false;
-  private readonly wanted = new Map<string, Set<string>>();
-  private readonly have = new Map<string, Set<string>>();
-  private readonly lastNonce = new Map<string, string>();
-  private readonly lastVersion = new Map<string, string>();
   /** On plaintext the controller never sends the `service-cert:` Secret (no key there): not waited for. */
   private serviceCertExpected = true;
-  private clusterSecrets = new Set<string>();
-  private listenerSecrets = new Set<string>();
 
-  /**
-   * @param nodeId the proxy's CommonName (node.id; on mTLS the certificate says the same).
-   * @param verify cross-check the first CDS and LDS responses against a full decode.
-   */
+  /** @param nodeId the proxy's CommonName (node.id; on mTLS the certificate says the same). */
   constructor(
     readonly nodeId: string,
-    private readonly observer: SidecarObserver,
-    private readonly verify = false,
+    protected readonly observer: SidecarObserver,
+    private readonly method: string,
   ) {}
 
-  /** Opens the channel and the stream and sends the wildcard CDS and LDS requests. */
+  /** Opens the channel and the stream and sends the first (wildcard) CDS and LDS requests. */
   connect(address: string, credentials: grpc.ChannelCredentials, maxReceiveBytes: number): void {
     this.serviceCertExpected = credentials._isSecure();
     this.client = new grpc.Client(address, credentials, sidecarChannelOptions(credentials, maxReceiveBytes));
-    const call = this.client.makeBidiStreamRequest(ADS_METHOD, (b: Buffer) => b, (b: Buffer) => b);
+    const call = this.client.makeBidiStreamRequest(this.method, (b: Buffer) => b, (b: Buffer) => b);
     this.call = call;
     call.on('data', (buf: Buffer) => this.onData(buf));
     call.on('error', (err: grpc.ServiceError) => this.end({ code: err.code ?? grpc.status.UNKNOWN, details: err.details ?? err.message }));
     call.on('status', (s: grpc.StatusObject) => this.end({ code: s.code, details: s.details }));
-    this.send(TypeUrl.Cluster, []);
-    this.send(TypeUrl.Listener, []);
+    this.requestWildcards();
   }
 
   /** Starts a new measurement window. */
@@ -282,29 +279,91 @@ export class LeanSidecar implements Sidecar {
     this.client?.close();
   }
 
+  /** Sends the first CDS and LDS requests. */
+  protected abstract requestWildcards(): void;
+  /** Handles one response (its ACK included), then calls {@link responded}. */
+  protected abstract onData(buf: Buffer): void;
+
+  /** The node, on the stream's first request only. */
+  protected withNode(req: Record<string, unknown>): Record<string, unknown> {
+    if (this.first) {
+      req.node = { id: this.nodeId, cluster: this.nodeId.split('.')[2] ?? '' };
+      this.first = false;
+    }
+    return req;
+  }
+
+  /** Counts a response of `type` of `bytes`, ACKed now, and reports the first full configuration. */
+  protected responded(type: string, bytes: number): void {
+    const ackAt = nowMs();
+    this.markResponses++;
+    this.markBytes += bytes;
+    this.markLastAck = ackAt;
+    this.observer.onResponse(this, type, bytes, ackAt);
+    if (this.syncedAt === undefined && this.isSynced()) {
+      this.syncedAt = ackAt;
+      this.observer.onSynced(this);
+    }
+  }
+
   private end(status: { code: number; details: string }): void {
     if (this.ended) return;
     this.ended = status;
     this.observer.onEnded(this, status);
   }
 
+  private isSynced(): boolean {
+    if (!this.cdsAcked || !this.ldsAcked) return false;
+    for (const type of PER_NAME_TYPES) {
+      const wanted = this.wanted.get(type);
+      if (!wanted) continue;
+      const have = this.have.get(type);
+      for (const n of wanted) {
+        if (type === TypeUrl.Secret && !this.serviceCertExpected && n.startsWith('service-cert:')) continue;
+        if (!have?.has(n)) return false;
+      }
+    }
+    return true;
+  }
+}
+
+/** One simulated sidecar on its own channel (its own TCP connection), over state-of-the-world ADS. */
+export class LeanSidecar extends SidecarStream {
+  private readonly lastNonce = new Map<string, string>();
+  private readonly lastVersion = new Map<string, string>();
+  private clusterSecrets = new Set<string>();
+  private listenerSecrets = new Set<string>();
+
+  /**
+   * @param nodeId the proxy's CommonName (node.id; on mTLS the certificate says the same).
+   * @param verify cross-check the first CDS and LDS responses against a full decode.
+   */
+  constructor(
+    nodeId: string,
+    observer: SidecarObserver,
+    private readonly verify = false,
+  ) {
+    super(nodeId, observer, ADS_METHOD);
+  }
+
+  protected requestWildcards(): void {
+    this.send(TypeUrl.Cluster, []);
+    this.send(TypeUrl.Listener, []);
+  }
+
   private send(type: string, names: readonly string[]): void {
     if (!this.call || this.ended) return;
-    const req: Record<string, unknown> = {
+    const req = this.withNode({
       type_url: type,
       resource_names: [...names],
       version_info: this.lastVersion.get(type) ?? '',
       response_nonce: this.lastNonce.get(type) ?? '',
-    };
-    if (this.first) {
-      req.node = { id: this.nodeId, cluster: this.nodeId.split('.')[2] ?? '' };
-      this.first = false;
-    }
+    });
     const t = types().request;
     this.call.write(Buffer.from(t.encode(t.fromObject(req)).finish()));
   }
 
-  private onData(buf: Buffer): void {
+  protected onData(buf: Buffer): void {
     const res = types().response.decode(buf) as DecodedResponse;
     const type = res.type_url ?? '';
     const resources = res.resources ?? [];
@@ -336,15 +395,7 @@ export class LeanSidecar implements Sidecar {
     if (edsNames) this.subscribe(TypeUrl.ClusterLoadAssignment, edsNames);
     if (rdsNames) this.subscribe(TypeUrl.RouteConfiguration, rdsNames);
     if (type === TypeUrl.Cluster || type === TypeUrl.Listener) this.subscribe(TypeUrl.Secret, new Set([...this.clusterSecrets, ...this.listenerSecrets]));
-    const ackAt = nowMs();
-    this.markResponses++;
-    this.markBytes += buf.length;
-    this.markLastAck = ackAt;
-    this.observer.onResponse(this, type, buf.length, ackAt);
-    if (this.syncedAt === undefined && this.isSynced()) {
-      this.syncedAt = ackAt;
-      this.observer.onSynced(this);
-    }
+    this.responded(type, buf.length);
   }
 
   private subscribe(type: string, names: Set<string>): void {
@@ -355,20 +406,6 @@ export class LeanSidecar implements Sidecar {
     if (have) for (const n of [...have]) if (!names.has(n)) have.delete(n);
     if (names.size === 0 && !current) return; // nothing to ask for yet
     this.send(type, [...names].sort());
-  }
-
-  private isSynced(): boolean {
-    if (!this.cdsAcked || !this.ldsAcked) return false;
-    for (const type of PER_NAME_TYPES) {
-      const wanted = this.wanted.get(type);
-      if (!wanted) continue;
-      const have = this.have.get(type);
-      for (const n of wanted) {
-        if (type === TypeUrl.Secret && !this.serviceCertExpected && n.startsWith('service-cert:')) continue;
-        if (!have?.has(n)) return false;
-      }
-    }
-    return true;
   }
 
   private check(type: string, resources: readonly AnyMessage[], names: Set<string>, secrets: Set<string>): void {
