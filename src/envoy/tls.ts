@@ -43,15 +43,23 @@ export function sanMatchers(identities: readonly ServiceIdentity[]): NonNullable
  * the service (Envoy `CombinedCertificateValidationContext`: the same check OSM's per-service
  * `root-cert-for-mtls-outbound:<ns>/<svc>` Secret makes; with no identity behind it, the root
  * alone, as there); SNI = the service FQDN (Envoy `UpstreamTlsContext`).
+ * @param sans `sanMatchers(backing)`, when the caller holds it already (one list shared by every
+ *   proxy's context towards the service is compared by identity when checked).
  */
-export function upstreamTlsContext(identity: ServiceIdentity, svc: MeshService, settings: MeshSettings, backing: readonly ServiceIdentity[] = []): UpstreamTlsContext {
+export function upstreamTlsContext(
+  identity: ServiceIdentity,
+  svc: MeshService,
+  settings: MeshSettings,
+  backing: readonly ServiceIdentity[] = [],
+  sans: ReturnType<typeof sanMatchers> = sanMatchers(backing),
+): UpstreamTlsContext {
   const root = { name: OUTBOUND_ROOT_CERT_SECRET_NAME, sds_config: ADS_CONFIG_SOURCE };
   return {
     common_tls_context: {
       tls_params: tlsParams(settings),
       tls_certificate_sds_secret_configs: [{ name: serviceCertSecretName(identity), sds_config: ADS_CONFIG_SOURCE }],
-      ...(backing.length > 0
-        ? { combined_validation_context: { default_validation_context: { match_typed_subject_alt_names: sanMatchers(backing) }, validation_context_sds_secret_config: root } }
+      ...(sans.length > 0
+        ? { combined_validation_context: { default_validation_context: { match_typed_subject_alt_names: sans }, validation_context_sds_secret_config: root } }
         : { validation_context_sds_secret_config: root }),
     },
     sni: serviceFqdn(svc),

@@ -5,7 +5,7 @@ import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
 import type { Proxy } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
-import { tlsTransportSocket, upstreamTlsContext } from '../tls.js';
+import { sanMatchers, tlsTransportSocket, upstreamTlsContext } from '../tls.js';
 import { ADS_CONFIG_SOURCE, durationMs } from '../typed-config.js';
 import { generateEgressClusters } from './egress.js';
 import { httpProtocolOptions, upstreamSettingFields, upstreamTrafficSettingFor, type UpstreamHttp } from '../upstream-settings.js';
@@ -51,7 +51,8 @@ export function upstreamCluster(snapshot: MeshSnapshot, proxy: Proxy, svc: MeshS
   // The proxy's own service certificate makes the TLS context specific to its identity; the
   // identities behind the service are the SANs it accepts.
   const backing = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
-  const own: Cluster = { transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc, snapshot.settings, backing), true) };
+  const sans = sharedResource(snapshot, `SubjectAltNameMatchers ${name}`, [backing], () => sanMatchers(backing));
+  const own: Cluster = { transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc, snapshot.settings, backing, sans), true) };
   return { name, resource: { ...base, ...own }, parts: [base, own] };
 }
 
