@@ -15,20 +15,9 @@ import { SidecarStream, clusterReferences, listenerReferences, type SidecarObser
 /** The delta ADS method path. */
 export const DELTA_ADS_METHOD = '/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources';
 
-interface DeltaCodecs {
-  request: protobuf.Type;
-  response: protobuf.Type;
-}
-
-let codecs: DeltaCodecs | undefined;
-
-function types(): DeltaCodecs {
-  codecs ??= {
-    request: messageType('envoy.service.discovery.v3.DeltaDiscoveryRequest'),
-    response: messageType('envoy.service.discovery.v3.DeltaDiscoveryResponse'),
-  };
-  return codecs;
-}
+/** The delta request and response types (`messageType` looks each up once). */
+const requestType = (): protobuf.Type => messageType('envoy.service.discovery.v3.DeltaDiscoveryRequest');
+const responseType = (): protobuf.Type => messageType('envoy.service.discovery.v3.DeltaDiscoveryResponse');
 
 interface DecodedDeltaResponse {
   type_url?: string;
@@ -62,12 +51,12 @@ export class LeanDeltaSidecar extends SidecarStream {
 
   private send(req: Record<string, unknown>): void {
     if (!this.call || this.ended) return;
-    const t = types().request;
+    const t = requestType();
     this.call.write(Buffer.from(t.encode(t.fromObject(this.withNode(req))).finish()));
   }
 
   protected onData(buf: Buffer): void {
-    const res = types().response.decode(buf) as DecodedDeltaResponse;
+    const res = responseType().decode(buf) as DecodedDeltaResponse;
     const type = res.type_url ?? '';
     const updates = res.resources ?? [];
     const removed = res.removed_resources ?? [];
