@@ -27,7 +27,7 @@ import { ResourceCheckCache } from '../src/envoy/validate/index.js';
 import { parseCommonName, proxyCommonName, type Proxy } from '../src/proxy/types.js';
 import { ManifestsSource } from '../src/sources/manifests/manifests-source.js';
 import { ObjectStore } from '../src/store/object-store.js';
-import { buildProxySnapshot, SnapshotCache } from '../src/xds/cache/snapshot-cache.js';
+import { ResourceInterner, buildProxySnapshot, SnapshotCache } from '../src/xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../src/xds/cache/types.js';
 import { AdsServer, authenticateFromNodeId, authenticateFromPeerCertificate } from '../src/xds/server/ads-server.js';
 import { nowMs } from './lean-sidecar.js';
@@ -52,10 +52,11 @@ async function buildSnapshots(dir: string, proxies: readonly Proxy[], certificat
   // One cache for every proxy, as the controller keeps one: content many proxies get is encoded
   // once and its bytes shared (a fresh cache per proxy made permissive floors hold gigabytes).
   const checked = new ResourceCheckCache();
+  const interner = new ResourceInterner();
   for (const proxy of proxies) {
     const cert = await certificates.getServiceCertificate(proxy.identity);
     const resources = generateProxyResources(mesh, proxy, { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
-    out.set(proxy.uuid, buildProxySnapshot(encodeResources(resources, checked)));
+    out.set(proxy.uuid, buildProxySnapshot(encodeResources(resources, checked), interner));
   }
   return out;
 }

@@ -111,15 +111,80 @@ function tlsSecretNames(any: AnyMessage | undefined, out: Set<string>): void {
   if (combined?.validation_context_sds_secret_config?.name) out.add(combined.validation_context_sds_secret_config.name as string);
 }
 
-/** EDS names and secret names referenced by encoded Clusters. */
+/**
+ * Calls `visit` with each field of an encoded message: its number, and its bytes (length-delimited)
+ * or value (varint; fixed-width ones are skipped), read off the wire without decoding the message.
+ */
+function eachField(buf: Uint8Array, visit: (field: number, value: Uint8Array | number) => void): void {
+  let pos = 0;
+  while (pos < buf.length) {
+    const [tag, p] = varint(buf, pos);
+    pos = p;
+    const wire = tag & 7;
+    if (wire === 2) {
+      const [len, q] = varint(buf, pos);
+      visit(Math.floor(tag / 8), buf.subarray(q, q + len));
+      pos = q + len;
+    } else if (wire === 0) {
+      const [value, q] = varint(buf, pos);
+      visit(Math.floor(tag / 8), value);
+      pos = q;
+    } else if (wire === 1) pos += 8;
+    else if (wire === 5) pos += 4;
+    else throw new Error(`unsupported wire type ${wire}`);
+  }
+}
+
+/** The bytes of each occurrence of length-delimited field `field`. */
+function bytesFields(buf: Uint8Array, field: number): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  eachField(buf, (f, v) => {
+    if (f === field && typeof v !== 'number') out.push(v);
+  });
+  return out;
+}
+
+const utf8 = (b: Uint8Array): string => Buffer.from(b.buffer, b.byteOffset, b.length).toString('utf8');
+
+/**
+ * The secret names an encoded UpstreamTlsContext names, off the wire: `common_tls_context` (1)
+ * → `tls_certificate_sds_secret_configs` (6), `validation_context_sds_secret_config` (7) and
+ * `combined_validation_context` (8) → `validation_context_sds_secret_config` (2), each's `name` (1).
+ */
+function upstreamTlsSecretNames(ctx: Uint8Array, out: Set<string>): void {
+  for (const common of bytesFields(ctx, 1)) {
+    const configs = [...bytesFields(common, 6), ...bytesFields(common, 7), ...bytesFields(common, 8).flatMap((c) => bytesFields(c, 2))];
+    for (const config of configs) for (const name of bytesFields(config, 1)) out.add(utf8(name));
+  }
+}
+
+/**
+ * EDS names and secret names referenced by encoded Clusters, read off the wire (a load generator
+ * holding a thousand proxies' thousand clusters cannot afford protobufjs decodes): `name` (1),
+ * `type` (2), `eds_cluster_config` (3) → `service_name` (2), `transport_socket` (24) →
+ * `typed_config` (3), an `Any` (`type_url` 1, `value` 2) of an UpstreamTlsContext.
+ */
 export function clusterReferences(resources: readonly AnyMessage[]): { eds: Set<string>; secrets: Set<string> } {
   const eds = new Set<string>();
   const secrets = new Set<string>();
   for (const r of resources) {
     if (!r.value) continue;
-    const c = types().cluster.decode(r.value) as Loose;
-    if (c.type === EDS_DISCOVERY_TYPE) eds.add((c.eds_cluster_config?.service_name as string) || (c.name as string));
-    tlsSecretNames(c.transport_socket?.typed_config as AnyMessage | undefined, secrets);
+    let name = '';
+    let type = 0;
+    let serviceName = '';
+    eachField(r.value, (field, v) => {
+      if (field === 2 && typeof v === 'number') type = v;
+      if (typeof v === 'number') return;
+      if (field === 1) name = utf8(v);
+      else if (field === 3) for (const s of bytesFields(v, 2)) serviceName = utf8(s);
+      else if (field === 24) {
+        for (const any of bytesFields(v, 3)) {
+          const [typeUrl] = bytesFields(any, 1);
+          if (typeUrl && utf8(typeUrl) === UPSTREAM_TLS_TYPE_URL) for (const ctx of bytesFields(any, 2)) upstreamTlsSecretNames(ctx, secrets);
+        }
+      }
+    });
+    if (type === EDS_DISCOVERY_TYPE) eds.add(serviceName || name);
   }
   return { eds, secrets };
 }
@@ -177,70 +242,93 @@ export function nowMs(): number {
   return Number(process.hrtime.bigint()) / 1e6;
 }
 
+/** What the load generator reads of a simulated sidecar, whichever ADS variant it speaks. */
+export interface Sidecar {
+  /** When the first full configuration was ACKed (monotonic ms), once it was. */
+  readonly syncedAt: number | undefined;
+  /** Responses, bytes and last ACK time since the last {@link Sidecar.mark}. */
+  readonly markResponses: number;
+  readonly markBytes: number;
+  readonly markLastAck: number;
+  readonly ended: { code: number; details: string } | undefined;
+  /** Opens the channel and the stream and sends the first CDS and LDS requests. */
+  connect(address: string, credentials: grpc.ChannelCredentials, maxReceiveBytes: number): void;
+  /** Starts a new measurement window. */
+  mark(): void;
+  /** Cancels the stream and closes the channel. */
+  close(): void;
+}
+
 /** Where a sidecar reports (the load generator's bookkeeping). */
 export interface SidecarObserver {
   /** A response was received and ACKed (`ackAt`: after the ACK was written). */
-  onResponse(sidecar: LeanSidecar, type: string, bytes: number, ackAt: number): void;
+  onResponse(sidecar: Sidecar, type: string, bytes: number, ackAt: number): void;
   /** The sidecar holds its first full configuration. */
-  onSynced(sidecar: LeanSidecar): void;
+  onSynced(sidecar: Sidecar): void;
   /** The stream ended. */
-  onEnded(sidecar: LeanSidecar, status: { code: number; details: string }): void;
+  onEnded(sidecar: Sidecar, status: { code: number; details: string }): void;
   /** The lean extraction disagreed with the full decode (only when `verify`). */
-  onVerifyMismatch(sidecar: LeanSidecar, message: string): void;
+  onVerifyMismatch(sidecar: Sidecar, message: string): void;
 }
 
-const PER_NAME_TYPES = [TypeUrl.ClusterLoadAssignment, TypeUrl.RouteConfiguration, TypeUrl.Secret] as const;
+/** The types whose resources a sidecar asks for by name (the others are wildcard: CDS, LDS). */
+export const PER_NAME_TYPES = [TypeUrl.ClusterLoadAssignment, TypeUrl.RouteConfiguration, TypeUrl.Secret] as const;
 
-/** One simulated sidecar on its own channel (its own TCP connection). */
-export class LeanSidecar {
-  /** When the first full configuration was ACKed (monotonic ms), once it was. */
+/**
+ * The gRPC channel options of a simulated sidecar: its own subchannel (its own TCP connection),
+ * the receive limit, and on TLS the controller certificate's name `localhost`.
+ */
+export function sidecarChannelOptions(credentials: grpc.ChannelCredentials, maxReceiveBytes: number): grpc.ChannelOptions {
+  return {
+    'grpc.use_local_subchannel_pool': 1,
+    'grpc.max_receive_message_length': maxReceiveBytes,
+    'grpc.max_send_message_length': 64 * 1024 * 1024,
+    // A TLS server name may not be an IP address (RFC 6066): name the controller's certificate's `localhost`.
+    ...(credentials._isSecure() ? { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' } : {}),
+  };
+}
+
+/**
+ * What both simulated sidecars share: the channel and stream, the measurement window, and the
+ * bookkeeping of what is wanted and held, by which the first full configuration is recognised.
+ * A subclass says which method it calls, sends its first requests and handles responses.
+ */
+export abstract class SidecarStream implements Sidecar {
   syncedAt: number | undefined;
-  /** Responses, bytes and last ACK time since the last {@link mark}. */
   markResponses = 0;
   markBytes = 0;
   markLastAck = 0;
   ended: { code: number; details: string } | undefined;
+  protected call: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
+  /** Whether the next request is the stream's first (which carries the node). */
+  protected first = true;
+  protected cdsAcked = false;
+  protected ldsAcked = false;
+  /** The names asked for, per by-name type. */
+  protected readonly wanted = new Map<string, Set<string>>();
+  /** The names held, per by-name type. */
+  protected readonly have = new Map<string, Set<string>>();
   private client: grpc.Client | undefined;
-  private call: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
-  private first = true;
-  private cdsAcked = false;
-  private ldsAcked = false;
-  private readonly wanted = new Map<string, Set<string>>();
-  private readonly have = new Map<string, Set<string>>();
-  private readonly lastNonce = new Map<string, string>();
-  private readonly lastVersion = new Map<string, string>();
   /** On plaintext the controller never sends the `service-cert:` Secret (no key there): not waited for. */
   private serviceCertExpected = true;
-  private clusterSecrets = new Set<string>();
-  private listenerSecrets = new Set<string>();
 
-  /**
-   * @param nodeId the proxy's CommonName (node.id; on mTLS the certificate says the same).
-   * @param verify cross-check the first CDS and LDS responses against a full decode.
-   */
+  /** @param nodeId the proxy's CommonName (node.id; on mTLS the certificate says the same). */
   constructor(
     readonly nodeId: string,
-    private readonly observer: SidecarObserver,
-    private readonly verify = false,
+    protected readonly observer: SidecarObserver,
+    private readonly method: string,
   ) {}
 
-  /** Opens the channel and the stream and sends the wildcard CDS and LDS requests. */
+  /** Opens the channel and the stream and sends the first (wildcard) CDS and LDS requests. */
   connect(address: string, credentials: grpc.ChannelCredentials, maxReceiveBytes: number): void {
     this.serviceCertExpected = credentials._isSecure();
-    this.client = new grpc.Client(address, credentials, {
-      'grpc.use_local_subchannel_pool': 1,
-      'grpc.max_receive_message_length': maxReceiveBytes,
-      'grpc.max_send_message_length': 64 * 1024 * 1024,
-      // A TLS server name may not be an IP address (RFC 6066): name the controller's certificate's `localhost`.
-      ...(credentials._isSecure() ? { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' } : {}),
-    });
-    const call = this.client.makeBidiStreamRequest(ADS_METHOD, (b: Buffer) => b, (b: Buffer) => b);
+    this.client = new grpc.Client(address, credentials, sidecarChannelOptions(credentials, maxReceiveBytes));
+    const call = this.client.makeBidiStreamRequest(this.method, (b: Buffer) => b, (b: Buffer) => b);
     this.call = call;
     call.on('data', (buf: Buffer) => this.onData(buf));
     call.on('error', (err: grpc.ServiceError) => this.end({ code: err.code ?? grpc.status.UNKNOWN, details: err.details ?? err.message }));
     call.on('status', (s: grpc.StatusObject) => this.end({ code: s.code, details: s.details }));
-    this.send(TypeUrl.Cluster, []);
-    this.send(TypeUrl.Listener, []);
+    this.requestWildcards();
   }
 
   /** Starts a new measurement window. */
@@ -256,29 +344,91 @@ export class LeanSidecar {
     this.client?.close();
   }
 
+  /** Sends the first CDS and LDS requests. */
+  protected abstract requestWildcards(): void;
+  /** Handles one response (its ACK included), then calls {@link responded}. */
+  protected abstract onData(buf: Buffer): void;
+
+  /** The node, on the stream's first request only. */
+  protected withNode(req: Record<string, unknown>): Record<string, unknown> {
+    if (this.first) {
+      req.node = { id: this.nodeId, cluster: this.nodeId.split('.')[2] ?? '' };
+      this.first = false;
+    }
+    return req;
+  }
+
+  /** Counts a response of `type` of `bytes`, ACKed now, and reports the first full configuration. */
+  protected responded(type: string, bytes: number): void {
+    const ackAt = nowMs();
+    this.markResponses++;
+    this.markBytes += bytes;
+    this.markLastAck = ackAt;
+    this.observer.onResponse(this, type, bytes, ackAt);
+    if (this.syncedAt === undefined && this.isSynced()) {
+      this.syncedAt = ackAt;
+      this.observer.onSynced(this);
+    }
+  }
+
   private end(status: { code: number; details: string }): void {
     if (this.ended) return;
     this.ended = status;
     this.observer.onEnded(this, status);
   }
 
+  private isSynced(): boolean {
+    if (!this.cdsAcked || !this.ldsAcked) return false;
+    for (const type of PER_NAME_TYPES) {
+      const wanted = this.wanted.get(type);
+      if (!wanted) continue;
+      const have = this.have.get(type);
+      for (const n of wanted) {
+        if (type === TypeUrl.Secret && !this.serviceCertExpected && n.startsWith('service-cert:')) continue;
+        if (!have?.has(n)) return false;
+      }
+    }
+    return true;
+  }
+}
+
+/** One simulated sidecar on its own channel (its own TCP connection), over state-of-the-world ADS. */
+export class LeanSidecar extends SidecarStream {
+  private readonly lastNonce = new Map<string, string>();
+  private readonly lastVersion = new Map<string, string>();
+  private clusterSecrets = new Set<string>();
+  private listenerSecrets = new Set<string>();
+
+  /**
+   * @param nodeId the proxy's CommonName (node.id; on mTLS the certificate says the same).
+   * @param verify cross-check the first CDS and LDS responses against a full decode.
+   */
+  constructor(
+    nodeId: string,
+    observer: SidecarObserver,
+    private readonly verify = false,
+  ) {
+    super(nodeId, observer, ADS_METHOD);
+  }
+
+  protected requestWildcards(): void {
+    this.send(TypeUrl.Cluster, []);
+    this.send(TypeUrl.Listener, []);
+  }
+
   private send(type: string, names: readonly string[]): void {
     if (!this.call || this.ended) return;
-    const req: Record<string, unknown> = {
+    const req = this.withNode({
       type_url: type,
       resource_names: [...names],
       version_info: this.lastVersion.get(type) ?? '',
       response_nonce: this.lastNonce.get(type) ?? '',
-    };
-    if (this.first) {
-      req.node = { id: this.nodeId, cluster: this.nodeId.split('.')[2] ?? '' };
-      this.first = false;
-    }
+    });
     const t = types().request;
     this.call.write(Buffer.from(t.encode(t.fromObject(req)).finish()));
   }
 
-  private onData(buf: Buffer): void {
+  protected onData(buf: Buffer): void {
     const res = types().response.decode(buf) as DecodedResponse;
     const type = res.type_url ?? '';
     const resources = res.resources ?? [];
@@ -310,15 +460,7 @@ export class LeanSidecar {
     if (edsNames) this.subscribe(TypeUrl.ClusterLoadAssignment, edsNames);
     if (rdsNames) this.subscribe(TypeUrl.RouteConfiguration, rdsNames);
     if (type === TypeUrl.Cluster || type === TypeUrl.Listener) this.subscribe(TypeUrl.Secret, new Set([...this.clusterSecrets, ...this.listenerSecrets]));
-    const ackAt = nowMs();
-    this.markResponses++;
-    this.markBytes += buf.length;
-    this.markLastAck = ackAt;
-    this.observer.onResponse(this, type, buf.length, ackAt);
-    if (this.syncedAt === undefined && this.isSynced()) {
-      this.syncedAt = ackAt;
-      this.observer.onSynced(this);
-    }
+    this.responded(type, buf.length);
   }
 
   private subscribe(type: string, names: Set<string>): void {
@@ -329,20 +471,6 @@ export class LeanSidecar {
     if (have) for (const n of [...have]) if (!names.has(n)) have.delete(n);
     if (names.size === 0 && !current) return; // nothing to ask for yet
     this.send(type, [...names].sort());
-  }
-
-  private isSynced(): boolean {
-    if (!this.cdsAcked || !this.ldsAcked) return false;
-    for (const type of PER_NAME_TYPES) {
-      const wanted = this.wanted.get(type);
-      if (!wanted) continue;
-      const have = this.have.get(type);
-      for (const n of wanted) {
-        if (type === TypeUrl.Secret && !this.serviceCertExpected && n.startsWith('service-cert:')) continue;
-        if (!have?.has(n)) return false;
-      }
-    }
-    return true;
   }
 
   private check(type: string, resources: readonly AnyMessage[], names: Set<string>, secrets: Set<string>): void {

@@ -1,14 +1,15 @@
 /**
  * The load generator: a separate process (forked by `bench/run.ts`, commands over the IPC
- * channel) that runs N {@link LeanSidecar}s, each on its own gRPC channel to the ADS server,
+ * channel) that runs N {@link LeanSidecar}s (state-of-the-world ADS) or N
+ * {@link LeanDeltaSidecar}s (delta ADS), each on its own gRPC channel to the ADS server,
  * and reports per-proxy times. Every wait is bounded; on `stop` or when the parent goes away
  * it closes every stream and exits.
  *
  * Commands (`{cmd, …}`) and replies (`{reply: cmd, …}`):
  * - `prepare {proxies, transport, stateDir}`: builds channel credentials (mTLS: issues each
  *   proxy's client certificate from the CA in `stateDir`, which the controller created).
- * - `connect {address, maxReceiveBytes, verify}`: opens every stream at once; replies with the
- *   start time.
+ * - `connect {address, maxReceiveBytes, verify, delta}`: opens every stream at once (delta ADS
+ *   when `delta`); replies with the start time.
  * - `waitSynced {timeoutMs}`: waits until every proxy ACKed its first full configuration
  *   (or failed, or the timeout); replies with each proxy's sync time.
  * - `mark`: starts a measurement window. `status`: activity since the mark.
@@ -22,7 +23,8 @@ import * as grpc from '@grpc/grpc-js';
 import { CA_CERT_FILE, CertificateAuthority } from '../src/certificate/authority.js';
 import { CertificateManager } from '../src/certificate/manager.js';
 import { proxyCommonName } from '../src/proxy/types.js';
-import { LeanSidecar, nowMs, warmUpCodecs, type SidecarObserver } from './lean-sidecar.js';
+import { LeanDeltaSidecar } from './lean-delta-sidecar.js';
+import { LeanSidecar, nowMs, warmUpCodecs, type Sidecar, type SidecarObserver } from './lean-sidecar.js';
 import type { BenchProxy } from './mesh-generator.js';
 
 /** Transport of the ADS streams. */
@@ -31,7 +33,7 @@ export type Transport = 'mtls' | 'plaintext';
 /** A command from the runner. */
 export type GeneratorCommand =
   | { cmd: 'prepare'; proxies: BenchProxy[]; transport: Transport; stateDir: string }
-  | { cmd: 'connect'; address: string; maxReceiveBytes: number; verify: boolean }
+  | { cmd: 'connect'; address: string; maxReceiveBytes: number; verify: boolean; delta?: boolean }
   | { cmd: 'waitSynced'; timeoutMs: number }
   | { cmd: 'mark' }
   | { cmd: 'status' }
@@ -81,7 +83,7 @@ export interface GeneratorSynced {
 const MAX_ERRORS = 5;
 
 class Generator implements SidecarObserver {
-  private sidecars: LeanSidecar[] = [];
+  private sidecars: Sidecar[] = [];
   private credentials: grpc.ChannelCredentials[] = [];
   private nodeIds: string[] = [];
   private syncedCount = 0;
@@ -123,7 +125,7 @@ class Generator implements SidecarObserver {
     return { ms: nowMs() - start };
   }
 
-  connect(address: string, maxReceiveBytes: number, verify: boolean): { startedAt: number; openedAt: number } {
+  connect(address: string, maxReceiveBytes: number, verify: boolean, delta: boolean): { startedAt: number; openedAt: number } {
     this.disconnect();
     this.syncedCount = 0;
     this.endedCount = 0;
@@ -132,7 +134,8 @@ class Generator implements SidecarObserver {
     this.totalBytes = 0;
     this.mark();
     const startedAt = nowMs();
-    this.sidecars = this.nodeIds.map((id, i) => new LeanSidecar(id, this, verify && i === 0));
+    // The delta sidecar has no cross-check of its own: the SotW one's covers the shared extraction.
+    this.sidecars = this.nodeIds.map((id, i) => (delta ? new LeanDeltaSidecar(id, this) : new LeanSidecar(id, this, verify && i === 0)));
     this.sidecars.forEach((s, i) => s.connect(address, this.credentials[i], maxReceiveBytes));
     return { startedAt, openedAt: nowMs() };
   }
@@ -195,7 +198,7 @@ class Generator implements SidecarObserver {
     this.sidecars = [];
   }
 
-  onResponse(sidecar: LeanSidecar, type: string, bytes: number, ackAt: number): void {
+  onResponse(sidecar: Sidecar, type: string, bytes: number, ackAt: number): void {
     if (sidecar.markResponses === 1) this.markUpdated++;
     this.markResponsesTotal++;
     this.markBytes += bytes;
@@ -210,13 +213,13 @@ class Generator implements SidecarObserver {
     this.syncWaiter?.();
   }
 
-  onEnded(_sidecar: LeanSidecar, status: { code: number; details: string }): void {
+  onEnded(_sidecar: Sidecar, status: { code: number; details: string }): void {
     this.endedCount++;
     if (this.errors.size < MAX_ERRORS) this.errors.add(`${grpc.status[status.code] ?? status.code}: ${status.details}`);
     this.syncWaiter?.();
   }
 
-  onVerifyMismatch(_sidecar: LeanSidecar, message: string): void {
+  onVerifyMismatch(_sidecar: Sidecar, message: string): void {
     if (this.mismatches.length < MAX_ERRORS) this.mismatches.push(message);
   }
 }
@@ -242,7 +245,7 @@ function main(): void {
             reply({ reply: 'prepare', ...(await generator.prepare(msg.proxies, msg.transport, msg.stateDir)) });
             break;
           case 'connect':
-            reply({ reply: 'connect', ...generator.connect(msg.address, msg.maxReceiveBytes, msg.verify) });
+            reply({ reply: 'connect', ...generator.connect(msg.address, msg.maxReceiveBytes, msg.verify, msg.delta ?? false) });
             break;
           case 'waitSynced':
             reply(await generator.waitSynced(msg.timeoutMs));

@@ -24,7 +24,7 @@ import { ResourceCheckCache, validateProxyResources } from '../src/envoy/validat
 import { parseCommonName, proxyCommonName } from '../src/proxy/types.js';
 import { ManifestsSource } from '../src/sources/manifests/manifests-source.js';
 import { ObjectStore } from '../src/store/object-store.js';
-import { buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
+import { ResourceInterner, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
 import { nowMs } from './lean-sidecar.js';
 import { MESH_NAME, meshConfigChange, planMesh, planProxies, writeMesh, type MeshMode } from './mesh-generator.js';
 import type { MeshSnapshot } from '../src/catalog/types.js';
@@ -37,6 +37,10 @@ interface Totals {
   snapshot: number;
   resources: number;
   bytes: number;
+  /** Encoded bytes by type (short name), summed over the proxies. */
+  byType: Map<string, number>;
+  /** Bytes of the distinct Buffers the proxies' snapshots hold (a Buffer many hold counts once). */
+  held: number;
 }
 
 async function main(): Promise<void> {
@@ -67,9 +71,11 @@ async function main(): Promise<void> {
     const certificates = new CertificateManager({ ca });
     // One cache for every proxy, as the controller keeps one (repeated content is encoded and checked once).
     const checked = new ResourceCheckCache();
+    const interner = new ResourceInterner();
     const proxies = planProxies(plan, count).map((p) => parseCommonName(proxyCommonName(p.uuid, 'sidecar', p.namespace, p.serviceAccount)));
     const pass = async (snapshot: MeshSnapshot): Promise<Totals> => {
-      const totals = { cert: 0, generate: 0, validate: 0, encode: 0, snapshot: 0, resources: 0, bytes: 0 };
+      const totals: Totals = { cert: 0, generate: 0, validate: 0, encode: 0, snapshot: 0, resources: 0, bytes: 0, byType: new Map(), held: 0 };
+      const seen = new WeakSet<Buffer>();
       for (const proxy of proxies) {
         let t = nowMs();
         const cert = await certificates.getServiceCertificate(proxy.identity);
@@ -84,11 +90,20 @@ async function main(): Promise<void> {
         const encoded = encodeResources(resources, checked);
         totals.encode += nowMs() - t;
         t = nowMs();
-        buildProxySnapshot(encoded);
+        const built = buildProxySnapshot(encoded, interner);
         totals.snapshot += nowMs() - t;
-        for (const list of encoded.values()) {
-          totals.resources += list.length;
-          for (const r of list) totals.bytes += r.resource.value.length;
+        for (const [type, list] of built.resources) {
+          totals.resources += list.size;
+          const short = type.slice(type.lastIndexOf('.') + 1);
+          for (const r of list.values()) {
+            const value = r.resource.value;
+            totals.bytes += value.length;
+            totals.byType.set(short, (totals.byType.get(short) ?? 0) + value.length);
+            if (!seen.has(value)) {
+              seen.add(value);
+              totals.held += value.length;
+            }
+          }
         }
       }
       return totals;
@@ -111,7 +126,8 @@ async function main(): Promise<void> {
         `manifests load ${load.toFixed(0)} ms; buildMeshSnapshot ${build.toFixed(0)} ms (again: ${rebuild.toFixed(0)} ms)`,
         line('first connection', first),
         line('after a MeshConfig change', second),
-        `per proxy: ${(first.resources / count).toFixed(0)} resources, ${(first.bytes / count / 1024).toFixed(1)} KB encoded`,
+        `per proxy: ${(first.resources / count).toFixed(0)} resources, ${(first.bytes / count / 1024).toFixed(1)} KB encoded (${[...first.byType].sort().map(([t, b]) => `${t} ${(b / count / 1024).toFixed(1)}`).join(', ')})`,
+        `held by the ${count} snapshots: ${(first.held / 1024).toFixed(0)} KB of distinct encoded resources (${(first.held / count / 1024).toFixed(1)} KB per proxy)`,
         '',
       ].join('\n'),
     );

@@ -51,7 +51,7 @@ export function markdownReport(title: string, results: BenchResults, details: Be
     const syncText = r.initial_sync_ms === null && d ? `${fmt(d.initial_sync.p50_ms)} / ${fmt(sync)} (${d.initial_sync.synced}/${r.proxies} synced)` : `${fmt(d?.initial_sync.p50_ms)} / ${fmt(sync)}`;
     const mark = d?.cpu_profiled ? ' †' : '';
     out.push(
-      `| ${r.proxies} | ${r.services} | ${r.endpoints} | ${r.reach} | ${r.mode} | ${r.transport}${r.envoys ? ` + ${r.envoys.count} Envoys` : ''}${mark} | ${fmt(d?.ready_ms)}${d?.warm_up_config_mb !== undefined ? ` (warm-up ${d.warm_up_config_mb} MiB)` : ''} | ${syncText} | ${fmt(r.floor_ms)} | ${ratio(r.initial_sync_ms, r.floor_ms)} | ${fmt(r.rss_idle_mb, 1)} | ${fmt(r.rss_peak_mb, 1)} | ${fmt(d?.rss_after_sync_mb, 1)} | ${fmt(d?.kb_per_proxy)} | ${fmt(d?.initial_sync.cpu_s, 2)} | ${fmt(d?.initial_sync.bytes)} | ${fmt(p?.initial_sync_ms)} |`,
+      `| ${r.proxies} | ${r.services} | ${r.endpoints} | ${r.reach} | ${r.mode} | ${r.transport}${r.xds === 'delta' ? ' delta' : ''}${r.envoys ? ` + ${r.envoys.count} Envoys` : ''}${mark} | ${fmt(d?.ready_ms)}${d?.warm_up_config_mb !== undefined ? ` (warm-up ${d.warm_up_config_mb} MiB)` : ''} | ${syncText} | ${fmt(r.floor_ms)} | ${ratio(r.initial_sync_ms, r.floor_ms)} | ${fmt(r.rss_idle_mb, 1)} | ${fmt(r.rss_peak_mb, 1)} | ${fmt(d?.rss_after_sync_mb, 1)} | ${fmt(d?.kb_per_proxy)} | ${fmt(d?.initial_sync.cpu_s, 2)} | ${fmt(d?.initial_sync.bytes)} | ${fmt(p?.initial_sync_ms)} |`,
     );
   }
   if (runs.some((r) => det.get(runKey(r))?.cpu_profiled)) {
@@ -204,8 +204,9 @@ function panel(x0: number, y0: number, w: number, h: number, title: string, yLab
 export function svgChart(title: string, results: BenchResults): string {
   const runs = sortRuns(results.runs);
   const ns = [...new Set(runs.map((r) => r.proxies))].sort((a, b) => a - b);
-  const groups = [...new Set(runs.map((r) => `S=${r.services} ${r.mode} ${r.transport}`))];
-  const of = (g: string): RunResult[] => runs.filter((r) => `S=${r.services} ${r.mode} ${r.transport}` === g);
+  const group = (r: RunResult): string => `S=${r.services} ${r.mode} ${r.transport}${r.xds === 'delta' ? ' delta' : ''}`;
+  const groups = [...new Set(runs.map(group))];
+  const of = (g: string): RunResult[] => runs.filter((r) => group(r) === g);
   const conv: Series[] = [];
   const mem: Series[] = [];
   groups.forEach((g, i) => {

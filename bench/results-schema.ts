@@ -31,6 +31,8 @@ export interface RunResult {
   reach: number;
   mode: 'smi' | 'permissive';
   transport: 'mtls' | 'plaintext';
+  /** The ADS variant the simulated proxies speak (`--delta`); absent in SotW runs (and in results before 2026-12-01). */
+  xds?: 'delta';
   /** Time from opening every stream at once until the last proxy ACKed its first full configuration (ms); null if not all did. */
   initial_sync_ms: number | null;
   /** Controller RSS once the manifests are loaded, before any proxy (MB). */
@@ -190,7 +192,7 @@ export interface BenchDetails {
 }
 
 /** The identity of a configuration, e.g. `N1000-S1000-E5-K10-smi-mtls` (`…-envoys50` with 50 real Envoys). */
-export function runKey(r: Pick<RunResult, 'proxies' | 'services' | 'endpoints' | 'reach' | 'mode' | 'transport'> & { envoys?: { count: number } | number }): string {
+export function runKey(r: Pick<RunResult, 'proxies' | 'services' | 'endpoints' | 'reach' | 'mode' | 'transport' | 'xds'> & { envoys?: { count: number } | number }): string {
   const envoys = typeof r.envoys === 'number' ? r.envoys : r.envoys?.count ?? 0;
-  return `N${r.proxies}-S${r.services}-E${r.endpoints}-K${r.reach}-${r.mode}-${r.transport}${envoys > 0 ? `-envoys${envoys}` : ''}`;
+  return `N${r.proxies}-S${r.services}-E${r.endpoints}-K${r.reach}-${r.mode}-${r.transport}${r.xds === 'delta' ? '-delta' : ''}${envoys > 0 ? `-envoys${envoys}` : ''}`;
 }

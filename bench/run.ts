@@ -9,6 +9,7 @@
  * ```
  * npm run bench                                   # the default matrix (see --help)
  * npm run bench -- --proxies 1000 --services 1000 --endpoints 5 --reach 10 --mode smi --transport mtls --out FILE
+ * npm run bench -- --proxies 300 --services 300 --mode permissive --transport mtls --delta   # delta ADS
  * ```
  * `--proxies`, `--services`, `--mode` and `--transport` take comma-separated lists (their
  * product is run). Every wait is bounded; child processes are killed by PID on any exit.
@@ -64,6 +65,8 @@ const HELP = `npm run bench -- [options]
   --reach K               destinations per identity (default 10)
   --mode smi|permissive[,…]           (default smi)
   --transport mtls|plaintext[,…]      (default mtls,plaintext)
+  --delta                 the simulated proxies (and so the floor's) speak incremental (delta)
+                          ADS instead of state of the world; results keyed ...-delta
   --out FILE              results JSON (default bench/results/<date>.json; .md, .svg and
                           .details.json are written beside it); existing runs of the same
                           configuration in FILE are replaced, others kept
@@ -108,6 +111,8 @@ interface Config {
   reach: number;
   mode: MeshMode;
   transport: Transport;
+  /** The simulated proxies speak delta ADS (`--delta`); absent: state of the world. */
+  xds?: 'delta';
   /** Real Envoys beside the N simulated proxies. */
   envoys: number;
 }
@@ -287,7 +292,7 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     const before = c.sample();
     const metricBefore = await c.metric('trellis_xds_response_bytes_total');
     const { startedAt: connectAt } = await gen.request<{ startedAt: number }>(
-      { cmd: 'connect', address, maxReceiveBytes: settings.maxReceiveBytes, verify: true },
+      { cmd: 'connect', address, maxReceiveBytes: settings.maxReceiveBytes, verify: true, delta: config.xds === 'delta' },
       60_000,
     );
     const simulatedSynced = gen.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
@@ -383,7 +388,7 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
         30 * 60_000,
       );
       details.floor_build_ms = Math.round(built.buildMs);
-      await gen.request({ cmd: 'connect', address: `127.0.0.1:${built.port}`, maxReceiveBytes: settings.maxReceiveBytes, verify: false }, 60_000);
+      await gen.request({ cmd: 'connect', address: `127.0.0.1:${built.port}`, maxReceiveBytes: settings.maxReceiveBytes, verify: false, delta: config.xds === 'delta' }, 60_000);
       const deadline = Date.now() + 120_000;
       while ((await floor.request<{ streams: number }>({ cmd: 'streams' }, 30_000)).streams < config.proxies && Date.now() < deadline) await sleep(200);
       await gen.request({ cmd: 'mark' }, 30_000);
@@ -411,7 +416,7 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       await floor.request({ cmd: 'set', which: 'before' }, 120_000);
       await sleep(1000);
       const { startedAt: floorConnectAt } = await fresh.request<{ startedAt: number }>(
-        { cmd: 'connect', address: `127.0.0.1:${built.port}`, maxReceiveBytes: settings.maxReceiveBytes, verify: false },
+        { cmd: 'connect', address: `127.0.0.1:${built.port}`, maxReceiveBytes: settings.maxReceiveBytes, verify: false, delta: config.xds === 'delta' },
         60_000,
       );
       const fc = await fresh.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
@@ -503,6 +508,7 @@ async function main(): Promise<void> {
       'lab-prefix': { type: 'string' },
       'lab-subnet': { type: 'string' },
       'controller-ports': { type: 'string' },
+      delta: { type: 'boolean' },
       help: { type: 'boolean' },
     },
   });
@@ -524,6 +530,7 @@ async function main(): Promise<void> {
             reach: positiveInt('reach', values.reach ?? '10'),
             mode,
             transport,
+            ...(values.delta ? { xds: 'delta' as const } : {}),
             envoys,
           });
         }

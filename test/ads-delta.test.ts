@@ -4,7 +4,7 @@ import * as grpc from '@grpc/grpc-js';
 import { pino } from 'pino';
 import { encodeAny } from '../src/api/codec.js';
 import { TypeUrl } from '../src/api/type-urls.js';
-import { SnapshotCache, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
+import { SnapshotCache, ResourceInterner, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
 import { AdsServer, LARGE_RESPONSE_BYTES, authenticateFromNodeId } from '../src/xds/server/ads-server.js';
 import type { DeltaDiscoveryResponse__Output } from '../src/xds/server/discovery-types.js';
 import { AdsTestClient, TEST_NODE_ID } from './helpers/ads-client.js';
@@ -385,7 +385,7 @@ describe('large responses', () => {
     const cache = new SnapshotCache();
     const big = Buffer.alloc(LARGE_RESPONSE_BYTES + 1024, 0x41);
     const secret = { name: 'root-cert-for-mtls-inbound:bookbuyer/bookbuyer', validation_context: { trusted_ca: { inline_bytes: big } } };
-    cache.setSnapshot(PROXY.uuid, buildProxySnapshot(new Map([[SDS, [{ name: secret.name, resource: encodeAny(SDS, secret) }]]])));
+    cache.setSnapshot(PROXY.uuid, buildProxySnapshot(new Map([[SDS, [{ name: secret.name, resource: encodeAny(SDS, secret) }]]]), new ResourceInterner()));
     const server = new AdsServer({ watcher: cache, logger });
     const port = await server.start({
       address: '127.0.0.1:0',

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { webcrypto } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import * as x509 from '@peculiar/x509';
-import { SnapshotCache, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
+import { SnapshotCache, ResourceInterner, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
 import { encodeAny } from '../src/api/codec.js';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { AdsServer, authenticateFromNodeId, authenticateFromPeerCertificate } from '../src/xds/server/ads-server.js';
@@ -73,7 +73,7 @@ describe('ADS server over mTLS and plaintext listeners', () => {
           const name = `cluster-of-${proxy.identity}`;
           cache.setSnapshot(
             proxy.uuid,
-            buildProxySnapshot(new Map([[TypeUrl.Cluster, [{ name, resource: encodeAny(TypeUrl.Cluster, { name }) }]]])),
+            buildProxySnapshot(new Map([[TypeUrl.Cluster, [{ name, resource: encodeAny(TypeUrl.Cluster, { name }) }]]]), new ResourceInterner()),
           );
         },
       },

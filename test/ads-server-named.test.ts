@@ -4,7 +4,7 @@ import * as grpc from '@grpc/grpc-js';
 import { encodeAny } from '../src/api/codec.js';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { parseCommonName } from '../src/proxy/types.js';
-import { SnapshotCache, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
+import { SnapshotCache, ResourceInterner, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../src/xds/cache/types.js';
 import { AdsServer, authenticateFromNodeId } from '../src/xds/server/ads-server.js';
 import { AdsTestClient, TEST_NODE_ID, resourceNames, type AdsTestStream } from './helpers/ads-client.js';
@@ -19,7 +19,7 @@ function snapshot(listeners: Record<string, number>, clusters: Record<string, nu
       [LDS, Object.entries(listeners).map(([name, n]) => ({ name, resource: encodeAny(LDS, { name, address: { socket_address: { address: '0.0.0.0', port_value: 15000 + n } } }) }))],
       [CDS, Object.entries(clusters).map(([name, n]) => ({ name, resource: encodeAny(CDS, { name, connect_timeout: { seconds: n } }) }))],
       [EDS, Object.keys(clusters).map((cluster_name) => ({ name: cluster_name, resource: encodeAny(EDS, { cluster_name }) }))],
-    ]),
+    ]), new ResourceInterner(),
   );
 }
 

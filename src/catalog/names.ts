@@ -27,10 +27,14 @@ export function serviceCertSecretName(identity: ServiceIdentity): string {
   return `service-cert:${identity}`;
 }
 
-/** SDS name of the validation context for upstream TLS to a service: `root-cert-for-mtls-outbound:<ns>/<svc>`. */
-export function outboundRootCertSecretName(svc: { readonly namespace: string; readonly name: string }): string {
-  return `root-cert-for-mtls-outbound:${serviceKey(svc)}`;
-}
+/**
+ * SDS name of the trust anchor of every upstream TLS context, `root-cert-for-mtls-outbound`: the
+ * mesh root alone, one Secret for all upstream services. (OSM v1.2 sends one
+ * `root-cert-for-mtls-outbound:<ns>/<svc>` per upstream service, each repeating the root and
+ * holding the service's SAN matchers; Trellis puts those matchers in the cluster's
+ * `combined_validation_context`, as Istio does, so a proxy reaching S services gets one root.)
+ */
+export const OUTBOUND_ROOT_CERT_SECRET_NAME = 'root-cert-for-mtls-outbound';
 
 /** SDS name of the validation context for downstream mTLS: `root-cert-for-mtls-inbound:<ns>/<sa>`. */
 export function inboundRootCertSecretName(identity: ServiceIdentity): string {

@@ -13,7 +13,7 @@ import type { NodeSoftware } from '../proxy/client-type.js';
 import { ProxyRegistry, type ConnectedProxy } from '../proxy/registry.js';
 import { serviceIdentity, type Proxy, type ServiceIdentity, type XdsClientType } from '../proxy/types.js';
 import type { ObjectChange, StoreReader } from '../store/store.js';
-import type { SnapshotCache } from '../xds/cache/snapshot-cache.js';
+import { ResourceInterner, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
 import { ProxyAdmission } from './admission.js';
 import type { ConfigurationCertificates } from './configuration.js';
@@ -118,6 +118,8 @@ export class MeshController {
   private readonly memo = new ConfigurationMemo();
   /** Encodings and rule checks by resource content, shared by every proxy and push. */
   private readonly checked = new ResourceCheckCache();
+  /** The encoded resources of every proxy's snapshot, each distinct one held once, with their versions. */
+  private readonly interner = new ResourceInterner();
   private readonly admission: ProxyAdmission;
   /** The identities of the mesh, for one MeshSnapshot generation (see {@link meshIdentities}). */
   private identities: { generation: number; set: ReadonlySet<ServiceIdentity> } = { generation: -1, set: new Set() };
@@ -403,7 +405,7 @@ export class MeshController {
     return this.memo.full(this.mesh.generation, memoKey(proxy, serial), () => {
       this.metrics.configurationsGenerated.inc();
       for (const type of PROXY_TYPES) this.metrics.typesGenerated.inc({ type: TYPE_SHORT_NAME[type] });
-      return fullConfiguration({ mesh: this.mesh, proxy, certs, cache: this.checked });
+      return fullConfiguration({ mesh: this.mesh, proxy, certs, cache: this.checked, interner: this.interner });
     });
   }
 
@@ -421,7 +423,7 @@ export class MeshController {
   ): GeneratedConfig | undefined {
     return this.memo.update(this.mesh.generation, memoKey(proxy, serial), regeneration.types, previous, () => {
       for (const type of regeneration.types) this.metrics.typesGenerated.inc({ type: TYPE_SHORT_NAME[type] });
-      return updatedConfiguration({ mesh: this.mesh, proxy, certs, cache: this.checked }, regeneration, previous, dependencies);
+      return updatedConfiguration({ mesh: this.mesh, proxy, certs, cache: this.checked, interner: this.interner }, regeneration, previous, dependencies);
     });
   }
 

@@ -9,7 +9,7 @@ import { resourcesChangedBy, typesToRegenerate, type ProxyResources } from '../e
 import type { PushChange } from '../envoy/push-change.js';
 import { validateProxyResources, type ResourceCheckCache } from '../envoy/validate/index.js';
 import type { Proxy } from '../proxy/types.js';
-import { buildProxySnapshot, typeVersion } from '../xds/cache/snapshot-cache.js';
+import { buildProxySnapshot, typeVersion, type ResourceInterner } from '../xds/cache/snapshot-cache.js';
 import type { CachedResource, ProxySnapshot, ResourceMap } from '../xds/cache/types.js';
 import { checkConfiguration, encodeResources, generateConfiguration, type ConfigurationCertificates, type EncodedConfiguration } from './configuration.js';
 import type { GeneratedConfig } from './configuration-memo.js';
@@ -31,8 +31,8 @@ export interface Regeneration {
 export const PROXY_TYPES: readonly TypeUrl[] = [TypeUrl.Cluster, TypeUrl.ClusterLoadAssignment, TypeUrl.Listener, TypeUrl.RouteConfiguration, TypeUrl.Secret];
 
 /** What the controller remembers of a full configuration: its snapshot (or the valid subset's) built from the encodings. */
-function generatedConfig(configuration: EncodedConfiguration, proxy: Proxy): GeneratedConfig {
-  const snapshot = buildProxySnapshot(configuration.encoded);
+function generatedConfig(configuration: EncodedConfiguration, proxy: Proxy, interner: ResourceInterner): GeneratedConfig {
+  const snapshot = buildProxySnapshot(configuration.encoded, interner);
   const valid = configuration.violations.length === 0;
   return {
     violations: configuration.violations,
@@ -99,11 +99,13 @@ export interface ConfigurationInputs {
   readonly proxy: Proxy;
   readonly certs: ConfigurationCertificates;
   readonly cache: ResourceCheckCache;
+  /** Where the snapshots' encoded resources are interned (the controller's). */
+  readonly interner: ResourceInterner;
 }
 
 /** The full configuration of `proxy` (`generateConfiguration`), with its snapshot (or the valid subset's). */
-export function fullConfiguration({ mesh, proxy, certs, cache }: ConfigurationInputs): GeneratedConfig {
-  return generatedConfig(generateConfiguration(mesh, proxy, certs, cache), proxy);
+export function fullConfiguration({ mesh, proxy, certs, cache, interner }: ConfigurationInputs): GeneratedConfig {
+  return generatedConfig(generateConfiguration(mesh, proxy, certs, cache), proxy, interner);
 }
 
 /**
@@ -117,7 +119,7 @@ export function fullConfiguration({ mesh, proxy, certs, cache }: ConfigurationIn
  * @throws Error when a resource cannot be generated or encoded.
  */
 export function updatedConfiguration(
-  { mesh, proxy, certs, cache }: ConfigurationInputs,
+  { mesh, proxy, certs, cache, interner }: ConfigurationInputs,
   { types, changed, checkedChanges }: Regeneration,
   previous: ProxySnapshot,
   dependencies: ReadonlySet<string>,
@@ -131,7 +133,7 @@ export function updatedConfiguration(
   const violations = parts.flatMap((p) => p.violations);
   const base = { violations, dropped: parts.flatMap((p) => p.dropped), validSnapshot: undefined, dependencies, proxy, ahead: false };
   if (violations.length > 0) return { ...base, snapshot: undefined };
-  const update = buildProxySnapshot(new Map(parts.flatMap((p) => [...p.encoded])));
+  const update = buildProxySnapshot(new Map(parts.flatMap((p) => [...p.encoded])), interner);
   for (const [type, map] of update.resources) if (generated.has(type) && !sameNames(map, previous.resources.get(type))) return undefined;
   return { ...base, snapshot: withTypes(previous, update, new Set(changed.keys())) };
 }

@@ -28,7 +28,14 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
     assert.equal(tls['@type'], 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext');
     assert.equal(tls.sni, 'bookstore-v1.bookstore.svc.cluster.local');
     assert.equal(tls.common_tls_context.tls_certificate_sds_secret_configs[0].name, 'service-cert:bookbuyer/bookbuyer');
-    assert.equal(tls.common_tls_context.validation_context_sds_secret_config.name, 'root-cert-for-mtls-outbound:bookstore/bookstore-v1');
+    // The mesh root over SDS, one Secret for every upstream, and the service's identities as SANs in the cluster.
+    const validation = tls.common_tls_context.combined_validation_context;
+    assert.equal(validation.validation_context_sds_secret_config.name, 'root-cert-for-mtls-outbound');
+    assert.deepEqual(
+      validation.default_validation_context.match_typed_subject_alt_names.map((m: Decoded) => [m.san_type, m.matcher.exact]),
+      [['URI', 'spiffe://cluster.local/ns/bookstore/sa/bookstore']],
+    );
+    assert.equal(tls.common_tls_context.validation_context_sds_secret_config, undefined);
   });
 
   it('routes bookstore 50/50 to bookstore-v1 and bookstore-v2, without the total_weight Envoy deprecates', () => {
@@ -78,17 +85,20 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
     assert.deepEqual(v2.endpoints[0].lb_endpoints.map((e: Decoded) => e.endpoint.address.socket_address.address), ['10.244.2.20']);
   });
 
-  it('pins outbound validation contexts to the identities behind each service', () => {
+  it('pins outbound validation contexts to the identities behind each service, over one shared root Secret', () => {
     const sds = buyer.get(TypeUrl.Secret)!;
-    const apex = sds.get('root-cert-for-mtls-outbound:bookstore/bookstore')!;
-    assert.equal(apex.validation_context.trusted_ca.inline_string, 'ROOT');
+    const apex = buyer.get(TypeUrl.Cluster)!.get('bookstore/bookstore|14001')!.transport_socket.typed_config.common_tls_context.combined_validation_context;
     assert.deepEqual(
-      apex.validation_context.match_typed_subject_alt_names.map((m: Decoded) => [m.san_type, m.matcher.exact]),
+      apex.default_validation_context.match_typed_subject_alt_names.map((m: Decoded) => [m.san_type, m.matcher.exact]),
       [
         ['URI', 'spiffe://cluster.local/ns/bookstore/sa/bookstore'],
         ['URI', 'spiffe://cluster.local/ns/bookstore/sa/bookstore-v2'],
       ],
     );
+    // One root for every upstream: no per-service Secret repeating it.
+    const root = sds.get('root-cert-for-mtls-outbound')!;
+    assert.deepEqual(root.validation_context, { trusted_ca: { inline_string: 'ROOT' } });
+    assert.deepEqual([...sds.keys()].filter((n) => n.startsWith('root-cert-for-mtls-outbound')), ['root-cert-for-mtls-outbound']);
     const own = sds.get('service-cert:bookbuyer/bookbuyer')!;
     assert.equal(own.tls_certificate.certificate_chain.inline_string, 'CERT');
     assert.equal(own.tls_certificate.private_key.inline_string, 'KEY');

@@ -2,10 +2,12 @@ import type { UpstreamTlsContext } from '../api/generated/envoy/extensions/trans
 import type { DownstreamTlsContext } from '../api/generated/envoy/extensions/transport_sockets/tls/v3/DownstreamTlsContext.js';
 import type { TlsParameters } from '../api/generated/envoy/extensions/transport_sockets/tls/v3/TlsParameters.js';
 import type { TransportSocket } from '../api/generated/envoy/config/core/v3/TransportSocket.js';
+import type { CertificateValidationContext } from '../api/generated/envoy/extensions/transport_sockets/tls/v3/CertificateValidationContext.js';
 import type { ServiceIdentity } from '../proxy/types.js';
 import {
+  OUTBOUND_ROOT_CERT_SECRET_NAME,
+  identitySpiffeId,
   inboundRootCertSecretName,
-  outboundRootCertSecretName,
   serviceCertSecretName,
   serviceFqdn,
 } from '../catalog/names.js';
@@ -27,16 +29,38 @@ export function tlsParams(settings: MeshSettings): TlsParameters {
 }
 
 /**
- * The upstream (client side) TLS context a proxy of `identity` uses towards `svc`: its own
- * service certificate over SDS, the validation context `root-cert-for-mtls-outbound:<ns>/<svc>`
- * over SDS, SNI = the service FQDN (Envoy `UpstreamTlsContext`).
+ * URI SAN matchers (Envoy `CertificateValidationContext.match_typed_subject_alt_names`) accepting
+ * exactly the SPIFFE IDs of `identities`, deduplicated and sorted.
  */
-export function upstreamTlsContext(identity: ServiceIdentity, svc: MeshService, settings: MeshSettings): UpstreamTlsContext {
+export function sanMatchers(identities: readonly ServiceIdentity[]): NonNullable<CertificateValidationContext['match_typed_subject_alt_names']> {
+  return [...new Set(identities)].sort().map((id) => ({ san_type: 'URI' as const, matcher: { exact: identitySpiffeId(id) } }));
+}
+
+/**
+ * The upstream (client side) TLS context a proxy of `identity` uses towards `svc`: its own
+ * service certificate over SDS; the mesh root over SDS (`root-cert-for-mtls-outbound`, one
+ * Secret for every upstream) combined with URI SAN matchers for `backing`, the identities behind
+ * the service (Envoy `CombinedCertificateValidationContext`: the same check OSM's per-service
+ * `root-cert-for-mtls-outbound:<ns>/<svc>` Secret makes; with no identity behind it, the root
+ * alone, as there); SNI = the service FQDN (Envoy `UpstreamTlsContext`).
+ * @param sans `sanMatchers(backing)`, when the caller holds it already (one list shared by every
+ *   proxy's context towards the service is compared by identity when checked).
+ */
+export function upstreamTlsContext(
+  identity: ServiceIdentity,
+  svc: MeshService,
+  settings: MeshSettings,
+  backing: readonly ServiceIdentity[] = [],
+  sans: ReturnType<typeof sanMatchers> = sanMatchers(backing),
+): UpstreamTlsContext {
+  const root = { name: OUTBOUND_ROOT_CERT_SECRET_NAME, sds_config: ADS_CONFIG_SOURCE };
   return {
     common_tls_context: {
       tls_params: tlsParams(settings),
       tls_certificate_sds_secret_configs: [{ name: serviceCertSecretName(identity), sds_config: ADS_CONFIG_SOURCE }],
-      validation_context_sds_secret_config: { name: outboundRootCertSecretName(svc), sds_config: ADS_CONFIG_SOURCE },
+      ...(sans.length > 0
+        ? { combined_validation_context: { default_validation_context: { match_typed_subject_alt_names: sans }, validation_context_sds_secret_config: root } }
+        : { validation_context_sds_secret_config: root }),
     },
     sni: serviceFqdn(svc),
   };

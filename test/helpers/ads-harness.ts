@@ -3,7 +3,7 @@ import { Registry } from 'prom-client';
 import { encodeAny } from '../../src/api/codec.js';
 import { TypeUrl } from '../../src/api/type-urls.js';
 import { parseCommonName, type Proxy } from '../../src/proxy/types.js';
-import { SnapshotCache, buildProxySnapshot, type NamedResource } from '../../src/xds/cache/snapshot-cache.js';
+import { SnapshotCache, ResourceInterner, buildProxySnapshot, type NamedResource } from '../../src/xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../../src/xds/cache/types.js';
 import { AdsServer, authenticateFromNodeId, type AdsServerOptions, type NackDetail, type TypeStreamInfo } from '../../src/xds/server/ads-server.js';
 import { AdsTestClient, TEST_NODE_ID } from './ads-client.js';
@@ -39,7 +39,7 @@ export function snapshot(spec: Spec): ProxySnapshot {
       [LDS, make(LDS, spec.listeners, (name, n) => ({ name, address: { socket_address: { address: '0.0.0.0', port_value: 15000 + n } } }))],
       [RDS, make(RDS, spec.routes, (name, n) => ({ name, virtual_hosts: [{ name: `vh${n}`, domains: ['*'] }] }))],
       [SDS, make(SDS, spec.secrets, (name, n) => ({ name, validation_context: { trust_chain_verification: n } }))],
-    ]),
+    ]), new ResourceInterner(),
   );
 }
 

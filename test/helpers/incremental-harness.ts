@@ -10,7 +10,7 @@ import { Registry } from 'prom-client';
 import { CertificateAuthority } from '../../src/certificate/authority.js';
 import { CertificateManager } from '../../src/certificate/manager.js';
 import { ObjectStore } from '../../src/store/object-store.js';
-import { SnapshotCache, buildProxySnapshot } from '../../src/xds/cache/snapshot-cache.js';
+import { SnapshotCache, ResourceInterner, buildProxySnapshot } from '../../src/xds/cache/snapshot-cache.js';
 import { MeshController, encodeResources } from '../../src/controller/mesh-controller.js';
 import { generateProxyResources } from '../../src/envoy/generate.js';
 import { validateProxyResources } from '../../src/envoy/validate/index.js';
@@ -92,7 +92,7 @@ export async function ideal(controller: MeshController, certificates: Certificat
   const resources = generateProxyResources(controller.snapshot, proxy, { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
   const { violations } = validateProxyResources(resources);
   if (violations.length > 0) return undefined;
-  return buildProxySnapshot(encodeResources(resources));
+  return buildProxySnapshot(encodeResources(resources), new ResourceInterner());
 }
 
 /** Differences between two proxy snapshots, resource by resource (decoded where they differ). */

@@ -1,11 +1,11 @@
 import type { Cluster } from '../../api/generated/envoy/config/cluster/v3/Cluster.js';
-import { clusterName, localClusterName } from '../../catalog/names.js';
+import { clusterName, localClusterName, serviceKey } from '../../catalog/names.js';
 import { inboundServices } from '../../catalog/traffic-policy.js';
 import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
 import type { Proxy } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
-import { tlsTransportSocket, upstreamTlsContext } from '../tls.js';
+import { sanMatchers, tlsTransportSocket, upstreamTlsContext } from '../tls.js';
 import { ADS_CONFIG_SOURCE, durationMs } from '../typed-config.js';
 import { generateEgressClusters } from './egress.js';
 import { httpProtocolOptions, upstreamSettingFields, upstreamTrafficSettingFor, type UpstreamHttp } from '../upstream-settings.js';
@@ -29,7 +29,8 @@ function upstreamHttp(svc: MeshService): UpstreamHttp | undefined {
 
 /**
  * The upstream cluster of a MeshService as seen from a proxy: EDS over ADS, mTLS with the
- * proxy's service certificate and the service's validation context from SDS, SNI = FQDN,
+ * proxy's service certificate from SDS and the mesh root from SDS combined with the service's
+ * identities as SANs ({@link upstreamTlsContext}), SNI = FQDN,
  * and the service's UpstreamTrafficSetting as circuit breakers, connect timeout and
  * max requests per connection (Envoy `config.cluster.v3.Cluster`; OSM v1.2
  * `getUpstreamServiceCluster`).
@@ -48,8 +49,11 @@ export function upstreamCluster(snapshot: MeshSnapshot, proxy: Proxy, svc: MeshS
     lb_policy: 'ROUND_ROBIN',
     ...upstreamSettingFields(setting, CONNECT_TIMEOUT_MS, upstreamHttp(svc)),
   }));
-  // The proxy's own service certificate makes the TLS context specific to its identity.
-  const own: Cluster = { transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc, snapshot.settings), true) };
+  // The proxy's own service certificate makes the TLS context specific to its identity; the
+  // identities behind the service are the SANs it accepts.
+  const backing = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
+  const sans = sharedResource(snapshot, `SubjectAltNameMatchers ${name}`, [backing], () => sanMatchers(backing));
+  const own: Cluster = { transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc, snapshot.settings, backing, sans), true) };
   return { name, resource: { ...base, ...own }, parts: [base, own] };
 }
 

@@ -1,17 +1,12 @@
 import type { Secret } from '../../api/generated/envoy/extensions/transport_sockets/tls/v3/Secret.js';
-import {
-  identitySpiffeId,
-  inboundRootCertSecretName,
-  outboundRootCertSecretName,
-  serviceCertSecretName,
-  serviceKey,
-} from '../../catalog/names.js';
+import { OUTBOUND_ROOT_CERT_SECRET_NAME, inboundRootCertSecretName, serviceCertSecretName } from '../../catalog/names.js';
 import { inboundTrafficTargets } from '../../catalog/traffic-policy.js';
 import type { MeshSnapshot } from '../../catalog/types.js';
-import type { Proxy, ServiceIdentity } from '../../proxy/types.js';
+import type { Proxy } from '../../proxy/types.js';
 import { outboundView } from '../outbound.js';
 import type { NamedResource } from '../resource.js';
 import { sharedResource } from '../shared-resources.js';
+import { sanMatchers } from '../tls.js';
 import { generateIngressSecrets } from './ingress.js';
 import { byName } from '../../util/order.js';
 import { meshChangeKind, type PushChange } from '../push-change.js';
@@ -26,19 +21,15 @@ export interface ProxyCertificates {
   readonly caPem: string;
 }
 
-function sanMatchers(identities: readonly ServiceIdentity[]): NonNullable<
-  NonNullable<Secret['validation_context']>['match_typed_subject_alt_names']
-> {
-  return [...new Set(identities)].sort().map((id) => ({ san_type: 'URI' as const, matcher: { exact: identitySpiffeId(id) } }));
-}
-
 /**
  * SDS for one proxy (Envoy `extensions.transport_sockets.tls.v3.Secret`, OSM v1.2 names):
  * - `service-cert:<ns>/<sa>`: the proxy identity's certificate and key;
  * - `root-cert-for-mtls-inbound:<ns>/<sa>`: the mesh root, and in SMI mode URI SAN matchers
  *   for the identities TrafficTargets allow in (none allowed → the root alone, RBAC denies);
- * - `root-cert-for-mtls-outbound:<ns>/<svc>` per upstream service: the mesh root and URI SAN
- *   matchers for the identities backing that service;
+ * - `root-cert-for-mtls-outbound`, when the proxy reaches any service: the mesh root alone, the
+ *   trust anchor of every upstream cluster's TLS context, which names the identities backing its
+ *   service itself (`combined_validation_context`, see `upstreamTlsContext`; OSM v1.2 sends one
+ *   `root-cert-for-mtls-outbound:<ns>/<svc>` with the root and those SANs per upstream service);
  * - `root-cert-https:<ns>/<sa>` for HTTPS ingress with client certificates ({@link generateIngressSecrets}).
  * Sorted by name.
  */
@@ -71,20 +62,10 @@ export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: Pro
       },
     })),
   });
-  const seen = new Set<string>();
-  for (const svc of outboundView(snapshot, proxy.identity).upstreams) {
-    const name = outboundRootCertSecretName(svc);
-    if (seen.has(name)) continue;
-    seen.add(name);
-    // The same for every proxy that reaches the service (for one mesh root): one shared object.
-    const identities = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
-    const resource = sharedResource(snapshot, `Secret ${name}`, [identities, certs.caPem], () => ({
-      name,
-      validation_context: {
-        trusted_ca: { inline_string: certs.caPem },
-        ...(identities.length > 0 ? { match_typed_subject_alt_names: sanMatchers(identities) } : {}),
-      },
-    }));
+  if (outboundView(snapshot, proxy.identity).upstreams.length > 0) {
+    // The same for every proxy (for one mesh root): one shared object.
+    const name = OUTBOUND_ROOT_CERT_SECRET_NAME;
+    const resource = sharedResource(snapshot, `Secret ${name}`, [certs.caPem], () => ({ name, validation_context: { trusted_ca: { inline_string: certs.caPem } } }));
     out.push({ name, resource });
   }
   out.push(...generateIngressSecrets(snapshot, proxy, certs));

@@ -52,15 +52,15 @@ describe('buildProxySnapshot', () => {
   });
 
   it('keeps a type given with no resources, with a version', () => {
-    const s = buildProxySnapshot(new Map([[TypeUrl.Listener, []]]));
+    const s = buildProxySnapshot(new Map([[TypeUrl.Listener, []]]), new ResourceInterner());
     assert.equal(s.resources.get(TypeUrl.Listener)!.size, 0);
     assert.equal(s.versions.get(TypeUrl.Listener), typeVersion([]));
     assert.equal(s.resources.get(TypeUrl.Cluster), undefined);
   });
 
   it('rejects duplicate names and resources listed under the wrong type', () => {
-    assert.throws(() => buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a'), cluster('a', 2)]]])), /duplicate .* "a"/);
-    assert.throws(() => buildProxySnapshot(new Map([[TypeUrl.Listener, [cluster('a')]]])), /listed under/);
+    assert.throws(() => buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a'), cluster('a', 2)]]]), new ResourceInterner()), /duplicate .* "a"/);
+    assert.throws(() => buildProxySnapshot(new Map([[TypeUrl.Listener, [cluster('a')]]]), new ResourceInterner()), /listed under/);
   });
 
   it('forgets the least recently used resources beyond its bound', () => {
@@ -72,10 +72,24 @@ describe('buildProxySnapshot', () => {
     assert.equal(interner.size, 2);
     assert.equal(interner.intern('a', cluster('a').resource), a);
   });
+
+  it('keeps what it remembers to itself: another interner versions the bytes it is given (no module-level memo)', () => {
+    const first = new ResourceInterner();
+    const shared = cluster('a');
+    const before = buildProxySnapshot(new Map([[TypeUrl.Cluster, [shared]]]), first).resources.get(TypeUrl.Cluster)!.get('a')!.version;
+    // Another owner in the same process (a second controller, a test) whose Buffer happens to be
+    // the same object with other bytes: what the first owner remembered must not leak into it.
+    shared.resource.value[shared.resource.value.length - 1] ^= 1;
+    const expected = resourceVersion({ type_url: TypeUrl.Cluster, value: Buffer.from(shared.resource.value) });
+    assert.notEqual(expected, before);
+    const after = buildProxySnapshot(new Map([[TypeUrl.Cluster, [shared]]]), new ResourceInterner()).resources.get(TypeUrl.Cluster)!.get('a')!;
+    assert.equal(after.version, expected);
+    assert.equal(new ResourceInterner().version(shared.resource), expected);
+  });
 });
 
 describe('SnapshotCache', () => {
-  const snap = (): ProxySnapshot => buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a')]]]));
+  const snap = (): ProxySnapshot => buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a')]]]), new ResourceInterner());
 
   it('stores, returns and clears snapshots by proxy UUID', () => {
     const cache = new SnapshotCache();
@@ -119,23 +133,24 @@ describe('replaceResources', () => {
     name,
     resource: encodeAny(TypeUrl.Listener, { name, address: { socket_address: { address: '0.0.0.0', port_value: port } } }),
   });
-  const base = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a'), cluster('b')]], [TypeUrl.Listener, [listener('l', 1)]]]));
+  const interner = new ResourceInterner();
+  const base = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a'), cluster('b')]], [TypeUrl.Listener, [listener('l', 1)]]]), interner);
 
   it('replaces named resources of one type, recomputes only that type\'s version, and keeps the other types as they are', () => {
-    const next = replaceResources(base, TypeUrl.Cluster, [cluster('b', 2)]);
+    const next = replaceResources(base, TypeUrl.Cluster, [cluster('b', 2)], interner);
     assert.notEqual(next.versions.get(TypeUrl.Cluster), base.versions.get(TypeUrl.Cluster));
     assert.equal(next.resources.get(TypeUrl.Cluster)!.get('a'), base.resources.get(TypeUrl.Cluster)!.get('a'));
     assert.equal(next.resources.get(TypeUrl.Cluster)!.get('b')!.version, resourceVersion(cluster('b', 2).resource));
     assert.equal(next.resources.get(TypeUrl.Listener), base.resources.get(TypeUrl.Listener));
     assert.equal(next.versions.get(TypeUrl.Listener), base.versions.get(TypeUrl.Listener));
     // The same as building the whole snapshot anew.
-    const rebuilt = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a'), cluster('b', 2)]], [TypeUrl.Listener, [listener('l', 1)]]]));
+    const rebuilt = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a'), cluster('b', 2)]], [TypeUrl.Listener, [listener('l', 1)]]]), interner);
     assert.deepEqual(next.versions, rebuilt.versions);
   });
 
   it('returns the same snapshot when nothing differs, and never adds a name it does not have', () => {
-    assert.equal(replaceResources(base, TypeUrl.Cluster, [cluster('a')]), base);
-    assert.equal(replaceResources(base, TypeUrl.Cluster, [cluster('c')]), base);
-    assert.throws(() => replaceResources(base, TypeUrl.Cluster, [listener('a', 2)]), /listed|replaced under/);
+    assert.equal(replaceResources(base, TypeUrl.Cluster, [cluster('a')], interner), base);
+    assert.equal(replaceResources(base, TypeUrl.Cluster, [cluster('c')], interner), base);
+    assert.throws(() => replaceResources(base, TypeUrl.Cluster, [listener('a', 2)], interner), /listed|replaced under/);
   });
 });

@@ -12,22 +12,16 @@ export interface NamedResource {
 /** Length, in hex characters, of resource and type versions (64 bits of SHA-256). */
 export const VERSION_LENGTH = 16;
 
-/** Memo of the hash of an encoded value, so a Buffer shared by many snapshots is hashed once. */
-const hashOfBuffer = new WeakMap<Buffer, string>();
-
 /**
  * The version of one encoded resource: the first {@link VERSION_LENGTH} hex characters of the
  * SHA-256 of its bytes (one-shot `crypto.hash`: half the cost of a `Hash` object for messages
  * this small). Equal bytes give equal versions, on every controller replica and across
  * restarts, so a reconnecting proxy's `version_info` stays meaningful. Versions are compared
- * within one type and name only, so the type URL is not hashed.
+ * within one type and name only, so the type URL is not hashed. Not memoized: a
+ * {@link ResourceInterner} remembers the versions of the Buffers it interned.
  */
 export function resourceVersion(resource: EncodedAny): string {
-  const memo = hashOfBuffer.get(resource.value);
-  if (memo !== undefined) return memo;
-  const version = hash('sha256', resource.value, 'hex').slice(0, VERSION_LENGTH);
-  hashOfBuffer.set(resource.value, version);
-  return version;
+  return hash('sha256', resource.value, 'hex').slice(0, VERSION_LENGTH);
 }
 
 /**
@@ -47,12 +41,16 @@ export function typeVersion(resources: Iterable<CachedResource>): string {
  * Interns {@link CachedResource}s by type URL, name and version, so a resource that is the same
  * for many proxies (a service's Cluster or ClusterLoadAssignment) is held once, whatever number
  * of snapshots refer to it. Bounded: least recently used entries are forgotten beyond
- * `maxEntries` (forgetting only costs sharing, never correctness).
+ * `maxEntries` (forgetting only costs sharing, never correctness). Its owner (the controller,
+ * the bench's floor server, a test) creates it and passes it to {@link buildProxySnapshot} and
+ * {@link replaceResources}: no module holds one, so two owners in one process share nothing.
  */
 export class ResourceInterner {
   private readonly entries = new Map<string, CachedResource>();
   /** The fast path: a resource whose bytes are the very Buffer interned before (shared encodings). */
   private readonly byValue = new WeakMap<Buffer, CachedResource>();
+  /** The version of each Buffer hashed ({@link resourceVersion}), so a Buffer shared by many snapshots is hashed once. */
+  private readonly versionOfBuffer = new WeakMap<Buffer, string>();
 
   /** @param maxEntries how many distinct resources to remember (default 100 000). */
   constructor(private readonly maxEntries = 100_000) {}
@@ -66,8 +64,18 @@ export class ResourceInterner {
     return interned;
   }
 
+  /** {@link resourceVersion} of `resource`, remembered by its Buffer (encoded Buffers are never written to). */
+  version(resource: EncodedAny): string {
+    let version = this.versionOfBuffer.get(resource.value);
+    if (version === undefined) {
+      version = resourceVersion(resource);
+      this.versionOfBuffer.set(resource.value, version);
+    }
+    return version;
+  }
+
   private internByVersion(name: string, resource: EncodedAny): CachedResource {
-    const version = resourceVersion(resource);
+    const version = this.version(resource);
     const key = `${resource.type_url}\0${name}\0${version}`;
     const found = this.entries.get(key);
     if (found) {
@@ -91,23 +99,18 @@ export class ResourceInterner {
   }
 }
 
-/** The interner {@link buildProxySnapshot} uses when none is given. */
-export const defaultInterner = new ResourceInterner();
-
 /**
  * Builds an immutable {@link ProxySnapshot} from encoded resources, by type URL.
  * Each resource gets a version (hash of its bytes, {@link resourceVersion}); each type gets a
  * version over its resources ({@link typeVersion}). A type given with an empty list is present
  * with no resources and a version; a type not given at all is absent, which the ADS server
  * treats the same as empty (for LDS/CDS, an empty set tells the proxy to delete them all).
- * @param interner where identical resources are shared (default {@link defaultInterner}).
+ * @param interner where identical resources are shared, and their versions remembered (the
+ *   caller's: one per controller).
  * @throws Error when a resource's `type_url` is not the type it is listed under, or a name
  *   appears twice in one type (Envoy rejects duplicate names).
  */
-export function buildProxySnapshot(
-  input: ReadonlyMap<TypeUrl, readonly NamedResource[]>,
-  interner: ResourceInterner = defaultInterner,
-): ProxySnapshot {
+export function buildProxySnapshot(input: ReadonlyMap<TypeUrl, readonly NamedResource[]>, interner: ResourceInterner): ProxySnapshot {
   const resources = new Map<TypeUrl, ResourceMap>();
   const versions = new Map<TypeUrl, string>();
   for (const [typeUrl, list] of input) {
@@ -130,15 +133,10 @@ export function buildProxySnapshot(
  * name the snapshot does not have is left out: this never adds a resource). Every other type
  * keeps its resource map and version as they are; `typeUrl`'s version is computed again.
  * Returns `snapshot` itself when nothing differs.
- * @param interner where identical resources are shared (default {@link defaultInterner}).
+ * @param interner where identical resources are shared (the caller's, as for {@link buildProxySnapshot}).
  * @throws Error when a replacement's `type_url` is not `typeUrl`.
  */
-export function replaceResources(
-  snapshot: ProxySnapshot,
-  typeUrl: TypeUrl,
-  replacements: readonly NamedResource[],
-  interner: ResourceInterner = defaultInterner,
-): ProxySnapshot {
+export function replaceResources(snapshot: ProxySnapshot, typeUrl: TypeUrl, replacements: readonly NamedResource[], interner: ResourceInterner): ProxySnapshot {
   const current = snapshot.resources.get(typeUrl);
   if (!current) return snapshot;
   let next: Map<string, CachedResource> | undefined;

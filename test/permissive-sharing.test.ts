@@ -1,0 +1,70 @@
+/**
+ * Permissive mode at scale: what one proxy's snapshot holds that depends on the proxy, and what a
+ * change sends it. In-process (generation, encoding, snapshots with one interner, as the
+ * controller has them); a delta stream sends exactly the resources whose version changed
+ * (`src/xds/server/delta-stream.ts`), so the versions compared here are what it sends.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { TypeUrl } from '../src/api/type-urls.js';
+import { buildMeshSnapshot } from '../src/catalog/build-snapshot.js';
+import type { MeshSnapshot } from '../src/catalog/types.js';
+import { encodeResources } from '../src/controller/configuration.js';
+import { generateProxyResources } from '../src/envoy/generate.js';
+import { ResourceCheckCache } from '../src/envoy/validate/index.js';
+import type { KubeObject } from '../src/store/objects.js';
+import { ResourceInterner, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
+import type { ProxySnapshot } from '../src/xds/cache/types.js';
+import { bookstoreMesh, k8s } from './fixtures/mesh.js';
+import { TEST_CERTS, proxyOf } from './helpers/generate-config.js';
+import { memoryStore } from './helpers/memory-store.js';
+
+const INVENTORY: KubeObject[] = [
+  k8s.serviceAccount('bookwarehouse', 'inventory'),
+  k8s.service('bookwarehouse', 'inventory', { app: 'inventory' }, [{ port: 14001, name: 'inventory-port' }], '10.96.0.30'),
+  k8s.pod('bookwarehouse', 'inventory-1', 'inventory', { app: 'inventory' }, '10.244.3.30', [14001]),
+];
+
+/** Names of `type` whose version differs between the snapshots (added, removed or changed), sorted. */
+function changed(a: ProxySnapshot, b: ProxySnapshot, type: TypeUrl): string[] {
+  const [x, y] = [a.resources.get(type) ?? new Map(), b.resources.get(type) ?? new Map()];
+  return [...new Set([...x.keys(), ...y.keys()])].filter((n) => x.get(n)?.version !== y.get(n)?.version).sort();
+}
+
+describe('permissive mode: what depends on the proxy, and what a change sends', () => {
+  const checked = new ResourceCheckCache();
+  const interner = new ResourceInterner();
+  const snapshotOf = (mesh: MeshSnapshot, sa: string, ns: string): ProxySnapshot =>
+    buildProxySnapshot(encodeResources(generateProxyResources(mesh, proxyOf(sa, ns), TEST_CERTS), checked), interner);
+  const before = buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive: true })), { meshName: 'osm', generation: 1 }).snapshot;
+  const after = buildMeshSnapshot(memoryStore([...bookstoreMesh({ permissive: true }), ...INVENTORY]), { meshName: 'osm', generation: 2, previous: before }).snapshot;
+
+  it('a new service changes its own Cluster and ClusterLoadAssignment in every proxy, and no Secret: one shared outbound root, not one per upstream service', () => {
+    for (const [sa, ns] of [['bookbuyer', 'bookbuyer'], ['bookstore', 'bookstore']]) {
+      const [a, b] = [snapshotOf(before, sa, ns), snapshotOf(after, sa, ns)];
+      assert.deepEqual(changed(a, b, TypeUrl.Cluster), ['bookwarehouse/inventory|14001'], `${ns}/${sa} clusters`);
+      assert.deepEqual(changed(a, b, TypeUrl.ClusterLoadAssignment), ['bookwarehouse/inventory|14001'], `${ns}/${sa} endpoints`);
+      assert.deepEqual(changed(a, b, TypeUrl.Secret), [], `${ns}/${sa} secrets`);
+      assert.deepEqual([...b.resources.get(TypeUrl.Secret)!.keys()].sort(), [`root-cert-for-mtls-inbound:${ns}/${sa}`, 'root-cert-for-mtls-outbound', `service-cert:${ns}/${sa}`]);
+    }
+  });
+
+  it('two identities hold the very same encoded bytes for every resource that does not name their identity', () => {
+    const [buyer, thief] = [snapshotOf(after, 'bookbuyer', 'bookbuyer'), snapshotOf(after, 'bookthief', 'bookthief')];
+    const own: string[] = [];
+    for (const [type, resources] of buyer.resources) {
+      for (const [name, r] of resources) {
+        const other = thief.resources.get(type)?.get(name);
+        if (other?.version === r.version) assert.equal(other.resource.value, r.resource.value, `${name}: one Buffer`);
+        else own.push(`${type.slice(type.lastIndexOf('.') + 1)} ${name}`);
+      }
+    }
+    // What differs: the upstream clusters (their TLS context names the proxy's own certificate),
+    // the inbound side of its own identity, and its own secrets.
+    const upstream = [...buyer.resources.get(TypeUrl.Cluster)!.keys()].filter((n) => !n.endsWith('|local') && n.includes('/'));
+    assert.ok(upstream.length > 0);
+    for (const name of upstream) assert.ok(own.includes(`Cluster ${name}`), `Cluster ${name} names the proxy's certificate`);
+    assert.ok(!own.some((o) => o.startsWith('ClusterLoadAssignment ') || o.startsWith('RouteConfiguration rds-outbound')), own.join(', '));
+    assert.ok(!own.includes('Secret root-cert-for-mtls-outbound'));
+  });
+});
