@@ -20,7 +20,7 @@ import { CertificateManager } from '../src/certificate/manager.js';
 import { ObjectStore } from '../src/store/object-store.js';
 import { SnapshotCache } from '../src/xds/cache/snapshot-cache.js';
 import { MeshController } from '../src/controller/mesh-controller.js';
-import { buildMeshSnapshot } from '../src/catalog/build-snapshot.js';
+import { buildMeshSnapshot, MeshSnapshotBuilder } from '../src/catalog/build-snapshot.js';
 import { formatProblem } from '../src/catalog/problems.js';
 import { diffMeshSnapshots, onlyEndpointsChanged, onlySplitWeightsChanged } from '../src/catalog/snapshot-diff.js';
 import { KEPT_NOTE } from '../src/catalog/last-good.js';
@@ -439,7 +439,10 @@ describe('the incremental push pipeline against a fresh controller (oracle)', ()
         }
       };
       for (const p of PROXIES) if (r() < 0.6) await open(p);
-      let chain: MeshSnapshot | undefined = buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot;
+      // Built with previous by a builder of its own (reusing what the store did not change), and
+      // compared with a one-off build without previous at every step.
+      const chainBuilder = new MeshSnapshotBuilder();
+      let chain: MeshSnapshot | undefined = chainBuilder.build(store, { meshName: 'osm', generation: 1 }).snapshot;
       const history: string[] = [];
       let stepFailed = false;
       for (let step = 0; step < STEPS && !stepFailed; step++) {
@@ -465,7 +468,7 @@ describe('the incremental push pipeline against a fresh controller (oracle)', ()
         }
         const problems = controller.policyProblems().map(formatProblem).sort();
         // previous vs no previous
-        const withPrev = buildMeshSnapshot(store, { meshName: 'osm', generation: 7, previous: chain });
+        const withPrev = chainBuilder.build(store, { meshName: 'osm', generation: 7, previous: chain });
         const noPrev = buildMeshSnapshot(store, { meshName: 'osm', generation: 7 });
         chain = withPrev.snapshot;
         const kept = problems.some((p) => p.includes(KEPT_NOTE)) || withPrev.problems.some((p) => p.message.endsWith(KEPT_NOTE));

@@ -1,15 +1,21 @@
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { beforeEach, describe, it } from 'node:test';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
 import { memoryStore } from '../../test/helpers/memory-store.js';
 import { serviceIdentity } from '../proxy/types.js';
 import type { KubeObject, Service } from '../store/objects.js';
-import { buildMeshSnapshot, parseGoDuration, portProtocol } from './build-snapshot.js';
+import { buildMeshSnapshot, MeshSnapshotBuilder, parseGoDuration, portProtocol } from './build-snapshot.js';
 import { formatProblem } from './problems.js';
 import { outboundServices } from './traffic-policy.js';
 import { diffMeshSnapshots } from './snapshot-diff.js';
 import type { MeshSnapshot } from './types.js';
 import { ObjectStore } from '../store/object-store.js';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+
+setFlagsFromString('--expose-gc');
+/** A full garbage collection (V8's `gc`, exposed at run time). */
+const collectGarbage = runInNewContext('gc') as () => void;
 
 function build(objects: KubeObject[]) {
   return buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 7 });
@@ -280,21 +286,25 @@ describe('buildMeshSnapshot', () => {
 });
 
 
-describe('buildMeshSnapshot on a changing ObjectStore (what a rebuild reuses)', () => {
+describe('MeshSnapshotBuilder on a changing ObjectStore (what a rebuild reuses)', () => {
   const SOURCE = 'test';
   function storeWith(objects: KubeObject[]): ObjectStore {
     const store = new ObjectStore();
     store.replaceAll(SOURCE, objects);
     return store;
   }
+  let builder = new MeshSnapshotBuilder();
+  beforeEach(() => {
+    builder = new MeshSnapshotBuilder();
+  });
   const rebuild = (store: ObjectStore, previous: MeshSnapshot, generation: number) =>
-    buildMeshSnapshot(store, { meshName: 'osm', generation, previous });
+    builder.build(store, { meshName: 'osm', generation, previous });
   const movePod = (name: string, ip: string) =>
     bookstoreMesh().map((o) => (o.kind === 'Pod' && o.metadata.name === name ? { ...o, status: { podIP: ip, phase: 'Running' as const } } : o));
 
   it('keeps the MeshService and endpoint objects of services whose inputs did not change', () => {
     const store = storeWith(bookstoreMesh());
-    const first = buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot;
+    const first = builder.build(store, { meshName: 'osm', generation: 1 }).snapshot;
     store.replaceAll(SOURCE, movePod('bookwarehouse-1', '10.9.9.9'));
     const second = rebuild(store, first, 2).snapshot;
     const warehouse = '10.9.9.9';
@@ -313,7 +323,7 @@ describe('buildMeshSnapshot on a changing ObjectStore (what a rebuild reuses)', 
 
   it('resolves again what a changed policy or service touches, and reports its problems on every build', () => {
     const store = storeWith([...bookstoreMesh(), k8s.trafficTarget('bookstore', 'broken', 'bookstore', [{ ns: 'bookbuyer', sa: 'bookbuyer' }], [{ kind: 'HTTPRouteGroup', name: 'missing' }])]);
-    const first = buildMeshSnapshot(store, { meshName: 'osm', generation: 1 });
+    const first = builder.build(store, { meshName: 'osm', generation: 1 });
     const problem = (r: { problems: readonly { kind: string; name: string; field?: string }[] }) =>
       r.problems.filter((p) => p.kind === 'TrafficTarget' && p.name === 'broken').map((p) => p.field);
     assert.deepEqual(problem(first), ['spec.rules[0].name']);
@@ -337,6 +347,47 @@ describe('buildMeshSnapshot on a changing ObjectStore (what a rebuild reuses)', 
     assert.deepEqual(fourth.services.filter((s) => s.name === 'bookwarehouse').map((s) => s.port), [14002]);
     const change = diffMeshSnapshots(third.snapshot, fourth);
     assert.deepEqual(change !== 'all' && [...change.services], ['bookwarehouse/bookwarehouse'], 'the re-ported service');
+  });
+
+  it('keeps nothing outside a builder: one-off builds of one store, and two builders, share no object', () => {
+    const store = storeWith(bookstoreMesh());
+    const options = { meshName: 'osm', generation: 1 };
+    const pairs = [
+      [buildMeshSnapshot(store, options).snapshot, buildMeshSnapshot(store, options).snapshot],
+      [new MeshSnapshotBuilder().build(store, options).snapshot, new MeshSnapshotBuilder().build(store, options).snapshot],
+    ];
+    for (const [a, b] of pairs) {
+      assert.deepEqual(b.services, a.services);
+      for (const [i, svc] of b.services.entries()) assert.notEqual(svc, a.services[i], `${svc.namespace}/${svc.name}: a MeshService of another build`);
+      for (const [cluster, list] of b.endpoints) assert.notEqual(list, a.endpoints.get(cluster), `${cluster}: endpoints of another build`);
+    }
+  });
+
+  it('forgets a namespace that left the mesh: what it keeps is bounded by its last build', async () => {
+    const store = storeWith(bookstoreMesh());
+    let first: MeshSnapshot | undefined = builder.build(store, { meshName: 'osm', generation: 1 }).snapshot;
+    let warehouse: Service | undefined = store.list<Service>('Service', 'bookwarehouse')[0];
+    assert.ok(warehouse);
+    const resolved = new WeakRef(warehouse);
+    warehouse = undefined;
+    store.replaceAll(SOURCE, bookstoreMesh().filter((o) => o.metadata.namespace !== 'bookwarehouse' && !(o.kind === 'Namespace' && o.metadata.name === 'bookwarehouse')));
+    const second = rebuild(store, first, 2).snapshot;
+    first = undefined;
+    assert.deepEqual([...second.namespaces].sort(), ['bookbuyer', 'bookstore', 'bookthief']);
+    await new Promise((resolve) => setImmediate(resolve));
+    collectGarbage();
+    assert.equal(resolved.deref(), undefined, 'the Service of the namespace that went away is not kept');
+  });
+
+  it('builds with a previous snapshot it did not build (another builder\'s) what a one-off build gives', () => {
+    const store = storeWith(bookstoreMesh());
+    const elsewhere = buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot;
+    builder.build(store, { meshName: 'osm', generation: 1 });
+    store.replaceAll(SOURCE, movePod('bookwarehouse-1', '10.9.9.9'));
+    const got = rebuild(store, elsewhere, 2);
+    const want = buildMeshSnapshot(store, { meshName: 'osm', generation: 2, previous: elsewhere });
+    assert.deepEqual(got.snapshot, want.snapshot);
+    assert.deepEqual(got.problems, want.problems);
   });
 });
 

@@ -41,6 +41,7 @@ import { sameElements, sameSet } from '../util/same.js';
 import { resolveIngressBackends } from './ingress.js';
 import { resolveEgressPolicies } from './egress.js';
 import { checkCipherSuites, checkEcdhCurves } from './tls-names.js';
+import { indexMeshSnapshot } from './traffic-policy.js';
 
 export { parseGoDuration } from './duration.js';
 
@@ -531,126 +532,163 @@ function resolveTrafficSplits(
 }
 
 /**
- * Builds the immutable {@link MeshSnapshot} from the store: monitored namespaces, one
- * MeshService per Service port (UDP ports skipped), endpoints (from Endpoints or
- * EndpointSlices, else from the Pods the selector matches), service identities (the service
- * accounts of those Pods, and of Deployments' pod templates), resolved TrafficTargets and
- * TrafficSplits, and MeshConfig settings (OSM's defaults, permissive mode on, while no
- * MeshConfig was seen; permissive mode off while it is `meshConfigUnreadable` since the start;
- * the last ones seen, kept in `previous`, once it is deleted),
- * IngressBackends with their Ingress routes (`ingress.ts`) and Egress policies (`egress.ts`).
+ * Builds {@link MeshSnapshot}s one after another from a store, and keeps what a build resolved
+ * that the next one can reuse while its inputs are the same objects (store objects are frozen
+ * and the store's lists stay the same arrays until one of their objects changes): per monitored
+ * namespace, its Services' resolutions (MeshServices, endpoints, identities), the label indexes
+ * of its Pods and Deployments and its sidecar-port warnings; and the TrafficTarget resolution of
+ * the last snapshot built. A build given that snapshot as `previous` returns the very objects of
+ * it for what did not change (the diff and the generators' sharing compare by identity).
  *
- * Pure: reads only `store` and `options.previous`. Policies that reference something missing or impossible are
- * left out and listed in `problems`; nothing throws.
+ * What it keeps is bounded by the last build: a namespace no longer monitored (or gone) is
+ * forgotten, and nothing of earlier builds is kept. The owner (the controller) keeps one
+ * builder per store; reuse never changes a result: `build` returns what
+ * {@link buildMeshSnapshot} returns for the same store and options.
  */
-export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): BuildResult {
-  const problems: PolicyProblem[] = [];
-  const namespaces = new Set(
-    store
-      .list<Namespace>('Namespace')
-      .filter((n) => n.metadata.labels?.[MONITORED_BY_LABEL] === options.meshName)
-      .map((n) => n.metadata.name),
-  );
-  const { settings, meshConfig } = meshSettings(store, options.meshConfig ?? DEFAULT_MESH_CONFIG, options.previous, options.meshConfigUnreadable, problems);
+export class MeshSnapshotBuilder {
+  /** By monitored namespace, as of the last build. */
+  #namespaces: ReadonlyMap<string, NamespaceResolution> = new Map();
+  /** The last snapshot built, and what its TrafficTargets were resolved from. */
+  #last: { readonly snapshot: MeshSnapshot; readonly trafficTargets: TrafficTargetResolution } | undefined;
 
-  const { services, endpoints, identitiesByService, servicesByIdentity } = buildServices(store, namespaces, problems);
-  for (const ns of [...namespaces].sort()) problems.push(...sidecarPortProblems(store, ns));
+  /**
+   * Builds the immutable {@link MeshSnapshot} from the store: monitored namespaces, one
+   * MeshService per Service port (UDP ports skipped), endpoints (from Endpoints or
+   * EndpointSlices, else from the Pods the selector matches), service identities (the service
+   * accounts of those Pods, and of Deployments' pod templates), resolved TrafficTargets and
+   * TrafficSplits, and MeshConfig settings (OSM's defaults, permissive mode on, while no
+   * MeshConfig was seen; permissive mode off while it is `meshConfigUnreadable` since the start;
+   * the last ones seen, kept in `previous`, once it is deleted),
+   * IngressBackends with their Ingress routes (`ingress.ts`) and Egress policies (`egress.ts`),
+   * and the snapshot's index (`traffic-policy.ts`).
+   *
+   * Reads only `store` and `options.previous` (what the builder keeps only saves work). Policies
+   * that reference something missing or impossible are left out and listed in `problems`;
+   * nothing throws.
+   */
+  build(store: StoreReader, options: BuildOptions): BuildResult {
+    const problems: PolicyProblem[] = [];
+    const namespaces = new Set(
+      store
+        .list<Namespace>('Namespace')
+        .filter((n) => n.metadata.labels?.[MONITORED_BY_LABEL] === options.meshName)
+        .map((n) => n.metadata.name),
+    );
+    const prev = options.previous;
+    const { settings, meshConfig } = meshSettings(store, options.meshConfig ?? DEFAULT_MESH_CONFIG, prev, options.meshConfigUnreadable, problems);
 
-  const names = (kind: ObjectKind) => new Set(store.list(kind).map((o) => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`));
-  // TrafficTargets read only these kinds and the namespaces: when none changed since the
-  // previous build, its resolution (and problems) stand.
-  const trafficTargetInputs = [store.list('TrafficTarget'), store.list('HTTPRouteGroup'), store.list('TCPRoute')] as const;
-  const previousBuild = options.previous ? builds.get(options.previous) : undefined;
-  const previousPartial = previousBuild?.partial ?? new Set<string>();
-  const partial = new Set<string>();
-  let trafficTargets: TrafficTargetPolicy[];
-  let trafficTargetProblems: PolicyProblem[];
-  if (
-    options.previous &&
-    previousBuild &&
-    sameElements(previousBuild.trafficTargetInputs, trafficTargetInputs) &&
-    sameSet(options.previous.namespaces, namespaces)
-  ) {
-    trafficTargets = [...options.previous.trafficTargets];
-    trafficTargetProblems = [...previousBuild.trafficTargetProblems];
-    for (const key of previousPartial) if (key.startsWith('TrafficTarget ')) partial.add(key);
-  } else {
-    trafficTargetProblems = [];
-    trafficTargets = kept(keepLastGood('TrafficTarget', resolveTrafficTargets(store, namespaces, trafficTargetProblems), options.previous?.trafficTargets, previousPartial, names('TrafficTarget'), (name) => {
-      const [ns, n] = name.split('/');
-      const tt = store.get<TrafficTarget>('TrafficTarget', ns, n);
-      return (tt?.spec.rules ?? []).map((r) => `${r.kind} ${ns}/${r.name}`);
-    }, trafficTargetProblems));
-  }
-  problems.push(...trafficTargetProblems);
-  const serviceNames = new Set(services.map(serviceKey));
-  const none = () => [];
-  function kept<T>(result: KeptPolicies<T>): T[] {
-    for (const key of result.partial) partial.add(key);
-    return result.policies;
-  }
-  const trafficSplits = kept(keepLastGood('TrafficSplit', resolveTrafficSplits(store, namespaces, serviceNames, problems), options.previous?.trafficSplits, previousPartial, names('TrafficSplit'), none, problems));
-  const retryPolicies = featureGated(
-    kept(keepLastGood('Retry', resolveRetryPolicies(store, namespaces, problems), options.previous?.retryPolicies, previousPartial, names('Retry'), none, problems)),
-    'Retry',
-    settings.enableRetryPolicy,
-    'enableRetryPolicy',
-    problems,
-  );
-  const upstreamTrafficSettings = kept(keepLastGood(
-    'UpstreamTrafficSetting',
-    resolveUpstreamTrafficSettings(store, namespaces, serviceNames, problems),
-    options.previous?.upstreamTrafficSettings,
-    previousPartial,
-    names('UpstreamTrafficSetting'),
-    none,
-    problems,
-  ));
-  problems.push(...unknownServiceAccounts(store, trafficTargets, identitiesByService));
-  if (namespaces.size === 0) {
-    problems.push({
-      kind: 'Mesh',
-      namespace: undefined,
-      name: options.meshName,
-      field: '--mesh-name',
-      message: `no namespace is labelled ${MONITORED_BY_LABEL}=${options.meshName}: the mesh has no services (label one with \`trellis namespace add NS --mesh-name ${options.meshName}\`)`,
-    });
-  }
-  const ingressBackends = resolveIngressBackends(store, namespaces, services, problems);
-  const egressPolicies = featureGated(resolveEgressPolicies(store, namespaces, problems), 'Egress', settings.enableEgressPolicy, 'enableEgressPolicy', problems);
+    const resolutions = new Map<string, NamespaceResolution>();
+    for (const ns of [...namespaces].sort()) resolutions.set(ns, resolveNamespace(store, ns, this.#namespaces.get(ns)));
+    this.#namespaces = resolutions;
+    const { services, endpoints, identitiesByService, servicesByIdentity } = buildServices(resolutions, problems);
+    for (const resolution of resolutions.values()) problems.push(...resolution.sidecarPorts.services, ...resolution.sidecarPorts.pods);
 
-  // Parts equal to the previous snapshot's are the previous objects: generators key what they
-  // share between proxies and snapshots by these objects (src/envoy/shared-resources.ts).
-  const prev = options.previous;
-  const snapshot: MeshSnapshot = {
-    generation: options.generation,
-    meshName: options.meshName,
-    settings: sameOrPrevious(prev?.settings, settings),
-    meshConfig,
-    namespaces,
-    services,
-    endpoints,
-    identitiesByService,
-    servicesByIdentity,
-    trafficTargets: sameOrPrevious(prev?.trafficTargets, trafficTargets),
-    trafficSplits: sameOrPrevious(prev?.trafficSplits, trafficSplits),
-    retryPolicies: sameOrPrevious(prev?.retryPolicies, retryPolicies),
-    upstreamTrafficSettings: sameOrPrevious(prev?.upstreamTrafficSettings, upstreamTrafficSettings),
-    ingressBackends: sameOrPrevious(prev?.ingressBackends, ingressBackends),
-    egressPolicies: sameOrPrevious(prev?.egressPolicies, egressPolicies),
-  };
-  builds.set(snapshot, { trafficTargetInputs, trafficTargetProblems, partial });
-  return { snapshot, problems: [...new Map(problems.map((p) => [formatProblem(p), p])).values()] };
+    const names = (kind: ObjectKind) => new Set(store.list(kind).map((o) => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`));
+    const previousPartial = prev?.partialPolicies ?? new Set<string>();
+    const partial = new Set<string>();
+    function kept<T>(result: KeptPolicies<T>): T[] {
+      for (const key of result.partial) partial.add(key);
+      return result.policies;
+    }
+    // TrafficTargets read only these kinds and the namespaces: when none changed since the
+    // previous build (the last one of this builder), its resolution (and problems) stand.
+    const inputs = [store.list('TrafficTarget'), store.list('HTTPRouteGroup'), store.list('TCPRoute')] as const;
+    const known = this.#last !== undefined && this.#last.snapshot === prev ? this.#last.trafficTargets : undefined;
+    let trafficTargets: TrafficTargetPolicy[];
+    let trafficTargetProblems: PolicyProblem[];
+    if (prev && known && sameElements(known.inputs, inputs) && sameSet(prev.namespaces, namespaces)) {
+      trafficTargets = [...prev.trafficTargets];
+      trafficTargetProblems = [...known.problems];
+      for (const key of previousPartial) if (key.startsWith('TrafficTarget ')) partial.add(key);
+    } else {
+      trafficTargetProblems = [];
+      trafficTargets = kept(keepLastGood('TrafficTarget', resolveTrafficTargets(store, namespaces, trafficTargetProblems), prev?.trafficTargets, previousPartial, names('TrafficTarget'), (name) => {
+        const [ns, n] = name.split('/');
+        const tt = store.get<TrafficTarget>('TrafficTarget', ns, n);
+        return (tt?.spec.rules ?? []).map((r) => `${r.kind} ${ns}/${r.name}`);
+      }, trafficTargetProblems));
+    }
+    problems.push(...trafficTargetProblems);
+    const serviceNames = new Set(services.map(serviceKey));
+    const none = () => [];
+    const trafficSplits = kept(keepLastGood('TrafficSplit', resolveTrafficSplits(store, namespaces, serviceNames, problems), prev?.trafficSplits, previousPartial, names('TrafficSplit'), none, problems));
+    const retryPolicies = featureGated(
+      kept(keepLastGood('Retry', resolveRetryPolicies(store, namespaces, problems), prev?.retryPolicies, previousPartial, names('Retry'), none, problems)),
+      'Retry',
+      settings.enableRetryPolicy,
+      'enableRetryPolicy',
+      problems,
+    );
+    const upstreamTrafficSettings = kept(keepLastGood(
+      'UpstreamTrafficSetting',
+      resolveUpstreamTrafficSettings(store, namespaces, serviceNames, problems),
+      prev?.upstreamTrafficSettings,
+      previousPartial,
+      names('UpstreamTrafficSetting'),
+      none,
+      problems,
+    ));
+    problems.push(...unknownServiceAccounts(store, trafficTargets, identitiesByService));
+    if (namespaces.size === 0) {
+      problems.push({
+        kind: 'Mesh',
+        namespace: undefined,
+        name: options.meshName,
+        field: '--mesh-name',
+        message: `no namespace is labelled ${MONITORED_BY_LABEL}=${options.meshName}: the mesh has no services (label one with \`trellis namespace add NS --mesh-name ${options.meshName}\`)`,
+      });
+    }
+    const ingressBackends = resolveIngressBackends(store, namespaces, services, problems);
+    const egressPolicies = featureGated(resolveEgressPolicies(store, namespaces, problems), 'Egress', settings.enableEgressPolicy, 'enableEgressPolicy', problems);
+
+    // Parts equal to the previous snapshot's are the previous objects: generators key what they
+    // share between proxies and snapshots by these objects (src/envoy/shared-resources.ts).
+    const lists = {
+      services,
+      trafficTargets: sameOrPrevious(prev?.trafficTargets, trafficTargets),
+      trafficSplits: sameOrPrevious(prev?.trafficSplits, trafficSplits),
+    };
+    const snapshot: MeshSnapshot = {
+      generation: options.generation,
+      meshName: options.meshName,
+      settings: sameOrPrevious(prev?.settings, settings),
+      meshConfig,
+      namespaces,
+      services,
+      endpoints,
+      identitiesByService,
+      servicesByIdentity,
+      trafficTargets: lists.trafficTargets,
+      trafficSplits: lists.trafficSplits,
+      retryPolicies: sameOrPrevious(prev?.retryPolicies, retryPolicies),
+      upstreamTrafficSettings: sameOrPrevious(prev?.upstreamTrafficSettings, upstreamTrafficSettings),
+      ingressBackends: sameOrPrevious(prev?.ingressBackends, ingressBackends),
+      egressPolicies: sameOrPrevious(prev?.egressPolicies, egressPolicies),
+      partialPolicies: partial,
+      index: indexMeshSnapshot(lists, prev?.index),
+    };
+    this.#last = { snapshot, trafficTargets: { inputs, problems: trafficTargetProblems } };
+    return { snapshot, problems: [...new Map(problems.map((p) => [formatProblem(p), p])).values()] };
+  }
 }
 
-/** What a build read and produced that the next build may reuse, by snapshot. */
-interface BuildRecord {
-  /** The store's lists of TrafficTarget, HTTPRouteGroup and TCPRoute the TrafficTargets were resolved from. */
-  readonly trafficTargetInputs: readonly (readonly unknown[])[];
+/**
+ * Builds one {@link MeshSnapshot} from the store with a builder of its own (see
+ * {@link MeshSnapshotBuilder.build}), for one-off builds (tests, the CLI). A caller that builds
+ * again and again (the controller) keeps a {@link MeshSnapshotBuilder}: with this function, a
+ * build given `previous` returns new objects for the services and endpoints even where they did
+ * not change. Pure: reads only `store` and `options.previous`.
+ */
+export function buildMeshSnapshot(store: StoreReader, options: BuildOptions): BuildResult {
+  return new MeshSnapshotBuilder().build(store, options);
+}
+
+/** What the TrafficTargets of a build were resolved from, and the problems that resolution found. */
+interface TrafficTargetResolution {
+  /** The store's lists of TrafficTarget, HTTPRouteGroup and TCPRoute. */
+  readonly inputs: readonly (readonly unknown[])[];
   /** The problems of that resolution (keep-last-good notes included). */
-  readonly trafficTargetProblems: readonly PolicyProblem[];
-  /** `Kind <namespace>/<name>` of the policies in force applied in part ({@link KeptPolicies.partial}). */
-  readonly partial: ReadonlySet<string>;
+  readonly problems: readonly PolicyProblem[];
 }
 
 /**
@@ -677,8 +715,6 @@ function unknownServiceAccounts(
   }
   return out;
 }
-
-const builds = new WeakMap<MeshSnapshot, BuildRecord>();
 
 /** `previous` when it has the same content as `current` (JSON), else `current`. */
 function sameOrPrevious<T>(previous: T | undefined, current: T): T {
@@ -709,21 +745,29 @@ interface ServiceResolution {
   /** Per TCP port (duplicates left out): the MeshService without its ClusterIPs, and its endpoints. */
   readonly ports: readonly { readonly service: Omit<MeshService, 'clusterIPs'>; readonly endpoints: MeshEndpoint[] }[];
   readonly problems: readonly PolicyProblem[];
-  /** The MeshServices last built from {@link ports}, with the ClusterIPs they got then. */
+  /** The MeshServices last built from {@link ports}, with the ClusterIPs they got then (set by {@link buildServices}). */
   meshServices: MeshService[] | undefined;
 }
 
-/** What the Services of one namespace resolved to, and the store lists they were resolved from. */
+/**
+ * What one monitored namespace resolved to, and the store lists it was resolved from: a build
+ * that finds the same lists takes it whole; one that finds other lists takes from it what they
+ * did not change (a Service's resolution, a label index, the warnings of a list).
+ */
 interface NamespaceResolution {
   /** The namespace's Service, Pod, Deployment, Endpoints and EndpointSlice lists. */
-  readonly inputs: readonly (readonly unknown[])[];
+  readonly inputs: readonly [readonly Service[], readonly Pod[], readonly Deployment[], readonly Endpoints[], readonly EndpointSlice[]];
+  /** Each Service of `inputs[0]`, in its order, and what it resolved to. */
   readonly services: readonly { readonly svc: Service; readonly resolution: ServiceResolution }[];
+  /** Label indexes of `inputs[1]` and `inputs[2]`. */
+  readonly podIndex: LabelIndex<Pod>;
+  readonly deploymentIndex: LabelIndex<Deployment>;
+  /** The sidecar-port warnings of `inputs[0]` and `inputs[1]` ({@link sidecarPortProblems}). */
+  readonly sidecarPorts: { readonly services: readonly PolicyProblem[]; readonly pods: readonly PolicyProblem[] };
 }
 
-/** By namespace: a namespace none of whose lists changed is not looked at again. */
-const namespaceResolutions = new Map<string, NamespaceResolution>();
-
-function resolveNamespace(store: StoreReader, ns: string): NamespaceResolution['services'] {
+/** What namespace `ns` resolves to in `store`: `known` (its previous resolution) when none of its lists changed, else a new one reusing what it can of `known`. */
+function resolveNamespace(store: StoreReader, ns: string, known: NamespaceResolution | undefined): NamespaceResolution {
   const inputs = [
     store.list<Service>('Service', ns),
     store.list<Pod>('Pod', ns),
@@ -731,11 +775,11 @@ function resolveNamespace(store: StoreReader, ns: string): NamespaceResolution['
     store.list<Endpoints>('Endpoints', ns),
     store.list<EndpointSlice>('EndpointSlice', ns),
   ] as const;
-  const known = namespaceResolutions.get(ns);
-  if (known && known.inputs.every((list, i) => list === inputs[i])) return known.services;
+  if (known && known.inputs.every((list, i) => list === inputs[i])) return known;
   const [services, pods, deployments] = inputs;
-  const podIndex = indexed(podIndexes, pods, (p) => p.metadata.labels);
-  const deploymentIndex = indexed(deploymentIndexes, deployments, (d) => d.spec.template.metadata?.labels);
+  const podIndex = known?.inputs[1] === pods ? known.podIndex : new LabelIndex(pods, (p) => p.metadata.labels);
+  const deploymentIndex = known?.inputs[2] === deployments ? known.deploymentIndex : new LabelIndex(deployments, (d) => d.spec.template.metadata?.labels);
+  const previous = new Map(known?.services.map((s) => [s.svc, s.resolution]));
   const resolved = services.map((svc) => {
     const selector = svc.spec.selector;
     const selected = podIndex.select(ns, selector).filter((p) => isLive(p) && selectorMatches(selector, p.metadata.labels));
@@ -743,14 +787,14 @@ function resolveNamespace(store: StoreReader, ns: string): NamespaceResolution['
       .select(ns, selector)
       .filter((d) => selectorMatches(selector, d.spec.template.metadata?.labels))
       .map((d) => d.spec.template.spec ?? {});
-    return { svc, resolution: resolveService(store, svc, ns, selected, templates) };
+    return { svc, resolution: resolveService(store, svc, ns, selected, templates, previous.get(svc)) };
   });
-  namespaceResolutions.set(ns, { inputs, services: resolved });
-  return resolved;
+  const sidecarPorts = {
+    services: known?.inputs[0] === services ? known.sidecarPorts.services : sidecarPortProblems(ns, services, []),
+    pods: known?.inputs[1] === pods ? known.sidecarPorts.pods : sidecarPortProblems(ns, [], pods),
+  };
+  return { inputs, services: resolved, podIndex, deploymentIndex, sidecarPorts };
 }
-
-/** By the store's Service and Pod lists of a namespace: the sidecar-port warnings found in them. */
-const sidecarPortCache = new WeakMap<readonly unknown[], readonly PolicyProblem[]>();
 
 /**
  * Warnings for the ports of a monitored namespace's Services (`spec.ports[i].port`, a numeric
@@ -758,52 +802,32 @@ const sidecarPortCache = new WeakMap<readonly unknown[], readonly PolicyProblem[
  * the sidecar's own ports ({@link SIDECAR_PORTS}): in a cluster the app and Envoy collide on
  * them. A warning only: the objects are used as given.
  */
-function sidecarPortProblems(store: StoreReader, ns: string): readonly PolicyProblem[] {
-  const of = <T>(list: readonly T[], find: (o: T) => PolicyProblem[]): readonly PolicyProblem[] => {
-    let found = sidecarPortCache.get(list);
-    if (!found) {
-      found = list.flatMap(find);
-      sidecarPortCache.set(list, found);
-    }
-    return found;
-  };
+function sidecarPortProblems(ns: string, services: readonly Service[], pods: readonly Pod[]): readonly PolicyProblem[] {
   const warning = (kind: string, name: string, field: string, port: number): PolicyProblem => ({ kind, namespace: ns, name, field, message: sidecarPortMessage(port) });
   return [
-    ...of(store.list<Service>('Service', ns), (svc) => (svc.spec.ports ?? []).flatMap((p, i) => [
+    ...services.flatMap((svc) => (svc.spec.ports ?? []).flatMap((p, i) => [
       ...((p.protocol ?? 'TCP') === 'TCP' && SIDECAR_PORTS.has(p.port) ? [warning('Service', svc.metadata.name, `spec.ports[${i}].port`, p.port)] : []),
       ...((p.protocol ?? 'TCP') === 'TCP' && typeof p.targetPort === 'number' && p.targetPort !== p.port && SIDECAR_PORTS.has(p.targetPort)
         ? [warning('Service', svc.metadata.name, `spec.ports[${i}].targetPort`, p.targetPort)] : []),
     ])),
-    ...of(store.list<Pod>('Pod', ns), (pod) => (pod.spec?.containers ?? []).flatMap((c, ci) => (c.ports ?? []).flatMap((p, pi) => (
+    ...pods.flatMap((pod) => (pod.spec?.containers ?? []).flatMap((c, ci) => (c.ports ?? []).flatMap((p, pi) => (
       (p.protocol ?? 'TCP') === 'TCP' && SIDECAR_PORTS.has(p.containerPort)
         ? [warning('Pod', pod.metadata.name, `spec.containers[${ci}].ports[${pi}].containerPort`, p.containerPort)] : []
     )))),
   ];
 }
 
-/** By Service object (store objects are frozen: a changed Service is a new object). */
-const serviceResolutions = new WeakMap<Service, ServiceResolution>();
-/** Label indexes by the store's Pod / Deployment list of a namespace (the same list until one in it changes). */
-const podIndexes = new WeakMap<readonly Pod[], LabelIndex<Pod>>();
-const deploymentIndexes = new WeakMap<readonly Deployment[], LabelIndex<Deployment>>();
-
-function indexed<T extends { metadata: { namespace?: string } }>(
-  cache: WeakMap<readonly T[], LabelIndex<T>>,
-  list: readonly T[],
-  labelsOf: (o: T) => Readonly<Record<string, string>> | undefined,
-): LabelIndex<T> {
-  let index = cache.get(list);
-  if (!index) {
-    index = new LabelIndex(list, labelsOf);
-    cache.set(list, index);
-  }
-  return index;
-}
-
-function resolveService(store: StoreReader, svc: Service, ns: string, pods: readonly Pod[], templates: readonly PodSpec[]): ServiceResolution {
+/** What `svc` resolves to; `known` (its resolution in the previous build of its namespace, for the same Service object) when none of its inputs changed. */
+function resolveService(
+  store: StoreReader,
+  svc: Service,
+  ns: string,
+  pods: readonly Pod[],
+  templates: readonly PodSpec[],
+  known: ServiceResolution | undefined,
+): ServiceResolution {
   const endpointsObject = store.get<Endpoints>('Endpoints', ns, svc.metadata.name);
   const slices = store.list<EndpointSlice>('EndpointSlice', ns).filter((s) => s.metadata.labels?.[SERVICE_NAME_LABEL] === svc.metadata.name);
-  const known = serviceResolutions.get(svc);
   if (
     known &&
     known.endpointsObject === endpointsObject &&
@@ -855,7 +879,6 @@ function resolveService(store: StoreReader, svc: Service, ns: string, pods: read
     problems,
     meshServices: samePorts ? known.meshServices : undefined,
   };
-  serviceResolutions.set(svc, resolution);
   return resolution;
 }
 
@@ -864,16 +887,16 @@ function resolveService(store: StoreReader, svc: Service, ns: string, pods: read
  * the identities behind them. Services whose inputs did not change since the last build are
  * not resolved again ({@link ServiceResolution}).
  */
-function buildServices(store: StoreReader, namespaces: ReadonlySet<string>, problems: PolicyProblem[]): ServicesPart {
+function buildServices(namespaces: ReadonlyMap<string, NamespaceResolution>, problems: PolicyProblem[]): ServicesPart {
   const services: MeshService[] = [];
   const endpoints = new Map<string, MeshEndpoint[]>();
   const identitiesByService = new Map<string, ServiceIdentity[]>();
   const servicesByIdentity = new Map<ServiceIdentity, string[]>();
   const clusterIPOwners = new Map<string, string>();
-  // Namespace by namespace, in the store's order (namespace, then name), which the ClusterIP
-  // ownership below depends on.
-  for (const ns of [...namespaces].sort()) {
-    for (const { svc, resolution } of resolveNamespace(store, ns)) {
+  // Namespace by namespace (`namespaces` is in name order), each in the store's order (by name),
+  // which the ClusterIP ownership below depends on.
+  for (const [ns, { services: resolved }] of namespaces) {
+    for (const { svc, resolution } of resolved) {
       const key = serviceKey({ namespace: ns, name: svc.metadata.name });
       identitiesByService.set(key, resolution.identities);
       for (const id of resolution.identities) {

@@ -36,7 +36,8 @@ export interface MeshChange {
  * UpstreamTrafficSetting for a host outside the mesh, a service added or removed in permissive
  * mode), else a {@link MeshChange} naming the services and identities it touches. Only proxies
  * whose configuration depends on one of those need regenerating. `meshConfig` (where the
- * settings come from) is not compared: no generator reads it, only `settings`.
+ * settings come from) and `partialPolicies` are not compared: no generator reads them; nor is
+ * `index`, which `services`, `trafficTargets` and `trafficSplits` make.
  */
 export function diffMeshSnapshots(before: MeshSnapshot, after: MeshSnapshot): 'all' | MeshChange {
   const same = sameContent;

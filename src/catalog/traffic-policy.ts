@@ -1,6 +1,7 @@
 import type { ServiceIdentity } from '../proxy/types.js';
 import { serviceKey } from './names.js';
-import type { MeshService, MeshSnapshot, TrafficSplitPolicy, TrafficTargetPolicy } from './types.js';
+import type { MeshService, MeshSnapshot, MeshSnapshotIndex, TrafficSplitPolicy, TrafficTargetPolicy } from './types.js';
+import { sameElements } from '../util/same.js';
 
 /** True when a TrafficTarget's rules cover a service port: HTTP matches for HTTP/gRPC ports, TCPRoute ports for any port. */
 export function targetCoversPort(tt: TrafficTargetPolicy, svc: MeshService): boolean {
@@ -9,25 +10,6 @@ export function targetCoversPort(tt: TrafficTargetPolicy, svc: MeshService): boo
   if (tt.tcpPorts === 'any') return true;
   return tt.tcpPorts !== undefined && (tt.tcpPorts.includes(svc.targetPort) || tt.tcpPorts.includes(svc.port));
 }
-
-/**
- * Lookup tables over one MeshSnapshot, built once per snapshot (snapshots are immutable) so
- * every per-proxy query is proportional to what the proxy reaches, not to the mesh's size.
- */
-interface SnapshotIndex {
-  /** TrafficTargets by source identity. */
-  readonly targetsBySource: ReadonlyMap<ServiceIdentity, readonly TrafficTargetPolicy[]>;
-  /** TrafficTargets by destination identity. */
-  readonly targetsByDestination: ReadonlyMap<ServiceIdentity, readonly TrafficTargetPolicy[]>;
-  /** MeshServices (every port) by `<ns>/<svc>`, in snapshot order. */
-  readonly servicesByKey: ReadonlyMap<string, readonly MeshService[]>;
-  /** Position of each MeshService in `snapshot.services`, to keep results in snapshot order. */
-  readonly order: ReadonlyMap<MeshService, number>;
-  /** TrafficSplits by apex `<ns>/<svc>`. */
-  readonly splitsByApex: ReadonlyMap<string, TrafficSplitPolicy>;
-}
-
-const indexes = new WeakMap<MeshSnapshot, SnapshotIndex>();
 
 function group<K, V>(items: readonly V[], keyOf: (v: V) => readonly K[]): Map<K, V[]> {
   const out = new Map<K, V[]>();
@@ -41,22 +23,41 @@ function group<K, V>(items: readonly V[], keyOf: (v: V) => readonly K[]): Map<K,
   return out;
 }
 
-function indexOf(snapshot: MeshSnapshot): SnapshotIndex {
-  let index = indexes.get(snapshot);
-  if (!index) {
-    const splitsByApex = new Map<string, TrafficSplitPolicy>();
-    // The first split of an apex wins, as the catalog reports later ones as conflicts.
-    for (const s of snapshot.trafficSplits) if (!splitsByApex.has(`${s.namespace}/${s.service}`)) splitsByApex.set(`${s.namespace}/${s.service}`, s);
-    index = {
-      targetsBySource: group(snapshot.trafficTargets, (tt) => [...new Set(tt.sources)]),
-      targetsByDestination: group(snapshot.trafficTargets, (tt) => [tt.destination]),
-      servicesByKey: group(snapshot.services, (svc) => [serviceKey(svc)]),
-      order: new Map(snapshot.services.map((svc, i) => [svc, i])),
-      splitsByApex,
-    };
-    indexes.set(snapshot, index);
+/**
+ * The {@link MeshSnapshotIndex} of a snapshot's lists. The tables of a list that is `previous`'s
+ * (the same array; for services, the same MeshService objects in the same order) are
+ * `previous`'s, so a rebuild that changed no service or policy indexes nothing again.
+ */
+export function indexMeshSnapshot(
+  lists: Pick<MeshSnapshot, 'services' | 'trafficTargets' | 'trafficSplits'>,
+  previous?: MeshSnapshotIndex,
+): MeshSnapshotIndex {
+  const { services, trafficTargets, trafficSplits } = lists;
+  const sameTargets = previous !== undefined && previous.trafficTargets === trafficTargets;
+  const sameServices = previous !== undefined && sameElements(previous.services, services);
+  let splitsByApex = previous?.trafficSplits === trafficSplits ? previous.splitsByApex : undefined;
+  if (!splitsByApex) {
+    const byApex = new Map<string, TrafficSplitPolicy>();
+    for (const s of trafficSplits) if (!byApex.has(`${s.namespace}/${s.service}`)) byApex.set(`${s.namespace}/${s.service}`, s);
+    splitsByApex = byApex;
   }
-  return index;
+  return {
+    services,
+    trafficTargets,
+    trafficSplits,
+    targetsBySource: sameTargets ? previous.targetsBySource : group(trafficTargets, (tt) => [...new Set(tt.sources)]),
+    targetsByDestination: sameTargets ? previous.targetsByDestination : group(trafficTargets, (tt) => [tt.destination]),
+    servicesByKey: sameServices ? previous.servicesByKey : group(services, (svc) => [serviceKey(svc)]),
+    order: sameServices ? previous.order : new Map(services.map((svc, i) => [svc, i])),
+    splitsByApex,
+  };
+}
+
+/** The snapshot's index; for a copy of a snapshot whose lists are not the ones indexed (`{ ...snapshot, services }`), an index of its own lists. */
+function indexOf(snapshot: MeshSnapshot): MeshSnapshotIndex {
+  const index = snapshot.index;
+  if (index.services === snapshot.services && index.trafficTargets === snapshot.trafficTargets && index.trafficSplits === snapshot.trafficSplits) return index;
+  return indexMeshSnapshot(snapshot);
 }
 
 /**

@@ -134,6 +134,37 @@ export interface MeshSnapshot {
   readonly ingressBackends: readonly IngressBackendPolicy[];
   /** Valid Egress policies (OSM v1.2), sorted by name. */
   readonly egressPolicies: readonly EgressPolicy[];
+  /**
+   * `Kind <namespace>/<name>` of the policies in force that are applied in part (they have
+   * problems of their own, e.g. a match that does not exist): a build given this snapshot as
+   * `previous` keeps only valid versions (`last-good.ts`). No generator reads it.
+   */
+  readonly partialPolicies: ReadonlySet<string>;
+  /** Lookup tables over `services`, `trafficTargets` and `trafficSplits`, built with the snapshot (read them through `traffic-policy.ts`). */
+  readonly index: MeshSnapshotIndex;
+}
+
+/**
+ * Lookup tables over one MeshSnapshot's services and policies, built once with the snapshot
+ * (`traffic-policy.ts` `indexMeshSnapshot`), so that a per-proxy query is proportional to what
+ * the proxy reaches, not to the mesh's size. It names the lists it was built from: a copy of a
+ * snapshot with other lists is not answered from it.
+ */
+export interface MeshSnapshotIndex {
+  /** The lists indexed (the very arrays of the snapshot). */
+  readonly services: readonly MeshService[];
+  readonly trafficTargets: readonly TrafficTargetPolicy[];
+  readonly trafficSplits: readonly TrafficSplitPolicy[];
+  /** TrafficTargets by source identity. */
+  readonly targetsBySource: ReadonlyMap<ServiceIdentity, readonly TrafficTargetPolicy[]>;
+  /** TrafficTargets by destination identity. */
+  readonly targetsByDestination: ReadonlyMap<ServiceIdentity, readonly TrafficTargetPolicy[]>;
+  /** MeshServices (every port) by `<ns>/<svc>`, in snapshot order. */
+  readonly servicesByKey: ReadonlyMap<string, readonly MeshService[]>;
+  /** Position of each MeshService in `services`, to keep results in snapshot order. */
+  readonly order: ReadonlyMap<MeshService, number>;
+  /** TrafficSplits by apex `<ns>/<svc>` (the first of an apex: the catalog reports later ones as conflicts). */
+  readonly splitsByApex: ReadonlyMap<string, TrafficSplitPolicy>;
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { TYPE_SHORT_NAME } from '../api/type-urls.js';
-import { buildMeshSnapshot, DEFAULT_MESH_CONFIG } from '../catalog/build-snapshot.js';
+import { DEFAULT_MESH_CONFIG, MeshSnapshotBuilder } from '../catalog/build-snapshot.js';
 import { diffMeshSnapshots, type MeshChange } from '../catalog/snapshot-diff.js';
 import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshSnapshot } from '../catalog/types.js';
@@ -106,6 +106,8 @@ function getsServiceCertificate(proxy: Proxy): boolean {
 export class MeshController {
   readonly registry = new ProxyRegistry();
   private mesh: MeshSnapshot;
+  /** Builds `mesh`, reusing what the store did not change since the last build. */
+  private readonly builder = new MeshSnapshotBuilder();
   private problems: readonly PolicyProblem[] = [];
   private generation = 0;
   /** The store changed since the MeshSnapshot was last built (a debounced push is pending). */
@@ -309,7 +311,7 @@ export class MeshController {
   private rebuild(): MeshSnapshot {
     this.storeChanged = false;
     const meshConfig = this.options.meshConfigNamespace === undefined ? DEFAULT_MESH_CONFIG : { ...DEFAULT_MESH_CONFIG, namespace: this.options.meshConfigNamespace };
-    const { snapshot, problems } = buildMeshSnapshot(this.options.store, {
+    const { snapshot, problems } = this.builder.build(this.options.store, {
       meshName: this.options.meshName,
       meshConfig,
       meshConfigUnreadable: this.options.meshConfigUnreadable?.(meshConfig),

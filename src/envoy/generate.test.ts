@@ -4,7 +4,7 @@ import { TypeUrl } from '../api/type-urls.js';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
 import { generateConfig, names, type Decoded } from '../../test/helpers/generate-config.js';
 import { memoryStore } from '../../test/helpers/memory-store.js';
-import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
+import { buildMeshSnapshot, MeshSnapshotBuilder } from '../catalog/build-snapshot.js';
 import { parseCommonName } from '../proxy/types.js';
 import { generateProxyResources } from './generate.js';
 import { ObjectStore } from '../store/object-store.js';
@@ -280,12 +280,13 @@ describe('shared resources across snapshots', () => {
   it('is the same object after a change it does not read, and follows headless endpoints and egress', () => {
     const store = new ObjectStore();
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }), ...db('10.1.0.5')]);
-    const first = buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot;
+    const builder = new MeshSnapshotBuilder();
+    const first = builder.build(store, { meshName: 'osm', generation: 1 }).snapshot;
     const l1 = outbound(first);
     assert.ok(JSON.stringify(l1).includes('10.1.0.5'), 'the headless destination is matched by its pod IP');
     // A MeshConfig change of TLS settings: nothing the outbound listener reads.
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withCiphers), ...db('10.1.0.5')]);
-    const second = buildMeshSnapshot(store, { meshName: 'osm', generation: 2, previous: first }).snapshot;
+    const second = builder.build(store, { meshName: 'osm', generation: 2, previous: first }).snapshot;
     assert.equal(outbound(second), l1, 'one object: checked and encoded once');
     const base = (mesh: MeshSnapshot) =>
       generateProxyResources(mesh, bookbuyer, { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!.find((c) => c.name === 'bookstore/bookstore-v1|14001')!;
@@ -294,12 +295,12 @@ describe('shared resources across snapshots', () => {
     assert.match(JSON.stringify(base(second).parts![1]), /ECDHE-ECDSA-AES256-GCM-SHA384/);
     // The headless service's pod moves: its chain matches the new IP.
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withCiphers), ...db('10.1.0.6')]);
-    const third = buildMeshSnapshot(store, { meshName: 'osm', generation: 3, previous: second }).snapshot;
+    const third = builder.build(store, { meshName: 'osm', generation: 3, previous: second }).snapshot;
     const l3 = outbound(third);
     assert.ok(JSON.stringify(l3).includes('10.1.0.6') && !JSON.stringify(l3).includes('10.1.0.5'), 'the new pod IP, not the old');
     // Egress on: unmatched traffic passes through.
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withEgress), ...db('10.1.0.6')]);
-    const fourth = buildMeshSnapshot(store, { meshName: 'osm', generation: 4, previous: third }).snapshot;
+    const fourth = builder.build(store, { meshName: 'osm', generation: 4, previous: third }).snapshot;
     assert.equal(outbound(fourth).default_filter_chain?.name, 'outbound-egress-passthrough');
     assert.equal(l3.default_filter_chain, undefined);
   });

@@ -18,9 +18,9 @@ export function summarize(s: ProxySnapshot): Summary {
   return { versions, resources };
 }
 
-/** MeshSnapshot as JSON (Maps as entry lists, Sets sorted), without the generation. */
+/** MeshSnapshot as JSON (Maps as entry lists, Sets sorted), without the generation and the index (derived from the rest). */
 export function meshJson(m: MeshSnapshot): string {
-  return JSON.stringify({ ...m, generation: 0 }, (_k, v) => {
+  return JSON.stringify({ ...m, generation: 0, index: undefined }, (_k, v) => {
     if (v instanceof Map) return { __map: [...v.entries()] };
     if (v instanceof Set) return { __set: [...v].sort() };
     return v;
