@@ -9,6 +9,7 @@ import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshService, MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
 import { affectedBy } from '../envoy/dependencies.js';
+import { GenerationContext, proxyProfile } from '../envoy/context.js';
 import { generateProxyRouteConfigurations } from '../envoy/generate.js';
 import { encodeResources, generateConfiguration, type EncodedConfiguration } from './configuration.js';
 import { formatViolation, ResourceCheckCache, validateProxyResources, type Violation } from '../envoy/validate/index.js';
@@ -184,6 +185,8 @@ export const PROXY_LOG_WINDOW_MS = 60_000;
 export class MeshController {
   readonly registry = new ProxyRegistry();
   private mesh: MeshSnapshot;
+  /** The generation context of {@link mesh}: one per MeshSnapshot generation, made with the one before. */
+  private context: GenerationContext;
   private problems: readonly PolicyProblem[] = [];
   private generation = 0;
   /** The store changed since the MeshSnapshot was last built (a debounced push is pending). */
@@ -220,6 +223,7 @@ export class MeshController {
   constructor(private readonly options: MeshControllerOptions) {
     this.timers = options.timers ?? REAL_TIMERS;
     this.mesh = this.rebuild();
+    this.context = new GenerationContext(this.mesh);
     this.debouncer = new Debouncer<PushRequest>(
       { quietMs: options.debounceQuietMs ?? 100, maxDelayMs: options.debounceMaxDelayMs ?? 1000, timers: this.timers },
       mergePushRequests,
@@ -567,7 +571,7 @@ export class MeshController {
     this.metrics.configurationsGenerated.inc();
     const caPem = this.options.certificates.caPem;
     const certs = cert ? { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem } : { caPem };
-    const config = generatedConfig(generateConfiguration(this.mesh, proxy, certs, this.checked), proxy);
+    const config = generatedConfig(generateConfiguration(this.context, proxy, certs, this.checked), proxy);
     this.memo.entries.set(key, config);
     return config;
   }
@@ -586,6 +590,7 @@ export class MeshController {
     const before = this.mesh;
     if (request.configChanged) {
       this.mesh = this.rebuild();
+      this.context = new GenerationContext(this.mesh, this.context);
       rebuiltAt = this.timers.now();
       scope = request.resync ? 'all' : diffMeshSnapshots(before, this.mesh);
       this.carryMemo(scope, request.rotated);
@@ -664,7 +669,7 @@ export class MeshController {
    * update, which records the violation).
    */
   private encodedAssignments(services: readonly MeshService[]): readonly EncodedNamedResource[] | undefined {
-    const resources = new Map([[TypeUrl.ClusterLoadAssignment, services.map((svc) => sharedClusterLoadAssignment(this.mesh, svc))]]);
+    const resources = new Map([[TypeUrl.ClusterLoadAssignment, services.map((svc) => sharedClusterLoadAssignment(this.context, svc))]]);
     if (validateProxyResources(resources, this.checked).violations.length > 0) return undefined;
     return encodeResources(resources, this.checked).get(TypeUrl.ClusterLoadAssignment);
   }
@@ -709,7 +714,7 @@ export class MeshController {
     if (!previous || !current) return false;
     const kind = proxyKind(proxy);
     if (!byKind.has(kind)) {
-      const resources = new Map([[TypeUrl.RouteConfiguration, generateProxyRouteConfigurations(this.mesh, proxy)]]);
+      const resources = new Map([[TypeUrl.RouteConfiguration, generateProxyRouteConfigurations(this.context, proxyProfile(proxy))]]);
       const others = new Map([...previous.resources].filter(([type]) => type !== TypeUrl.RouteConfiguration).map(([type, map]) => [type, map.keys()]));
       const ok = validateProxyResources(resources, this.checked, others).violations.length === 0;
       byKind.set(kind, ok ? encodeResources(resources, this.checked).get(TypeUrl.RouteConfiguration) : undefined);
