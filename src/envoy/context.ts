@@ -43,7 +43,8 @@ export class GenerationContext {
   /** The MeshSnapshot every generator given this context reads. */
   readonly snapshot: MeshSnapshot;
   private previousContext: GenerationContext | undefined;
-  private readonly entries = new Map<string, SharedEntry>();
+  /** By kind, then name (no key string to build per lookup). */
+  private readonly entries = new Map<string, Map<string, SharedEntry>>();
   private readonly viewsByIdentity = new Map<ServiceIdentity, ViewEntry>();
   /** By {@link outboundViewKey}: identities reaching the same destinations the same way share one view. */
   private readonly viewsByContent = new Map<string, ViewEntry>();
@@ -83,12 +84,16 @@ export class GenerationContext {
    * @throws whatever `build` throws (nothing is remembered then).
    */
   shared<const I extends readonly unknown[], T extends object>(kind: string, name: string, inputs: I, build: (...inputs: I) => T): T {
-    const key = `${kind} ${name}`;
-    let entry = this.entries.get(key);
+    let ofKind = this.entries.get(kind);
+    if (!ofKind) {
+      ofKind = new Map();
+      this.entries.set(kind, ofKind);
+    }
+    let entry = ofKind.get(name);
     if (!entry || !sameElements(entry.inputs, inputs)) {
-      const carried = this.previousContext?.entries.get(key);
+      const carried = this.previousContext?.entries.get(kind)?.get(name);
       entry = carried && sameElements(carried.inputs, inputs) ? carried : { inputs, value: build(...inputs) };
-      this.entries.set(key, entry);
+      ofKind.set(name, entry);
     }
     return entry.value as T;
   }
