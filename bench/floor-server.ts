@@ -22,6 +22,7 @@ import { buildMeshSnapshot } from '../src/catalog/build-snapshot.js';
 import { CertificateAuthority } from '../src/certificate/authority.js';
 import { CertificateManager } from '../src/certificate/manager.js';
 import { encodeResources } from '../src/controller/mesh-controller.js';
+import { GenerationContext, proxyProfile } from '../src/envoy/context.js';
 import { generateProxyResources } from '../src/envoy/generate.js';
 import { ResourceCheckCache } from '../src/envoy/validate/index.js';
 import { parseCommonName, proxyCommonName, type Proxy } from '../src/proxy/types.js';
@@ -53,9 +54,10 @@ async function buildSnapshots(dir: string, proxies: readonly Proxy[], certificat
   // once and its bytes shared (a fresh cache per proxy made permissive floors hold gigabytes).
   const checked = new ResourceCheckCache();
   const interner = new ResourceInterner();
+  const context = new GenerationContext(mesh);
   for (const proxy of proxies) {
     const cert = await certificates.getServiceCertificate(proxy.identity);
-    const resources = generateProxyResources(mesh, proxy, { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
+    const resources = generateProxyResources(context, proxyProfile(proxy), { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
     out.set(proxy.uuid, buildProxySnapshot(encodeResources(resources, checked), interner));
   }
   return out;

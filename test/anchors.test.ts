@@ -10,6 +10,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { buildMeshSnapshot } from '../src/catalog/build-snapshot.js';
+import { GenerationContext, proxyProfile } from '../src/envoy/context.js';
 import { generateProxyResources } from '../src/envoy/generate.js';
 import { formatViolation, validateProxyResources } from '../src/envoy/validate/index.js';
 import { parseCommonName } from '../src/proxy/types.js';
@@ -33,12 +34,13 @@ function checkSet(set: ManifestSet): CheckResult {
     const store = new ObjectStore();
     store.replaceAll('anchors', [...step.objects]);
     const { snapshot } = buildMeshSnapshot(store, { meshName: 'osm', generation: 1 });
+    const context = new GenerationContext(snapshot);
     result.identities = step.identities.length;
     for (const identity of step.identities) {
       const [ns, sa] = identity.split('/') as [string, string];
       const proxy = parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`);
       for (const clientType of [undefined, 'grpc'] as const) {
-        const resources = generateProxyResources(snapshot, clientType ? { ...proxy, clientType } : proxy, CERTS);
+        const resources = generateProxyResources(context, proxyProfile(clientType ? { ...proxy, clientType } : proxy), CERTS);
         for (const v of validateProxyResources(resources).violations) {
           result.violations.push(`${step.label}${identity}${clientType ? ' (proxyless)' : ''}: ${formatViolation(v)}`);
         }

@@ -8,8 +8,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { buildMeshSnapshot } from '../src/catalog/build-snapshot.js';
-import type { MeshSnapshot } from '../src/catalog/types.js';
 import { encodeResources } from '../src/controller/configuration.js';
+import { GenerationContext, proxyProfile } from '../src/envoy/context.js';
 import { generateProxyResources } from '../src/envoy/generate.js';
 import { ResourceCheckCache } from '../src/envoy/validate/index.js';
 import type { KubeObject } from '../src/store/objects.js';
@@ -34,10 +34,11 @@ function changed(a: ProxySnapshot, b: ProxySnapshot, type: TypeUrl): string[] {
 describe('permissive mode: what depends on the proxy, and what a change sends', () => {
   const checked = new ResourceCheckCache();
   const interner = new ResourceInterner();
-  const snapshotOf = (mesh: MeshSnapshot, sa: string, ns: string): ProxySnapshot =>
-    buildProxySnapshot(encodeResources(generateProxyResources(mesh, proxyOf(sa, ns), TEST_CERTS), checked), interner);
-  const before = buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive: true })), { meshName: 'osm', generation: 1 }).snapshot;
-  const after = buildMeshSnapshot(memoryStore([...bookstoreMesh({ permissive: true }), ...INVENTORY]), { meshName: 'osm', generation: 2, previous: before }).snapshot;
+  const snapshotOf = (context: GenerationContext, sa: string, ns: string): ProxySnapshot =>
+    buildProxySnapshot(encodeResources(generateProxyResources(context, proxyProfile(proxyOf(sa, ns)), TEST_CERTS), checked), interner);
+  const beforeMesh = buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive: true })), { meshName: 'osm', generation: 1 }).snapshot;
+  const before = new GenerationContext(beforeMesh);
+  const after = new GenerationContext(buildMeshSnapshot(memoryStore([...bookstoreMesh({ permissive: true }), ...INVENTORY]), { meshName: 'osm', generation: 2, previous: beforeMesh }).snapshot, before);
 
   it('a new service changes its own Cluster and ClusterLoadAssignment in every proxy, and no Secret: one shared outbound root, not one per upstream service', () => {
     for (const [sa, ns] of [['bookbuyer', 'bookbuyer'], ['bookstore', 'bookstore']]) {

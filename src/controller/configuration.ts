@@ -1,11 +1,11 @@
 /**
  * One configuration of a kind of proxy (identity and client type), generated, validated and
- * encoded: what `MeshController` remembers per MeshSnapshot. A pure function of the snapshot,
- * the proxy and its certificates (no I/O), so that it can also run off the main thread.
+ * encoded: what `MeshController` remembers per MeshSnapshot. A pure function of the generation
+ * context (its MeshSnapshot), the proxy and its certificates (no I/O).
  */
 import { TYPE_SHORT_NAME, TypeUrl } from '../api/type-urls.js';
 import { serviceCertSecretName } from '../catalog/names.js';
-import type { MeshSnapshot } from '../catalog/types.js';
+import { proxyProfile, type GenerationContext } from '../envoy/context.js';
 import { proxyDependencies } from '../envoy/dependencies.js';
 import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
 import type { ProxyCertificates } from '../envoy/sds/sds.js';
@@ -32,12 +32,13 @@ export interface EncodedConfiguration {
 export type ConfigurationCertificates = ProxyCertificates | { readonly caPem: string };
 
 /**
- * Generates `proxy`'s resources from `mesh`, validates them and encodes them (the valid,
+ * Generates `proxy`'s resources from `context`'s MeshSnapshot, validates them and encodes them (the valid,
  * referentially closed subset when some break a rule; see `validateProxyResources`). Without
  * a service certificate in `certs`, the identity's `service-cert:<ns>/<sa>` Secret is left out
  * (never generated with a key): the listeners and clusters still name it (they are the same as a
  * verified sidecar's, and are valid with it counted as existing elsewhere), but it is never sent,
  * so the proxy's mTLS does not work (see README, plaintext listener).
+ * @param context the generation context of the MeshSnapshot to generate from.
  * @param cache encodings and rule checks to reuse across proxies and calls.
  * @param types the types to regenerate (every type when absent): the result holds those only.
  * @param others with `types`: the names of the proxy's resources of the other types, which the
@@ -45,7 +46,7 @@ export type ConfigurationCertificates = ProxyCertificates | { readonly caPem: st
  * @throws Error when a resource cannot be generated or encoded.
  */
 export function generateConfiguration(
-  mesh: MeshSnapshot,
+  context: GenerationContext,
   proxy: Proxy,
   certs: ConfigurationCertificates,
   cache: ResourceCheckCache,
@@ -53,8 +54,9 @@ export function generateConfiguration(
   others?: ReadonlyMap<TypeUrl, Iterable<string>>,
 ): EncodedConfiguration {
   const withKey = 'privateKeyPem' in certs;
-  const resources = generateProxyResources(mesh, proxy, withKey ? certs : { ...certs, certChainPem: '', privateKeyPem: '' }, types);
-  return { ...checkConfiguration(resources, proxy, certs, cache, others), dependencies: types === undefined ? [...proxyDependencies(mesh, proxy.identity)] : [] };
+  const profile = proxyProfile(proxy);
+  const resources = generateProxyResources(context, profile, withKey ? certs : { ...certs, certChainPem: '', privateKeyPem: '' }, types);
+  return { ...checkConfiguration(resources, proxy, certs, cache, others), dependencies: types === undefined ? [...proxyDependencies(context, profile)] : [] };
 }
 
 /**

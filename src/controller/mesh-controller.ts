@@ -6,6 +6,7 @@ import { diffMeshSnapshots, type MeshChange } from '../catalog/snapshot-diff.js'
 import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
+import { GenerationContext } from '../envoy/context.js';
 import { affectedBy } from '../envoy/dependencies.js';
 import { formatViolation, ResourceCheckCache, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
@@ -108,6 +109,8 @@ export class MeshController {
   private mesh: MeshSnapshot;
   /** Builds `mesh`, reusing what the store did not change since the last build. */
   private readonly builder = new MeshSnapshotBuilder();
+  /** The generation context of {@link mesh}: one per MeshSnapshot generation, made with the one before. */
+  private context: GenerationContext;
   private problems: readonly PolicyProblem[] = [];
   private generation = 0;
   /** The store changed since the MeshSnapshot was last built (a debounced push is pending). */
@@ -142,6 +145,7 @@ export class MeshController {
   constructor(private readonly options: MeshControllerOptions) {
     this.timers = options.timers ?? REAL_TIMERS;
     this.mesh = this.rebuild();
+    this.context = new GenerationContext(this.mesh);
     this.debouncer = new Debouncer<PushRequest>(
       { quietMs: options.debounceQuietMs ?? 100, maxDelayMs: options.debounceMaxDelayMs ?? 1000, timers: this.timers },
       mergePushRequests,
@@ -407,7 +411,7 @@ export class MeshController {
     return this.memo.full(this.mesh.generation, memoKey(proxy, serial), () => {
       this.metrics.configurationsGenerated.inc();
       for (const type of PROXY_TYPES) this.metrics.typesGenerated.inc({ type: TYPE_SHORT_NAME[type] });
-      return fullConfiguration({ mesh: this.mesh, proxy, certs, cache: this.checked, interner: this.interner });
+      return fullConfiguration({ context: this.context, proxy, certs, cache: this.checked, interner: this.interner });
     });
   }
 
@@ -425,7 +429,7 @@ export class MeshController {
   ): GeneratedConfig | undefined {
     return this.memo.update(this.mesh.generation, memoKey(proxy, serial), regeneration.types, previous, () => {
       for (const type of regeneration.types) this.metrics.typesGenerated.inc({ type: TYPE_SHORT_NAME[type] });
-      return updatedConfiguration({ mesh: this.mesh, proxy, certs, cache: this.checked, interner: this.interner }, regeneration, previous, dependencies);
+      return updatedConfiguration({ context: this.context, proxy, certs, cache: this.checked, interner: this.interner }, regeneration, previous, dependencies);
     });
   }
 
@@ -443,6 +447,7 @@ export class MeshController {
     const before = this.mesh;
     if (request.configChanged) {
       this.mesh = this.rebuild();
+      this.context = new GenerationContext(this.mesh, this.context);
       rebuiltAt = this.timers.now();
       change = request.resync ? 'all' : diffMeshSnapshots(before, this.mesh);
       const connected = new Set(this.registry.proxies().map(proxyKind));
@@ -504,7 +509,7 @@ export class MeshController {
       const key = `${affected}|${rotated}|${clientType}`;
       let regeneration = found.get(key);
       if (!regeneration) {
-        regeneration = planRegeneration({ before, after, change: affected ? change : NOTHING, certificateRotated: rotated, clientType }, this.checked);
+        regeneration = planRegeneration({ before, after, change: affected ? change : NOTHING, certificateRotated: rotated, clientType }, this.context, this.checked);
         found.set(key, regeneration);
       }
       return regeneration;

@@ -4,7 +4,7 @@
  * resources validated against it). Pure: no I/O, no state (the memo is `ConfigurationMemo`).
  */
 import { TypeUrl } from '../api/type-urls.js';
-import type { MeshSnapshot } from '../catalog/types.js';
+import type { GenerationContext } from '../envoy/context.js';
 import { resourcesChangedBy, typesToRegenerate, type ProxyResources } from '../envoy/generate.js';
 import type { PushChange } from '../envoy/push-change.js';
 import { validateProxyResources, type ResourceCheckCache } from '../envoy/validate/index.js';
@@ -85,17 +85,18 @@ function sameNames(a: ResourceMap, b: ResourceMap | undefined): boolean {
 /**
  * What to regenerate of a proxy for `push` (`typesToRegenerate`, `resourcesChangedBy`), with the
  * changed resources validated on their own and encoded when they break no rule by themselves.
+ * @param context the generation context of `push.after`.
  */
-export function planRegeneration(push: PushChange, cache: ResourceCheckCache): Regeneration {
+export function planRegeneration(push: PushChange, context: GenerationContext, cache: ResourceCheckCache): Regeneration {
   const types = typesToRegenerate(push);
-  const changed = resourcesChangedBy(push, types);
+  const changed = resourcesChangedBy(push, types, context);
   const valid = changed.size > 0 && validateProxyResources(changed, cache).violations.length === 0;
   return { types, changed, checkedChanges: valid ? { violations: [], dropped: [], encoded: encodeResources(changed, cache) } : undefined };
 }
 
-/** What a configuration is generated from: the MeshSnapshot, the proxy, its certificates, and the encodings and checks to reuse. */
+/** What a configuration is generated from: the generation context (its MeshSnapshot), the proxy, its certificates, and the encodings and checks to reuse. */
 export interface ConfigurationInputs {
-  readonly mesh: MeshSnapshot;
+  readonly context: GenerationContext;
   readonly proxy: Proxy;
   readonly certs: ConfigurationCertificates;
   readonly cache: ResourceCheckCache;
@@ -104,8 +105,8 @@ export interface ConfigurationInputs {
 }
 
 /** The full configuration of `proxy` (`generateConfiguration`), with its snapshot (or the valid subset's). */
-export function fullConfiguration({ mesh, proxy, certs, cache, interner }: ConfigurationInputs): GeneratedConfig {
-  return generatedConfig(generateConfiguration(mesh, proxy, certs, cache), proxy, interner);
+export function fullConfiguration({ context, proxy, certs, cache, interner }: ConfigurationInputs): GeneratedConfig {
+  return generatedConfig(generateConfiguration(context, proxy, certs, cache), proxy, interner);
 }
 
 /**
@@ -119,7 +120,7 @@ export function fullConfiguration({ mesh, proxy, certs, cache, interner }: Confi
  * @throws Error when a resource cannot be generated or encoded.
  */
 export function updatedConfiguration(
-  { mesh, proxy, certs, cache, interner }: ConfigurationInputs,
+  { context, proxy, certs, cache, interner }: ConfigurationInputs,
   { types, changed, checkedChanges }: Regeneration,
   previous: ProxySnapshot,
   dependencies: ReadonlySet<string>,
@@ -128,7 +129,7 @@ export function updatedConfiguration(
   const others = (excluded: ReadonlySet<TypeUrl>) => new Map([...previous.resources].filter(([type]) => !excluded.has(type)).map(([type, map]) => [type, namesOf(map)]));
   const generated = new Set([...types].filter((type) => !changed.has(type)));
   const parts: Omit<EncodedConfiguration, 'dependencies'>[] = [];
-  if (generated.size > 0) parts.push(generateConfiguration(mesh, proxy, certs, cache, generated, others(generated)));
+  if (generated.size > 0) parts.push(generateConfiguration(context, proxy, certs, cache, generated, others(generated)));
   if (changed.size > 0) parts.push(checkedChanges ?? checkConfiguration(changed, proxy, certs, cache, others(new Set(changed.keys()))));
   const violations = parts.flatMap((p) => p.violations);
   const base = { violations, dropped: parts.flatMap((p) => p.dropped), validSnapshot: undefined, dependencies, proxy, ahead: false };

@@ -1,5 +1,5 @@
-import type { EgressPolicy, HttpRouteMatch, MeshSnapshot } from '../catalog/types.js';
-import type { Proxy } from '../proxy/types.js';
+import type { EgressPolicy, HttpRouteMatch } from '../catalog/types.js';
+import type { GenerationContext, ProxyProfile } from './context.js';
 import { byKey as byEntryKey, byName } from '../util/order.js';
 import { getOrCreate } from '../util/maps.js';
 
@@ -76,8 +76,8 @@ function unionRanges(lists: readonly (readonly string[])[]): string[] {
 
 
 /** The Egress policies whose sources include the proxy's identity. */
-export function proxyEgressPolicies(snapshot: MeshSnapshot, proxy: Proxy): EgressPolicy[] {
-  return snapshot.egressPolicies.filter((p) => p.sources.includes(proxy.identity));
+export function proxyEgressPolicies(context: GenerationContext, profile: ProxyProfile): EgressPolicy[] {
+  return context.snapshot.egressPolicies.filter((p) => p.sources.includes(profile.identity));
 }
 
 /**
@@ -93,8 +93,8 @@ export function proxyEgressPolicies(snapshot: MeshSnapshot, proxy: Proxy): Egres
  * Empty when MeshConfig `enableEgress` is on: then every destination outside the mesh passes
  * through, and OSM v1.2 ignores Egress policies.
  */
-export function egressPlan(snapshot: MeshSnapshot, proxy: Proxy): EgressPlan {
-  if (snapshot.settings.enableEgress) return { http: [], https: [], tcp: [], clusters: [] };
+export function egressPlan(context: GenerationContext, profile: ProxyProfile): EgressPlan {
+  if (context.snapshot.settings.enableEgress) return { http: [], https: [], tcp: [], clusters: [] };
   const clusters = new Map<string, EgressCluster>();
   const clusterFor = (host: string | undefined, port: number): string => {
     // A `*.` wildcard host cannot be resolved by DNS, only matched.
@@ -110,7 +110,7 @@ export function egressPlan(snapshot: MeshSnapshot, proxy: Proxy): EgressPlan {
   const http = new Map<number, { ranges: string[][]; hosts: Map<string, { matches: Map<string, HttpRouteMatch>; any: boolean }> }>();
   const https = new Map<string, { port: number; host: string | undefined; ranges: string[][] }>();
   const tcp = new Map<number, { ranges: string[][]; serverFirst: boolean }>();
-  for (const policy of proxyEgressPolicies(snapshot, proxy)) {
+  for (const policy of proxyEgressPolicies(context, profile)) {
     for (const { number: port, protocol } of policy.ports) {
       if (protocol === 'http') {
         const entry = getOrCreate(http, port, () => ({ ranges: [], hosts: new Map() }));

@@ -6,10 +6,10 @@ import { generateConfig, names, type Decoded } from '../../test/helpers/generate
 import { memoryStore } from '../../test/helpers/memory-store.js';
 import { buildMeshSnapshot, MeshSnapshotBuilder } from '../catalog/build-snapshot.js';
 import { parseCommonName } from '../proxy/types.js';
+import { GenerationContext, proxyProfile } from './context.js';
 import { generateProxyResources } from './generate.js';
 import { ObjectStore } from '../store/object-store.js';
 import type { KubeObject } from '../store/objects.js';
-import type { MeshSnapshot } from '../catalog/types.js';
 
 describe('generators on the bookstore mesh (SMI mode)', () => {
   const buyer = generateConfig(bookstoreMesh(), 'bookbuyer', 'bookbuyer');
@@ -213,8 +213,8 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
 
 
 describe('resources shared between proxies (one object for identities that get the same thing)', () => {
-  const snapshotOf = (permissive: boolean) => buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive })), { meshName: 'osm', generation: 1 }).snapshot;
-  const proxyOf = (ns: string, sa: string, n: number) => parseCommonName(`a0000000-0000-4000-8000-00000000000${n}.sidecar.${sa}.${ns}.cluster.local`);
+  const snapshotOf = (permissive: boolean) => new GenerationContext(buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive })), { meshName: 'osm', generation: 1 }).snapshot);
+  const proxyOf = (ns: string, sa: string, n: number) => proxyProfile(parseCommonName(`a0000000-0000-4000-8000-00000000000${n}.sidecar.${sa}.${ns}.cluster.local`));
   const certs = { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' };
   const get = (r: ReturnType<typeof generateProxyResources>, type: TypeUrl, name: string) => r.get(type)!.find((x) => x.name === name)?.resource;
 
@@ -253,7 +253,7 @@ describe('resources shared between proxies (one object for identities that get t
       k8s.trafficTarget('ns1', 'a-db', 'db', [{ ns: 'ns1', sa: 'a' }], [{ kind: 'TCPRoute', name: 'r80' }]),
       k8s.trafficTarget('ns1', 'b-db', 'db', [{ ns: 'ns1', sa: 'b' }], [{ kind: 'TCPRoute', name: 'r81' }]),
     ];
-    const mesh = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 }).snapshot;
+    const mesh = new GenerationContext(buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 }).snapshot);
     const ports = (sa: string, n: number) => {
       const listener = get(generateProxyResources(mesh, proxyOf('ns1', sa, n), certs), TypeUrl.Listener, 'outbound-listener') as Decoded;
       return listener.filter_chains.map((c: Decoded) => c.filter_chain_match.destination_port.value);
@@ -273,34 +273,35 @@ describe('shared resources across snapshots', () => {
   const withCiphers = (o: KubeObject): KubeObject =>
     o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), sidecar: { cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] } } } : o;
   const withEgress = (o: KubeObject): KubeObject => (o.kind === 'MeshConfig' ? k8s.meshConfig(true, true) : o);
-  const bookbuyer = parseCommonName('a0000000-0000-4000-8000-000000000001.sidecar.bookbuyer.bookbuyer.cluster.local');
-  const outbound = (mesh: MeshSnapshot) =>
+  const bookbuyer = proxyProfile(parseCommonName('a0000000-0000-4000-8000-000000000001.sidecar.bookbuyer.bookbuyer.cluster.local'));
+  const outbound = (mesh: GenerationContext) =>
     generateProxyResources(mesh, bookbuyer, { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Listener)!.find((l) => l.name === 'outbound-listener')!.resource as Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
   it('is the same object after a change it does not read, and follows headless endpoints and egress', () => {
     const store = new ObjectStore();
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }), ...db('10.1.0.5')]);
     const builder = new MeshSnapshotBuilder();
-    const first = builder.build(store, { meshName: 'osm', generation: 1 }).snapshot;
+    // One context per MeshSnapshot generation, each made with the one before (as the controller does).
+    const first = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 1 }).snapshot);
     const l1 = outbound(first);
     assert.ok(JSON.stringify(l1).includes('10.1.0.5'), 'the headless destination is matched by its pod IP');
     // A MeshConfig change of TLS settings: nothing the outbound listener reads.
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withCiphers), ...db('10.1.0.5')]);
-    const second = builder.build(store, { meshName: 'osm', generation: 2, previous: first }).snapshot;
+    const second = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 2, previous: first.snapshot }).snapshot, first);
     assert.equal(outbound(second), l1, 'one object: checked and encoded once');
-    const base = (mesh: MeshSnapshot) =>
+    const base = (mesh: GenerationContext) =>
       generateProxyResources(mesh, bookbuyer, { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!.find((c) => c.name === 'bookstore/bookstore-v1|14001')!;
     assert.equal(base(second).parts![0], base(first).parts![0], 'an upstream cluster keeps its base part');
     assert.notEqual(base(second).parts![1], base(first).parts![1], 'its TLS part has the new cipher suites');
     assert.match(JSON.stringify(base(second).parts![1]), /ECDHE-ECDSA-AES256-GCM-SHA384/);
     // The headless service's pod moves: its chain matches the new IP.
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withCiphers), ...db('10.1.0.6')]);
-    const third = builder.build(store, { meshName: 'osm', generation: 3, previous: second }).snapshot;
+    const third = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 3, previous: second.snapshot }).snapshot, second);
     const l3 = outbound(third);
     assert.ok(JSON.stringify(l3).includes('10.1.0.6') && !JSON.stringify(l3).includes('10.1.0.5'), 'the new pod IP, not the old');
     // Egress on: unmatched traffic passes through.
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withEgress), ...db('10.1.0.6')]);
-    const fourth = builder.build(store, { meshName: 'osm', generation: 4, previous: third }).snapshot;
+    const fourth = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 4, previous: third.snapshot }).snapshot, third);
     assert.equal(outbound(fourth).default_filter_chain?.name, 'outbound-egress-passthrough');
     assert.equal(l3.default_filter_chain, undefined);
   });

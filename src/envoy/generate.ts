@@ -1,7 +1,6 @@
 import { TypeUrl } from '../api/type-urls.js';
-import type { MeshSnapshot } from '../catalog/types.js';
-import type { Proxy } from '../proxy/types.js';
 import { clustersNeedPush, generateClusters } from './cds/cds.js';
+import type { GenerationContext, ProxyProfile } from './context.js';
 import { clusterLoadAssignmentsChangedBy, clusterLoadAssignmentsNeedPush, generateClusterLoadAssignments } from './eds/eds.js';
 import { generateListeners, listenersNeedPush } from './lds/lds.js';
 import { generateRouteConfigurations, routeConfigurationsNeedPush } from './rds/rds.js';
@@ -16,32 +15,34 @@ import { generateSecrets, secretsNeedPush, type ProxyCertificates } from './sds/
 export type ProxyResources = ReadonlyMap<TypeUrl, readonly NamedResource[]>;
 
 /**
- * Runs the five generators for one proxy: CDS, EDS, LDS, RDS and SDS. Pure and synchronous.
- * A proxyless gRPC client (`proxy.clientType === 'grpc'`) gets the gRFC A27 form instead
+ * Runs the five generators for one proxy profile: CDS, EDS, LDS, RDS and SDS, from `context`'s
+ * MeshSnapshot. Pure and synchronous (what it shares goes through `context`). A proxyless
+ * gRPC client (`profile.clientType === 'grpc'`) gets the gRFC A27 form instead
  * ({@link generateProxylessResources}: `api_listener`s named by target, plaintext EDS clusters,
  * no SDS), from the same policies.
  * @param certs the proxy identity's service certificate and the mesh root, for SDS.
- * @param types the types to generate (all when absent), in the order above.
+ * @param types when given, only the resources of these types are generated (the map holds
+ *   those types only); all five otherwise.
  */
-export function generateProxyResources(snapshot: MeshSnapshot, proxy: Proxy, certs: ProxyCertificates, types?: ReadonlySet<TypeUrl>): ProxyResources {
-  if (proxy.clientType === 'grpc') return generateProxylessResources(snapshot, proxy, types);
+export function generateProxyResources(context: GenerationContext, profile: ProxyProfile, certs: ProxyCertificates, types?: ReadonlySet<TypeUrl>): ProxyResources {
+  if (profile.clientType === 'grpc') return generateProxylessResources(context, profile, types);
   const generators: [TypeUrl, () => readonly NamedResource[]][] = [
-    [TypeUrl.Cluster, () => generateClusters(snapshot, proxy)],
-    [TypeUrl.ClusterLoadAssignment, () => generateClusterLoadAssignments(snapshot, proxy)],
-    [TypeUrl.Listener, () => generateListeners(snapshot, proxy)],
-    [TypeUrl.RouteConfiguration, () => generateProxyRouteConfigurations(snapshot, proxy)],
-    [TypeUrl.Secret, () => generateSecrets(snapshot, proxy, certs)],
+    [TypeUrl.Cluster, () => generateClusters(context, profile)],
+    [TypeUrl.ClusterLoadAssignment, () => generateClusterLoadAssignments(context, profile)],
+    [TypeUrl.Listener, () => generateListeners(context, profile)],
+    [TypeUrl.RouteConfiguration, () => generateProxyRouteConfigurations(context, profile)],
+    [TypeUrl.Secret, () => generateSecrets(context, profile, certs)],
   ];
-  return new Map(generators.filter(([type]) => types === undefined || types.has(type)).map(([type, generate]) => [type, generate()]));
+  return new Map(generators.filter(([type]) => !types || types.has(type)).map(([type, generate]) => [type, generate()]));
 }
 
 /**
- * The RouteConfigurations {@link generateProxyResources} gives `proxy`, alone: for a change that
+ * The RouteConfigurations {@link generateProxyResources} gives `profile`, alone: for a change that
  * only alters routes (`onlySplitWeightsChanged`). Pure and synchronous.
  */
-export function generateProxyRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): readonly NamedResource[] {
-  if (proxy.clientType === 'grpc') return generateProxylessRouteConfigurations(snapshot, proxy);
-  return [...generateRouteConfigurations(snapshot, proxy), ...generateIngressRouteConfigurations(snapshot, proxy), ...generateEgressRouteConfigurations(snapshot, proxy)];
+export function generateProxyRouteConfigurations(context: GenerationContext, profile: ProxyProfile): readonly NamedResource[] {
+  if (profile.clientType === 'grpc') return generateProxylessRouteConfigurations(context, profile);
+  return [...generateRouteConfigurations(context, profile), ...generateIngressRouteConfigurations(context, profile), ...generateEgressRouteConfigurations(context, profile)];
 }
 
 /** The types a sidecar gets, each with the predicate saying which changes make it regenerate. */
@@ -74,10 +75,11 @@ export function typesToRegenerate(change: PushChange): ReadonlySet<TypeUrl> {
  * these are validated and encoded again (once per push). Today: the changed services'
  * ClusterLoadAssignments when only endpoints changed (`clusterLoadAssignmentsChangedBy`). A type
  * not in the result is generated again in full.
+ * @param context the generation context of `change.after`.
  */
-export function resourcesChangedBy(change: PushChange, types: ReadonlySet<TypeUrl>): ReadonlyMap<TypeUrl, readonly NamedResource[]> {
+export function resourcesChangedBy(change: PushChange, types: ReadonlySet<TypeUrl>, context: GenerationContext): ReadonlyMap<TypeUrl, readonly NamedResource[]> {
   const out = new Map<TypeUrl, readonly NamedResource[]>();
-  const assignments = types.has(TypeUrl.ClusterLoadAssignment) ? clusterLoadAssignmentsChangedBy(change) : undefined;
+  const assignments = types.has(TypeUrl.ClusterLoadAssignment) ? clusterLoadAssignmentsChangedBy(change, context) : undefined;
   if (assignments) out.set(TypeUrl.ClusterLoadAssignment, assignments);
   return out;
 }

@@ -7,6 +7,7 @@ import { parseCommonName, type Proxy } from '../proxy/types.js';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
 import { memoryStore } from '../../test/helpers/memory-store.js';
 import type { KubeObject } from '../store/objects.js';
+import { GenerationContext, proxyProfile } from './context.js';
 import { generateProxyResources } from './generate.js';
 import { filterChainLeaves } from './lds/filter-chain-match.js';
 import { validateProxyResources, formatViolation } from './validate/index.js';
@@ -29,7 +30,7 @@ function proxyOf(sa: string, ns: string): Proxy {
 function configFor(objects: KubeObject[], sa: string, ns: string): Config {
   const { snapshot, problems } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
   assert.deepEqual(problems, []);
-  const resources = generateProxyResources(snapshot, proxyOf(sa, ns), CERTS);
+  const resources = generateProxyResources(new GenerationContext(snapshot), proxyProfile(proxyOf(sa, ns)), CERTS);
   const { violations } = validateProxyResources(resources);
   assert.deepEqual(violations.map(formatViolation), []);
   const out: Config = new Map();
@@ -318,7 +319,7 @@ describe('egress (OSM Egress policies)', () => {
     assert.deepEqual(problems.map((p) => `${p.kind} ${p.namespace}/${p.name} ${p.field}: ${p.message}`), [
       'Egress bookbuyer/httpbin-80 metadata: MeshConfig spec.featureFlags.enableEgressPolicy is off: it is not in force',
     ]);
-    const listeners = generateProxyResources(snapshot, proxyOf('bookbuyer', 'bookbuyer'), CERTS).get(TypeUrl.Listener) ?? [];
+    const listeners = generateProxyResources(new GenerationContext(snapshot), proxyProfile(proxyOf('bookbuyer', 'bookbuyer')), CERTS).get(TypeUrl.Listener) ?? [];
     const chains = listeners.flatMap((l) => (l.resource as { filter_chains?: { name?: string }[] }).filter_chains ?? []);
     assert.deepEqual(chains.map((c) => c.name).filter((n) => n?.startsWith('egress')), []);
     assert.equal(buildMeshSnapshot(memoryStore(egressMesh(egress)), { meshName: 'osm', generation: 1 }).snapshot.egressPolicies.length, 1, 'unset: on');

@@ -1,7 +1,7 @@
 import { serviceKey } from '../catalog/names.js';
 import { inboundServices } from '../catalog/traffic-policy.js';
-import type { IngressBackendPolicy, MeshSnapshot } from '../catalog/types.js';
-import type { Proxy } from '../proxy/types.js';
+import type { IngressBackendPolicy } from '../catalog/types.js';
+import type { GenerationContext, ProxyProfile } from './context.js';
 import { byKey } from '../util/order.js';
 
 /**
@@ -31,18 +31,18 @@ function union(lists: readonly (readonly string[])[]): string[] {
 }
 
 /** The IngressBackend backends whose service the proxy serves (its identity backs the service). */
-export function proxyIngressBackends(snapshot: MeshSnapshot, proxy: Proxy): IngressBackendPolicy[] {
-  const served = new Set(inboundServices(snapshot, proxy.identity).map((s) => `${serviceKey(s)}|${s.port}`));
-  return snapshot.ingressBackends.filter((b) => served.has(`${serviceKey(b.service)}|${b.service.port}`));
+export function proxyIngressBackends(context: GenerationContext, profile: ProxyProfile): IngressBackendPolicy[] {
+  const served = new Set(inboundServices(context.snapshot, profile.identity).map((s) => `${serviceKey(s)}|${s.port}`));
+  return context.snapshot.ingressBackends.filter((b) => served.has(`${serviceKey(b.service)}|${b.service.port}`));
 }
 
 /**
  * The ingress filter chains a proxy needs, one per (target port, protocol), sorted by port
  * then protocol (OSM v1.2 `getIngressFilterChains`, one `IngressTrafficMatch` per backend).
  */
-export function ingressChainPlans(snapshot: MeshSnapshot, proxy: Proxy): IngressChainPlan[] {
+export function ingressChainPlans(context: GenerationContext, profile: ProxyProfile): IngressChainPlan[] {
   const groups = new Map<string, IngressBackendPolicy[]>();
-  for (const b of proxyIngressBackends(snapshot, proxy)) {
+  for (const b of proxyIngressBackends(context, profile)) {
     const key = `${String(b.service.targetPort).padStart(5, '0')}|${b.protocol}`;
     groups.set(key, [...(groups.get(key) ?? []), b]);
   }

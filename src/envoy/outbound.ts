@@ -28,48 +28,8 @@ export interface OutboundView {
   readonly upstreams: readonly MeshService[];
 }
 
-/**
- * Computes a proxy's outbound view from the snapshot: the destinations its identity may
- * reach (permissive, or SMI TrafficTargets), TrafficSplits applied to apex services (SMI
- * split v1alpha2; backends with weight 0 are left out; backends the source may not reach
- * are left out too, so traffic never goes where no TrafficTarget allows).
- */
-export function outboundView(snapshot: MeshSnapshot, identity: ServiceIdentity): OutboundView {
-  // Every generator asks for it: compute it once per snapshot and identity (both immutable).
-  let memo = views.get(snapshot);
-  if (!memo) {
-    memo = { byIdentity: new Map(), byContent: new Map() };
-    views.set(snapshot, memo);
-    if (latest?.snapshot !== snapshot) latest = { snapshot, memo, previous: latest?.memo };
-  }
-  let view = memo.byIdentity.get(identity);
-  if (!view) {
-    // Identities that reach the same destinations the same way (every identity in permissive
-    // mode) share one view object, so what generators derive from it alone can be shared too;
-    // and a view the previous snapshot had, the very same services reached the same way, is
-    // kept (what is derived from it alone then carries over from one snapshot to the next).
-    const computed = computeOutboundView(snapshot, identity);
-    const key = viewKey(computed);
-    const before = latest?.snapshot === snapshot ? latest.previous?.byIdentity.get(identity) : undefined;
-    view = memo.byContent.get(key) ?? (before && sameView(before, computed) ? before : computed);
-    memo.byContent.set(key, view);
-    memo.byIdentity.set(identity, view);
-  }
-  return view;
-}
-
-/** Views of one snapshot, by identity and by content ({@link viewKey}). */
-interface ViewMemo {
-  readonly byIdentity: Map<ServiceIdentity, OutboundView>;
-  readonly byContent: Map<string, OutboundView>;
-}
-
-const views = new WeakMap<MeshSnapshot, ViewMemo>();
-/** The snapshot views were last asked of, and the memo of the one asked of before it. */
-let latest: { snapshot: MeshSnapshot; memo: ViewMemo; previous: ViewMemo | undefined } | undefined;
-
 /** The same services (by identity: a rebuild keeps unchanged ones) reached through the same clusters and weights. */
-function sameView(a: OutboundView, b: OutboundView): boolean {
+export function sameOutboundView(a: OutboundView, b: OutboundView): boolean {
   if (!sameElements(a.upstreams, b.upstreams) || a.destinations.length !== b.destinations.length) return false;
   return a.destinations.every((d, i) => {
     const e = b.destinations[i];
@@ -77,31 +37,25 @@ function sameView(a: OutboundView, b: OutboundView): boolean {
   });
 }
 
-const viewIds = new WeakMap<OutboundView, number>();
-let nextViewId = 0;
-
 /**
- * A number naming `view` (the object): the same for as long as the view is kept, in this
- * snapshot and the next ones ({@link outboundView}); for memo keys of what is derived from it alone.
+ * Everything a view holds, as text: destinations (service and port) with their weighted
+ * targets, then upstreams. Two views with the same key reach the same destinations the same way.
  */
-export function outboundViewId(view: OutboundView): number {
-  let id = viewIds.get(view);
-  if (id === undefined) {
-    id = ++nextViewId;
-    viewIds.set(view, id);
-  }
-  return id;
-}
-
-/** Everything a view holds, as text: destinations with their weighted targets, then upstreams. */
-function viewKey(view: OutboundView): string {
+export function outboundViewKey(view: OutboundView): string {
   // The service port, not only the cluster (`<ns>/<svc>|<targetPort>`): two ports of a service can
   // share a target port, and a proxy may be allowed one of them only.
   const destinations = view.destinations.map((d) => `${clusterName(d.service)}:${d.service.port}>${d.targets.map((t) => `${t.cluster}*${t.weight}`).join(',')}`);
   return `${destinations.join(';')}|${view.upstreams.map((u) => `${clusterName(u)}:${u.port}`).join(',')}`;
 }
 
-function computeOutboundView(snapshot: MeshSnapshot, identity: ServiceIdentity): OutboundView {
+/**
+ * Computes the outbound view of a proxy of `identity` from the snapshot: the destinations its
+ * identity may reach (permissive, or SMI TrafficTargets), TrafficSplits applied to apex
+ * services (SMI split v1alpha2; backends with weight 0 are left out; backends the source may
+ * not reach are left out too, so traffic never goes where no TrafficTarget allows). Generators
+ * ask `GenerationContext.outboundView`, which computes it once per identity and generation.
+ */
+export function computeOutboundView(snapshot: MeshSnapshot, identity: ServiceIdentity): OutboundView {
   const allowed = outboundServices(snapshot, identity);
   const allowedKeys = new Set(allowed.map(clusterName));
   const upstreams = new Map<string, MeshService>();

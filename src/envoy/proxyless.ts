@@ -5,12 +5,12 @@ import type { Route } from '../api/generated/envoy/config/route/v3/Route.js';
 import type { RouteConfiguration } from '../api/generated/envoy/config/route/v3/RouteConfiguration.js';
 import { TypeUrl } from '../api/type-urls.js';
 import { clusterName } from '../catalog/names.js';
-import type { MeshService, MeshSnapshot } from '../catalog/types.js';
-import { identityParts, type Proxy } from '../proxy/types.js';
+import type { MeshService } from '../catalog/types.js';
+import { identityParts } from '../proxy/types.js';
 import { clustersNeedPush, CONNECT_TIMEOUT_MS } from './cds/cds.js';
 import { clusterLoadAssignmentsNeedPush, generateClusterLoadAssignments } from './eds/eds.js';
+import type { GenerationContext, ProxyProfile } from './context.js';
 import { listenersNeedPush } from './lds/lds.js';
-import { outboundView } from './outbound.js';
 import { serviceHostnames } from './rds/hosts.js';
 import { meshChangeKind, type PushChange } from './push-change.js';
 import { generateOutboundRouteConfigurations, isHttpLike, outboundRouteConfigName, routeConfigurationsNeedPush } from './rds/rds.js';
@@ -101,11 +101,11 @@ function edsCluster(name: string): Cluster {
  * every other HTTP/gRPC mesh service (so dialing a service the client may not reach fails at
  * once with UNAVAILABLE). Listener name → route configuration name, sorted by listener name.
  */
-export function proxylessTargets(snapshot: MeshSnapshot, proxy: Proxy): Map<string, string> {
-  const clientNamespace = identityParts(proxy.identity).namespace;
+export function proxylessTargets(context: GenerationContext, profile: ProxyProfile): Map<string, string> {
+  const clientNamespace = identityParts(profile.identity).namespace;
   const targets = new Map<string, string>();
   const reachable = new Set<MeshService>();
-  for (const dest of outboundView(snapshot, proxy.identity).destinations) {
+  for (const dest of context.outboundView(profile.identity).destinations) {
     if (!isHttpLike(dest.service)) continue;
     reachable.add(dest.service);
     for (const name of proxylessTargetNames(dest.service, clientNamespace)) {
@@ -113,7 +113,7 @@ export function proxylessTargets(snapshot: MeshSnapshot, proxy: Proxy): Map<stri
       if (!targets.has(name)) targets.set(name, outboundRouteConfigName(dest.service.port));
     }
   }
-  for (const svc of snapshot.services) {
+  for (const svc of context.snapshot.services) {
     if (!isHttpLike(svc) || reachable.has(svc)) continue;
     for (const name of proxylessTargetNames(svc, clientNamespace)) if (!targets.has(name)) targets.set(name, NO_ROUTE_CONFIG);
   }
@@ -121,17 +121,17 @@ export function proxylessTargets(snapshot: MeshSnapshot, proxy: Proxy): Map<stri
 }
 
 /** The Listeners of a proxyless client: one {@link proxylessListener} per entry of {@link proxylessTargets}, sorted by name. */
-export function generateProxylessListeners(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<Listener>[] {
-  return [...proxylessTargets(snapshot, proxy)].map(([name, routeConfigName]) => ({ name, resource: proxylessListener(name, routeConfigName) }));
+export function generateProxylessListeners(context: GenerationContext, profile: ProxyProfile): NamedResource<Listener>[] {
+  return [...proxylessTargets(context, profile)].map(([name, routeConfigName]) => ({ name, resource: proxylessListener(name, routeConfigName) }));
 }
 
 /**
  * The RouteConfigurations of a proxyless client: the sidecars' `rds-outbound.<port>`
  * unchanged, and {@link NO_ROUTE_CONFIG} when some target uses it.
  */
-export function generateProxylessRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
-  const out: NamedResource<RouteConfiguration>[] = generateOutboundRouteConfigurations(snapshot, proxy).map(withTotalWeight);
-  if (usesNoRoute(snapshot, proxy)) {
+export function generateProxylessRouteConfigurations(context: GenerationContext, profile: ProxyProfile): NamedResource<RouteConfiguration>[] {
+  const out: NamedResource<RouteConfiguration>[] = generateOutboundRouteConfigurations(context, profile).map(withTotalWeight);
+  if (usesNoRoute(context, profile)) {
     out.push({
       name: NO_ROUTE_CONFIG,
       resource: {
@@ -163,17 +163,17 @@ function withTotalWeight(rc: NamedResource<RouteConfiguration>): NamedResource<R
   return { ...rc, resource: { ...rc.resource, virtual_hosts } };
 }
 
-function usesNoRoute(snapshot: MeshSnapshot, proxy: Proxy): boolean {
-  return [...proxylessTargets(snapshot, proxy).values()].includes(NO_ROUTE_CONFIG);
+function usesNoRoute(context: GenerationContext, profile: ProxyProfile): boolean {
+  return [...proxylessTargets(context, profile).values()].includes(NO_ROUTE_CONFIG);
 }
 
 /**
  * The Clusters of a proxyless client: one per upstream service it may reach (TrafficSplit
  * backends included), and {@link NO_ROUTE_CLUSTER} when {@link NO_ROUTE_CONFIG} is used; sorted by name.
  */
-export function generateProxylessClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<Cluster>[] {
-  const out = outboundView(snapshot, proxy.identity).upstreams.map((svc) => ({ name: clusterName(svc), resource: proxylessCluster(svc) }));
-  if (usesNoRoute(snapshot, proxy)) out.push({ name: NO_ROUTE_CLUSTER, resource: edsCluster(NO_ROUTE_CLUSTER) });
+export function generateProxylessClusters(context: GenerationContext, profile: ProxyProfile): NamedResource<Cluster>[] {
+  const out = context.outboundView(profile.identity).upstreams.map((svc) => ({ name: clusterName(svc), resource: proxylessCluster(svc) }));
+  if (usesNoRoute(context, profile)) out.push({ name: NO_ROUTE_CLUSTER, resource: edsCluster(NO_ROUTE_CLUSTER) });
   return out.sort(byName);
 }
 
@@ -182,9 +182,9 @@ export function generateProxylessClusters(snapshot: MeshSnapshot, proxy: Proxy):
  * with a `load_balancing_weight`, weight 1 per endpoint, which gRPC accepts as they are), and an
  * empty one for {@link NO_ROUTE_CLUSTER} when it is used; sorted by name.
  */
-export function generateProxylessClusterLoadAssignments(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<ClusterLoadAssignment>[] {
-  const out: NamedResource<ClusterLoadAssignment>[] = generateClusterLoadAssignments(snapshot, proxy);
-  if (usesNoRoute(snapshot, proxy)) out.push({ name: NO_ROUTE_CLUSTER, resource: { cluster_name: NO_ROUTE_CLUSTER, endpoints: [] } });
+export function generateProxylessClusterLoadAssignments(context: GenerationContext, profile: ProxyProfile): NamedResource<ClusterLoadAssignment>[] {
+  const out: NamedResource<ClusterLoadAssignment>[] = generateClusterLoadAssignments(context, profile);
+  if (usesNoRoute(context, profile)) out.push({ name: NO_ROUTE_CLUSTER, resource: { cluster_name: NO_ROUTE_CLUSTER, endpoints: [] } });
   return out.sort(byName);
 }
 
@@ -198,17 +198,17 @@ export function generateProxylessClusterLoadAssignments(snapshot: MeshSnapshot, 
  * - CDS: {@link generateProxylessClusters}.
  * - EDS: {@link generateProxylessClusterLoadAssignments}.
  * - SDS: none (gRPC does not use SDS).
- * @param types the types to generate (all when absent), in the order above.
+ * With `types`, only the resources of those types (the others are left out of the map).
  */
-export function generateProxylessResources(snapshot: MeshSnapshot, proxy: Proxy, types?: ReadonlySet<TypeUrl>): ReadonlyMap<TypeUrl, readonly NamedResource[]> {
+export function generateProxylessResources(context: GenerationContext, profile: ProxyProfile, types?: ReadonlySet<TypeUrl>): ReadonlyMap<TypeUrl, readonly NamedResource[]> {
   const generators: [TypeUrl, () => readonly NamedResource[]][] = [
-    [TypeUrl.Cluster, () => generateProxylessClusters(snapshot, proxy)],
-    [TypeUrl.ClusterLoadAssignment, () => generateProxylessClusterLoadAssignments(snapshot, proxy)],
-    [TypeUrl.Listener, () => generateProxylessListeners(snapshot, proxy)],
-    [TypeUrl.RouteConfiguration, () => generateProxylessRouteConfigurations(snapshot, proxy)],
+    [TypeUrl.Cluster, () => generateProxylessClusters(context, profile)],
+    [TypeUrl.ClusterLoadAssignment, () => generateProxylessClusterLoadAssignments(context, profile)],
+    [TypeUrl.Listener, () => generateProxylessListeners(context, profile)],
+    [TypeUrl.RouteConfiguration, () => generateProxylessRouteConfigurations(context, profile)],
     [TypeUrl.Secret, () => []],
   ];
-  return new Map(generators.filter(([type]) => types === undefined || types.has(type)).map(([type, generate]) => [type, generate()]));
+  return new Map(generators.filter(([type]) => !types || types.has(type)).map(([type, generate]) => [type, generate()]));
 }
 
 /**

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { decodeAny, encodeAny } from '../../src/api/codec.js';
 import type { TypeUrl } from '../../src/api/type-urls.js';
 import { buildMeshSnapshot } from '../../src/catalog/build-snapshot.js';
+import { GenerationContext, proxyProfile } from '../../src/envoy/context.js';
 import { generateProxyResources } from '../../src/envoy/generate.js';
 import { parseCommonName, type Proxy } from '../../src/proxy/types.js';
 import type { KubeObject } from '../../src/store/objects.js';
@@ -39,7 +40,7 @@ export function generateConfig(objects: readonly KubeObject[], sa: string, ns: s
   const { snapshot, problems } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
   if (!options.allowProblems) assert.deepEqual(problems, []);
   const out: DecodedConfig = new Map();
-  for (const [type, list] of generateProxyResources(snapshot, proxyOf(sa, ns, options.clientType), TEST_CERTS)) {
+  for (const [type, list] of generateProxyResources(new GenerationContext(snapshot), proxyProfile(proxyOf(sa, ns, options.clientType)), TEST_CERTS)) {
     const names = list.map((r) => r.name);
     assert.equal(new Set(names).size, names.length, `duplicate ${type} names: ${names.join(', ')}`);
     out.set(type, new Map(list.map((r) => [r.name, decodeAny(encodeAny(type, r.resource))])));

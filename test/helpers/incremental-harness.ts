@@ -12,6 +12,7 @@ import { CertificateManager } from '../../src/certificate/manager.js';
 import { ObjectStore } from '../../src/store/object-store.js';
 import { SnapshotCache, ResourceInterner, buildProxySnapshot } from '../../src/xds/cache/snapshot-cache.js';
 import { MeshController, encodeResources } from '../../src/controller/mesh-controller.js';
+import { GenerationContext, proxyProfile } from '../../src/envoy/context.js';
 import { generateProxyResources } from '../../src/envoy/generate.js';
 import { validateProxyResources } from '../../src/envoy/validate/index.js';
 import { parseCommonName, type Proxy } from '../../src/proxy/types.js';
@@ -86,10 +87,10 @@ export async function harness(objects: KubeObject[], opts: { certificates?: Cert
   };
 }
 
-/** What `proxy` should have: a full generation, validated; undefined when it has violations. */
+/** What `proxy` should have: a full generation with a fresh context (nothing carried over), validated; undefined when it has violations. */
 export async function ideal(controller: MeshController, certificates: CertificateManager, proxy: Proxy): Promise<ProxySnapshot | undefined> {
   const cert = await certificates.getServiceCertificate(proxy.identity);
-  const resources = generateProxyResources(controller.snapshot, proxy, { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
+  const resources = generateProxyResources(new GenerationContext(controller.snapshot), proxyProfile(proxy), { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem });
   const { violations } = validateProxyResources(resources);
   if (violations.length > 0) return undefined;
   return buildProxySnapshot(encodeResources(resources), new ResourceInterner());

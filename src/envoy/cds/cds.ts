@@ -1,16 +1,14 @@
 import type { Cluster } from '../../api/generated/envoy/config/cluster/v3/Cluster.js';
 import { clusterName, localClusterName, serviceKey } from '../../catalog/names.js';
 import { inboundServices } from '../../catalog/traffic-policy.js';
-import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
-import type { Proxy } from '../../proxy/types.js';
-import { outboundView } from '../outbound.js';
+import type { MeshService, UpstreamTrafficSettingPolicy } from '../../catalog/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
 import type { NamedResource } from '../resource.js';
 import { sanMatchers, tlsTransportSocket, upstreamTlsContext } from '../tls.js';
 import { ADS_CONFIG_SOURCE, durationMs } from '../typed-config.js';
 import { generateEgressClusters } from './egress.js';
 import { httpProtocolOptions, upstreamSettingFields, upstreamTrafficSettingFor, type UpstreamHttp } from '../upstream-settings.js';
 import { byName } from '../../util/order.js';
-import { sharedResource } from '../shared-resources.js';
 import { meshChangeKind, type PushChange } from '../push-change.js';
 
 /** Name of the cluster that points at Envoy's own admin port for Prometheus scraping (OSM). */
@@ -35,26 +33,31 @@ function upstreamHttp(svc: MeshService): UpstreamHttp | undefined {
  * max requests per connection (Envoy `config.cluster.v3.Cluster`; OSM v1.2
  * `getUpstreamServiceCluster`).
  */
-export function upstreamCluster(snapshot: MeshSnapshot, proxy: Proxy, svc: MeshService): NamedResource<Cluster> {
+export function upstreamCluster(context: GenerationContext, profile: ProxyProfile, svc: MeshService): NamedResource<Cluster> {
   const name = clusterName(svc);
   // Everything but the transport socket is the same for every proxy that reaches the service,
   // and reads only the service and its UpstreamTrafficSetting: one shared object, kept across
   // snapshots that change neither, so it is encoded and checked once (see NamedResource.parts).
-  const setting = upstreamTrafficSettingFor(snapshot, svc);
-  const base = sharedResource(snapshot, `Cluster ${name}`, [svc, setting], (): Cluster => ({
+  const base = context.shared('Cluster', name, [svc, upstreamTrafficSettingFor(context.snapshot, svc)], upstreamClusterBase);
+  // The proxy's own service certificate makes the TLS context specific to its identity; the
+  // identities behind the service are the SANs it accepts.
+  const backing = context.snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
+  const sans = context.shared('SubjectAltNameMatchers', name, [backing], sanMatchers);
+  const own: Cluster = { transport_socket: tlsTransportSocket(upstreamTlsContext(profile.identity, svc, context.snapshot.settings, backing, sans), true) };
+  return { name, resource: { ...base, ...own }, parts: [base, own] };
+}
+
+/** The part of a service's upstream cluster every proxy gets: all but the transport socket. */
+function upstreamClusterBase(svc: MeshService, setting: UpstreamTrafficSettingPolicy | undefined): Cluster {
+  const name = clusterName(svc);
+  return {
     name,
     alt_stat_name: name,
     type: 'EDS',
     eds_cluster_config: { eds_config: ADS_CONFIG_SOURCE, service_name: name },
     lb_policy: 'ROUND_ROBIN',
     ...upstreamSettingFields(setting, CONNECT_TIMEOUT_MS, upstreamHttp(svc)),
-  }));
-  // The proxy's own service certificate makes the TLS context specific to its identity; the
-  // identities behind the service are the SANs it accepts.
-  const backing = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
-  const sans = sharedResource(snapshot, `SubjectAltNameMatchers ${name}`, [backing], () => sanMatchers(backing));
-  const own: Cluster = { transport_socket: tlsTransportSocket(upstreamTlsContext(proxy.identity, svc, snapshot.settings, backing, sans), true) };
-  return { name, resource: { ...base, ...own }, parts: [base, own] };
+  };
 }
 
 function staticCluster(name: string, port: number, svc?: MeshService): Cluster {
@@ -81,21 +84,25 @@ export function localCluster(svc: MeshService): Cluster {
   return staticCluster(localClusterName(svc), svc.targetPort, svc);
 }
 
+/** `envoy-metrics-cluster`: STATIC, Envoy's own admin port on 127.0.0.1 (OSM). */
+function metricsCluster(): Cluster {
+  return staticCluster(ENVOY_METRICS_CLUSTER, ENVOY_ADMIN_PORT);
+}
+
 /**
  * CDS for one proxy: an upstream cluster per service it may reach (and per TrafficSplit
  * backend), a local cluster per service it serves, `envoy-metrics-cluster`, and
  * `passthrough-outbound` when egress is on, the Egress policies' clusters
  * ({@link generateEgressClusters}). Names are unique; sorted by name.
  */
-export function generateClusters(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<Cluster>[] {
+export function generateClusters(context: GenerationContext, profile: ProxyProfile): NamedResource<Cluster>[] {
+  const { snapshot } = context;
   const clusters = new Map<string, NamedResource<Cluster>>();
   const add = (name: string, resource: Cluster): void => void clusters.set(name, { name, resource });
-  for (const svc of outboundView(snapshot, proxy.identity).upstreams) clusters.set(clusterName(svc), upstreamCluster(snapshot, proxy, svc));
-  for (const svc of inboundServices(snapshot, proxy.identity)) {
-    add(localClusterName(svc), sharedResource(snapshot, `Cluster ${localClusterName(svc)}`, [svc], () => localCluster(svc)));
-  }
-  add(ENVOY_METRICS_CLUSTER, sharedResource(snapshot, `Cluster ${ENVOY_METRICS_CLUSTER}`, [], () => staticCluster(ENVOY_METRICS_CLUSTER, ENVOY_ADMIN_PORT)));
-  for (const c of generateEgressClusters(snapshot, proxy)) add(c.name ?? '', c);
+  for (const svc of context.outboundView(profile.identity).upstreams) clusters.set(clusterName(svc), upstreamCluster(context, profile, svc));
+  for (const svc of inboundServices(snapshot, profile.identity)) add(localClusterName(svc), context.shared('Cluster', localClusterName(svc), [svc], localCluster));
+  add(ENVOY_METRICS_CLUSTER, context.shared('Cluster', ENVOY_METRICS_CLUSTER, [], metricsCluster));
+  for (const c of generateEgressClusters(context, profile)) add(c.name ?? '', c);
   if (snapshot.settings.enableEgress) {
     add(PASSTHROUGH_OUTBOUND_CLUSTER, {
       name: PASSTHROUGH_OUTBOUND_CLUSTER,

@@ -1,6 +1,6 @@
 import type { Cluster } from '../../api/generated/envoy/config/cluster/v3/Cluster.js';
-import type { MeshSnapshot, UpstreamTrafficSettingPolicy } from '../../catalog/types.js';
-import type { Proxy } from '../../proxy/types.js';
+import type { UpstreamTrafficSettingPolicy } from '../../catalog/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
 import { egressPlan, type EgressCluster } from '../egress-plan.js';
 import { durationMs } from '../typed-config.js';
 import { upstreamSettingFields } from '../upstream-settings.js';
@@ -38,8 +38,8 @@ export function egressCluster(c: EgressCluster, setting?: UpstreamTrafficSetting
  * The egress clusters of a proxy: those its Egress chains and routes name ({@link egressPlan}),
  * sorted by name, with the circuit breakers of the UpstreamTrafficSetting of their host.
  */
-export function generateEgressClusters(snapshot: MeshSnapshot, proxy: Proxy): Cluster[] {
+export function generateEgressClusters(context: GenerationContext, profile: ProxyProfile): Cluster[] {
   // An UpstreamTrafficSetting whose host is not a mesh service applies to the egress host of that name.
-  const forHost = (host: string) => snapshot.upstreamTrafficSettings.find((u) => u.service === undefined && u.host === host);
-  return egressPlan(snapshot, proxy).clusters.map((c) => egressCluster(c, c.kind === 'dns' ? forHost(c.host) : undefined));
+  const forHost = (host: string) => context.snapshot.upstreamTrafficSettings.find((u) => u.service === undefined && u.host === host);
+  return egressPlan(context, profile).clusters.map((c) => egressCluster(c, c.kind === 'dns' ? forHost(c.host) : undefined));
 }

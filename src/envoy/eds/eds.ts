@@ -1,21 +1,19 @@
 import type { ClusterLoadAssignment } from '../../api/generated/envoy/config/endpoint/v3/ClusterLoadAssignment.js';
 import { clusterName } from '../../catalog/names.js';
 import { meshServicePorts } from '../../catalog/traffic-policy.js';
-import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
-import type { Proxy } from '../../proxy/types.js';
-import { outboundView } from '../outbound.js';
+import type { MeshEndpoint, MeshService } from '../../catalog/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
 import type { NamedResource } from '../resource.js';
-import { sharedResource } from '../shared-resources.js';
 import { meshChangeKind, type PushChange } from '../push-change.js';
 
 /**
  * The ClusterLoadAssignment of a MeshService: one locality group (zone = the namespace) with
- * an lb_endpoint per endpoint (IP literal, port, weight 1). A service without endpoints gets
+ * an lb_endpoint per endpoint of `serviceEndpoints` (the snapshot's, by cluster name: IP literal, port, weight 1). A service without endpoints gets
  * a valid, empty assignment (Envoy `config.endpoint.v3.ClusterLoadAssignment`).
  */
-export function clusterLoadAssignment(snapshot: MeshSnapshot, svc: MeshService): ClusterLoadAssignment {
+export function clusterLoadAssignment(svc: MeshService, serviceEndpoints: readonly MeshEndpoint[] | undefined): ClusterLoadAssignment {
   const name = clusterName(svc);
-  const endpoints = snapshot.endpoints.get(name) ?? [];
+  const endpoints = serviceEndpoints ?? [];
   if (endpoints.length === 0) return { cluster_name: name, endpoints: [] };
   return {
     cluster_name: name,
@@ -34,16 +32,16 @@ export function clusterLoadAssignment(snapshot: MeshSnapshot, svc: MeshService):
 
 /**
  * The ClusterLoadAssignment of `svc` as every proxy that reaches it gets it: one object while
- * the service and its endpoints are the same ({@link sharedResource}).
+ * the service and its endpoints are the same (`GenerationContext.shared`).
  */
-export function sharedClusterLoadAssignment(snapshot: MeshSnapshot, svc: MeshService): NamedResource<ClusterLoadAssignment> {
+export function sharedClusterLoadAssignment(context: GenerationContext, svc: MeshService): NamedResource<ClusterLoadAssignment> {
   const name = clusterName(svc);
-  return { name, resource: sharedResource(snapshot, `ClusterLoadAssignment ${name}`, [svc, snapshot.endpoints.get(name)], () => clusterLoadAssignment(snapshot, svc)) };
+  return { name, resource: context.shared('ClusterLoadAssignment', name, [svc, context.snapshot.endpoints.get(name)], clusterLoadAssignment) };
 }
 
 /** EDS for one proxy: a ClusterLoadAssignment for each of its upstream (EDS) clusters, sorted by name. */
-export function generateClusterLoadAssignments(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<ClusterLoadAssignment>[] {
-  return outboundView(snapshot, proxy.identity).upstreams.map((svc) => sharedClusterLoadAssignment(snapshot, svc));
+export function generateClusterLoadAssignments(context: GenerationContext, profile: ProxyProfile): NamedResource<ClusterLoadAssignment>[] {
+  return context.outboundView(profile.identity).upstreams.map((svc) => sharedClusterLoadAssignment(context, svc));
 }
 
 /**
@@ -61,13 +59,14 @@ export function clusterLoadAssignmentsNeedPush(change: PushChange): boolean {
  * changes endpoints only (`onlyEndpointsChanged`): those of every port of the changed services.
  * A proxy's other ClusterLoadAssignments are the same as before. Undefined for any other change
  * (a proxy's ClusterLoadAssignments are then generated again, all of them).
+ * @param context the generation context of `change.after`.
  */
-export function clusterLoadAssignmentsChangedBy(change: PushChange): NamedResource<ClusterLoadAssignment>[] | undefined {
+export function clusterLoadAssignmentsChangedBy(change: PushChange, context: GenerationContext): NamedResource<ClusterLoadAssignment>[] | undefined {
   if (change.change === 'all' || meshChangeKind(change) !== 'endpoints') return undefined;
   const out: NamedResource<ClusterLoadAssignment>[] = [];
   for (const key of change.change.services) {
     const [namespace, name] = key.split('/');
-    for (const svc of meshServicePorts(change.after, namespace, name)) out.push(sharedClusterLoadAssignment(change.after, svc));
+    for (const svc of meshServicePorts(change.after, namespace, name)) out.push(sharedClusterLoadAssignment(context, svc));
   }
   return out;
 }

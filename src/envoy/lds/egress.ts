@@ -1,10 +1,8 @@
 import type { FilterChain } from '../../api/generated/envoy/config/listener/v3/FilterChain.js';
 import type { ListenerFilter } from '../../api/generated/envoy/config/listener/v3/ListenerFilter.js';
 import type { ListenerFilterChainMatchPredicate } from '../../api/generated/envoy/config/listener/v3/ListenerFilterChainMatchPredicate.js';
-import type { MeshSnapshot } from '../../catalog/types.js';
-import type { Proxy } from '../../proxy/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
 import { egressPlan, type EgressPlan } from '../egress-plan.js';
-import { outboundView } from '../outbound.js';
 import { egressRouteConfigName } from '../rds/egress.js';
 import { ADS_CONFIG_SOURCE, ExtensionType, typedConfig } from '../typed-config.js';
 import { cidrRange, uniqueChains } from './filter-chain-match.js';
@@ -76,8 +74,8 @@ function planChains(plan: EgressPlan): FilterChain[] {
  * different match; whatever would still repeat a match leaf of `existing` (or of an earlier
  * egress chain) is pruned or left out ({@link uniqueChains}).
  */
-export function egressFilterChains(snapshot: MeshSnapshot, proxy: Proxy, existing: readonly FilterChain[]): FilterChain[] {
-  return uniqueChains(existing, planChains(egressPlan(snapshot, proxy)));
+export function egressFilterChains(context: GenerationContext, profile: ProxyProfile, existing: readonly FilterChain[]): FilterChain[] {
+  return uniqueChains(existing, planChains(egressPlan(context, profile)));
 }
 
 /**
@@ -88,12 +86,12 @@ export function egressFilterChains(snapshot: MeshSnapshot, proxy: Proxy, existin
  * destination port ranges) on the ports of the proxy's `tcp-server-first` destinations, mesh
  * services and Egress ports alike. Empty when no chain needs it.
  */
-export function egressListenerFilters(snapshot: MeshSnapshot, proxy: Proxy, chains: readonly FilterChain[]): ListenerFilter[] {
+export function egressListenerFilters(context: GenerationContext, profile: ProxyProfile, chains: readonly FilterChain[]): ListenerFilter[] {
   const needsTls = chains.some((c) => c.filter_chain_match?.transport_protocol === 'tls');
   if (!needsTls) return [];
   const serverFirst = new Set<number>();
-  for (const d of outboundView(snapshot, proxy.identity).destinations) if (d.service.protocol === 'tcp-server-first') serverFirst.add(d.service.port);
-  for (const t of egressPlan(snapshot, proxy).tcp) if (t.serverFirst) serverFirst.add(t.port);
+  for (const d of context.outboundView(profile.identity).destinations) if (d.service.protocol === 'tcp-server-first') serverFirst.add(d.service.port);
+  for (const t of egressPlan(context, profile).tcp) if (t.serverFirst) serverFirst.add(t.port);
   const rules: ListenerFilterChainMatchPredicate[] = [...serverFirst]
     .sort((a, b) => a - b)
     .map((port) => ({ destination_port_range: { start: port, end: port + 1 } }));

@@ -2,8 +2,7 @@ import type { DownstreamTlsContext } from '../../api/generated/envoy/extensions/
 import type { Filter } from '../../api/generated/envoy/config/listener/v3/Filter.js';
 import type { FilterChain } from '../../api/generated/envoy/config/listener/v3/FilterChain.js';
 import { ingressRootCertSecretName, serviceCertSecretName } from '../../catalog/names.js';
-import type { MeshSnapshot } from '../../catalog/types.js';
-import type { Proxy } from '../../proxy/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
 import { ingressChainPlans, type IngressChainPlan } from '../ingress-plan.js';
 import { ingressRouteConfigName } from '../rds/ingress.js';
 import { tlsParams, tlsTransportSocket } from '../tls.js';
@@ -19,19 +18,19 @@ export const INGRESS_RBAC_STAT_PREFIX = 'ingress_rbac';
  * a required client certificate validated by `root-cert-https:<ns>/<sa>` (the mesh root; the
  * inbound mesh context pins mesh identities, which an ingress controller is not).
  */
-export function ingressTlsContext(snapshot: MeshSnapshot, proxy: Proxy, plan: IngressChainPlan): DownstreamTlsContext {
+export function ingressTlsContext(context: GenerationContext, profile: ProxyProfile, plan: IngressChainPlan): DownstreamTlsContext {
   const validate = !plan.skipClientCertValidation;
   return {
     common_tls_context: {
-      tls_params: tlsParams(snapshot.settings),
-      tls_certificate_sds_secret_configs: [{ name: serviceCertSecretName(proxy.identity), sds_config: ADS_CONFIG_SOURCE }],
-      ...(validate ? { validation_context_sds_secret_config: { name: ingressRootCertSecretName(proxy.identity), sds_config: ADS_CONFIG_SOURCE } } : {}),
+      tls_params: tlsParams(context.snapshot.settings),
+      tls_certificate_sds_secret_configs: [{ name: serviceCertSecretName(profile.identity), sds_config: ADS_CONFIG_SOURCE }],
+      ...(validate ? { validation_context_sds_secret_config: { name: ingressRootCertSecretName(profile.identity), sds_config: ADS_CONFIG_SOURCE } } : {}),
     },
     require_client_certificate: { value: validate },
   };
 }
 
-function ingressFilterChain(snapshot: MeshSnapshot, proxy: Proxy, plan: IngressChainPlan): FilterChain {
+function ingressFilterChain(context: GenerationContext, profile: ProxyProfile, plan: IngressChainPlan): FilterChain {
   const https = plan.protocol === 'https';
   const filters: Filter[] = [];
   if (https && !plan.skipClientCertValidation) {
@@ -68,7 +67,7 @@ function ingressFilterChain(snapshot: MeshSnapshot, proxy: Proxy, plan: IngressC
       transport_protocol: https ? 'tls' : 'raw_buffer',
       ...(https && plan.sniHosts.length > 0 ? { server_names: [...plan.sniHosts] } : {}),
     },
-    ...(https ? { transport_socket: tlsTransportSocket(ingressTlsContext(snapshot, proxy, plan), false) } : {}),
+    ...(https ? { transport_socket: tlsTransportSocket(ingressTlsContext(context, profile, plan), false) } : {}),
     filters,
   };
 }
@@ -86,7 +85,7 @@ function ingressFilterChain(snapshot: MeshSnapshot, proxy: Proxy, plan: IngressC
  * ingress is denied. Chains are added after `existing` so that no match leaf repeats
  * (see {@link uniqueChains}): the mesh chains win.
  */
-export function ingressFilterChains(snapshot: MeshSnapshot, proxy: Proxy, existing: readonly FilterChain[]): FilterChain[] {
-  const chains = ingressChainPlans(snapshot, proxy).map((plan) => ingressFilterChain(snapshot, proxy, plan));
+export function ingressFilterChains(context: GenerationContext, profile: ProxyProfile, existing: readonly FilterChain[]): FilterChain[] {
+  const chains = ingressChainPlans(context, profile).map((plan) => ingressFilterChain(context, profile, plan));
   return uniqueChains(existing, chains);
 }

@@ -1,19 +1,19 @@
 import type { Listener } from '../../api/generated/envoy/config/listener/v3/Listener.js';
+import type { ListenerFilter } from '../../api/generated/envoy/config/listener/v3/ListenerFilter.js';
 import type { FilterChain } from '../../api/generated/envoy/config/listener/v3/FilterChain.js';
 import type { Filter } from '../../api/generated/envoy/config/listener/v3/Filter.js';
 import type { HttpFilter } from '../../api/generated/envoy/extensions/filters/network/http_connection_manager/v3/HttpFilter.js';
 import { clusterName, localClusterName, serviceFqdn } from '../../catalog/names.js';
 import { inboundServices, inboundTrafficTargets, targetCoversPort } from '../../catalog/traffic-policy.js';
-import type { MeshService, MeshSnapshot } from '../../catalog/types.js';
-import type { Proxy } from '../../proxy/types.js';
+import type { MeshEndpoint, MeshService } from '../../catalog/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
 import { PASSTHROUGH_OUTBOUND_CLUSTER } from '../cds/cds.js';
 import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, networkLocalRateLimitFilter } from '../rate-limit.js';
-import { outboundView, outboundViewId, type OutboundDestination } from '../outbound.js';
+import type { OutboundDestination, OutboundView } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import { HTTP_RBAC_FILTER, inboundRouteConfigName, isHttpLike, outboundRouteConfigName } from '../rds/rds.js';
 import type { NamedResource } from '../resource.js';
-import { sharedResource } from '../shared-resources.js';
 import { downstreamTlsContext, tlsTransportSocket } from '../tls.js';
 import { ADS_CONFIG_SOURCE, ExtensionType, typedConfig } from '../typed-config.js';
 import { egressFilterChains, egressListenerFilters } from './egress.js';
@@ -65,11 +65,23 @@ function tcpProxy(statPrefix: string, dest: Pick<OutboundDestination, 'targets'>
   };
 }
 
+/** The endpoints of services by cluster name (the snapshot's, or those of a listener's headless destinations). */
+type EndpointsByCluster = ReadonlyMap<string, readonly MeshEndpoint[] | undefined>;
+
 /** The IPs a client dials for a service: its ClusterIPs, or for a headless service its endpoints' IPs. */
-function destinationIps(snapshot: MeshSnapshot, svc: MeshService): string[] {
+function destinationIps(endpoints: EndpointsByCluster, svc: MeshService): string[] {
   if (!svc.headless) return [...svc.clusterIPs];
-  return [...new Set((snapshot.endpoints.get(clusterName(svc)) ?? []).map((e) => e.ip))];
+  return [...new Set((endpoints.get(clusterName(svc)) ?? []).map((e) => e.ip))];
 }
+
+/** What the Egress policies add to a proxy's outbound listener: its chains, and the listener filters those need. */
+interface OutboundEgress {
+  chains(existing: readonly FilterChain[]): FilterChain[];
+  listenerFilters(chains: readonly FilterChain[]): ListenerFilter[];
+}
+
+/** The outbound listener of a proxy without Egress policies of its own: no egress chains, no listener filters for them. */
+const NO_EGRESS: OutboundEgress = { chains: () => [], listenerFilters: () => [] };
 
 /**
  * The outbound listener of a proxy, `outbound-listener` on 0.0.0.0:15001 with `original_dst`:
@@ -82,10 +94,18 @@ function destinationIps(snapshot: MeshSnapshot, svc: MeshService): string[] {
  * `passthrough-outbound`. Undefined when the proxy may reach nothing (Envoy rejects a
  * listener without filter chains).
  */
-export function outboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener | undefined {
+export function outboundListener(context: GenerationContext, profile: ProxyProfile): Listener | undefined {
+  return buildOutboundListener(context.outboundView(profile.identity), context.snapshot.settings.enableEgress, context.snapshot.endpoints, {
+    chains: (existing) => egressFilterChains(context, profile, existing),
+    listenerFilters: (chains) => egressListenerFilters(context, profile, chains),
+  });
+}
+
+/** {@link outboundListener} from what it reads: the view, `enableEgress`, the endpoints of headless destinations, and the egress chains. */
+function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: EndpointsByCluster, egressOf: OutboundEgress): Listener | undefined {
   const claimed = new Set<string>();
   const claim = (svc: MeshService): string[] =>
-    destinationIps(snapshot, svc).filter((ip) => {
+    destinationIps(endpoints, svc).filter((ip) => {
       const key = `${ip}|${svc.port}`;
       if (claimed.has(key)) return false;
       claimed.add(key);
@@ -94,14 +114,14 @@ export function outboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener
   const httpIps = new Map<number, string[]>();
   const portOnly = new Set<number>();
   const chains: FilterChain[] = [];
-  for (const dest of outboundView(snapshot, proxy.identity).destinations) {
+  for (const dest of view.destinations) {
     const svc = dest.service;
     const ips = claim(svc);
     if (isHttpLike(svc)) {
       // A service without a ClusterIP (manifests written without one, no API server to assign
       // it) can't be matched by address: its port's HTTP chain then matches the port alone and
       // RDS routes by Host. Addressed chains on the same port stay more specific.
-      if (destinationIps(snapshot, svc).length === 0) portOnly.add(svc.port);
+      if (destinationIps(endpoints, svc).length === 0) portOnly.add(svc.port);
       httpIps.set(svc.port, [...(httpIps.get(svc.port) ?? []), ...ips]);
       continue;
     }
@@ -121,9 +141,8 @@ export function outboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener
       filters: [httpConnectionManager(name, outboundRouteConfigName(port), false)],
     });
   }
-  const egressChains = egressFilterChains(snapshot, proxy, chains);
+  const egressChains = egressOf.chains(chains);
   chains.push(...egressChains);
-  const egress = snapshot.settings.enableEgress;
   if (chains.length === 0 && !egress) return undefined;
   return {
     name: OUTBOUND_LISTENER.name,
@@ -131,7 +150,7 @@ export function outboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener
     traffic_direction: 'OUTBOUND',
     listener_filters: [
       { name: 'envoy.filters.listener.original_dst', typed_config: typedConfig(ExtensionType.OriginalDst, {}) },
-      ...egressListenerFilters(snapshot, proxy, egressChains),
+      ...egressOf.listenerFilters(egressChains),
     ],
     filter_chains: chains.sort((a, b) => ((a.name ?? '') < (b.name ?? '') ? -1 : 1)),
     ...(egress
@@ -155,11 +174,12 @@ export function outboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener
  * port. Then the IngressBackends' chains ({@link ingressFilterChains}). Undefined when the
  * proxy serves no service.
  */
-export function inboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener | undefined {
+export function inboundListener(context: GenerationContext, profile: ProxyProfile): Listener | undefined {
+  const { snapshot } = context;
   const smi = !snapshot.settings.permissiveTrafficPolicyMode;
-  const targets = smi ? inboundTrafficTargets(snapshot, proxy.identity) : [];
+  const targets = smi ? inboundTrafficTargets(snapshot, profile.identity) : [];
   const chains: FilterChain[] = [];
-  for (const svc of inboundServices(snapshot, proxy.identity)) {
+  for (const svc of inboundServices(snapshot, profile.identity)) {
     const http = isHttpLike(svc);
     const name = `inbound_${clusterName(svc)}_${http ? 'http' : 'tcp'}`;
     const filters: Filter[] = [];
@@ -188,11 +208,11 @@ export function inboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener 
     chains.push({
       name,
       filter_chain_match: { destination_port: { value: svc.targetPort }, server_names: [serviceFqdn(svc)], transport_protocol: 'tls' },
-      transport_socket: tlsTransportSocket(downstreamTlsContext(proxy.identity, snapshot.settings), false),
+      transport_socket: tlsTransportSocket(downstreamTlsContext(profile.identity, snapshot.settings), false),
       filters,
     });
   }
-  chains.push(...ingressFilterChains(snapshot, proxy, chains));
+  chains.push(...ingressFilterChains(context, profile, chains));
   if (chains.length === 0) return undefined;
   return {
     name: INBOUND_LISTENER.name,
@@ -207,22 +227,42 @@ export function inboundListener(snapshot: MeshSnapshot, proxy: Proxy): Listener 
 }
 
 /** LDS for one proxy: its outbound and inbound listeners (each only when it has filter chains). */
-export function generateListeners(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<Listener>[] {
+export function generateListeners(context: GenerationContext, profile: ProxyProfile): NamedResource<Listener>[] {
+  const { snapshot } = context;
   const out: NamedResource<Listener>[] = [];
-  const inbound = inboundListener(snapshot, proxy);
+  const inbound = inboundListener(context, profile);
   if (inbound) out.push({ name: INBOUND_LISTENER.name, resource: inbound });
   // Without Egress policies of its own, a proxy's outbound listener depends only on its view,
   // whether egress is on, and the endpoints of its headless destinations (their chains match
   // pod IPs): identities with the same view (all of them in permissive mode) share one object,
   // and so do snapshots that change none of these (a MeshConfig change of TLS settings).
-  const view = outboundView(snapshot, proxy.identity);
-  const shareable = proxyEgressPolicies(snapshot, proxy).length === 0;
-  const inputs = [view, snapshot.settings.enableEgress, ...view.destinations.filter((d) => d.service.headless).map((d) => snapshot.endpoints.get(clusterName(d.service)))];
+  const view = context.outboundView(profile.identity);
+  const shareable = proxyEgressPolicies(context, profile).length === 0;
   const outbound = shareable
-    ? sharedResource(snapshot, `Listener ${OUTBOUND_LISTENER.name} ${outboundViewId(view)}`, inputs, () => ({ listener: outboundListener(snapshot, proxy) })).listener
-    : outboundListener(snapshot, proxy);
+    ? context.shared(
+        'Listener',
+        `${OUTBOUND_LISTENER.name} ${context.outboundViewId(view)}`,
+        [view, snapshot.settings.enableEgress, ...view.destinations.filter((d) => d.service.headless).map((d) => snapshot.endpoints.get(clusterName(d.service)))],
+        sharedOutboundListener,
+      ).listener
+    : outboundListener(context, profile);
   if (outbound) out.push({ name: OUTBOUND_LISTENER.name, resource: outbound });
   return out;
+}
+
+/**
+ * The outbound listener of proxies without Egress policies of their own, from `view`,
+ * `enableEgress` and the endpoints of the view's headless destinations (in the order of
+ * `view.destinations`), boxed (there may be no listener).
+ */
+function sharedOutboundListener(
+  view: OutboundView,
+  enableEgress: boolean,
+  ...headlessEndpoints: (readonly MeshEndpoint[] | undefined)[]
+): { listener: Listener | undefined } {
+  const headless = view.destinations.filter((d) => d.service.headless);
+  const endpoints = new Map(headless.map((d, i) => [clusterName(d.service), headlessEndpoints[i]]));
+  return { listener: buildOutboundListener(view, enableEgress, endpoints, NO_EGRESS) };
 }
 
 /**

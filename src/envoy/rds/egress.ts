@@ -1,7 +1,6 @@
 import type { Route } from '../../api/generated/envoy/config/route/v3/Route.js';
 import type { RouteConfiguration } from '../../api/generated/envoy/config/route/v3/RouteConfiguration.js';
-import type { MeshSnapshot } from '../../catalog/types.js';
-import type { Proxy } from '../../proxy/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
 import { egressPlan } from '../egress-plan.js';
 import type { NamedResource } from '../resource.js';
 import { routeMatch } from './rds.js';
@@ -19,8 +18,8 @@ export function egressRouteConfigName(port: number): string {
  * every request (`prefix: /`); each to the host's cluster `<host>:<port>` (or `<port>` for a
  * wildcard host). Requests for other hosts get no route (404): HTTP egress is by host only.
  */
-export function generateEgressRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
-  return egressPlan(snapshot, proxy).http.map((p) => {
+export function generateEgressRouteConfigurations(context: GenerationContext, profile: ProxyProfile): NamedResource<RouteConfiguration>[] {
+  return egressPlan(context, profile).http.map((p) => {
     const name = egressRouteConfigName(p.port);
     const virtualHosts = p.hosts.map((h) => {
       const routes: Route[] = h.matches.map((m) => ({ name: `egress_route|${h.host}|${m.name}`, match: routeMatch(m), route: { cluster: h.cluster } }));

@@ -2,8 +2,8 @@ import type { Route } from '../../api/generated/envoy/config/route/v3/Route.js';
 import type { RouteConfiguration } from '../../api/generated/envoy/config/route/v3/RouteConfiguration.js';
 import type { VirtualHost } from '../../api/generated/envoy/config/route/v3/VirtualHost.js';
 import { localClusterName, serviceKey } from '../../catalog/names.js';
-import type { IngressPathMatch, MeshSnapshot } from '../../catalog/types.js';
-import type { Proxy } from '../../proxy/types.js';
+import type { IngressPathMatch } from '../../catalog/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
 import { ingressChainPlans } from '../ingress-plan.js';
 import type { NamedResource } from '../resource.js';
 import { byKey } from '../../util/order.js';
@@ -50,9 +50,9 @@ function precedence(match: IngressPathMatch): [number, number] {
  * (`prefix: /`, OSM v1.2's wildcard ingress route). Every route goes to the backend's local
  * cluster `<ns>/<svc>|<port>|local`. Identical matches keep the first; sorted by name.
  */
-export function generateIngressRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
+export function generateIngressRouteConfigurations(context: GenerationContext, profile: ProxyProfile): NamedResource<RouteConfiguration>[] {
   const byPort = new Map<number, Map<string, { match: IngressPathMatch; route: Route }[]>>();
-  for (const plan of ingressChainPlans(snapshot, proxy)) {
+  for (const plan of ingressChainPlans(context, profile)) {
     const hosts = byPort.get(plan.port) ?? new Map<string, { match: IngressPathMatch; route: Route }[]>();
     byPort.set(plan.port, hosts);
     for (const backend of plan.backends) {

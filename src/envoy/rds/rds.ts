@@ -6,11 +6,11 @@ import type { VirtualHost } from '../../api/generated/envoy/config/route/v3/Virt
 import { localClusterName, serviceFqdn } from '../../catalog/names.js';
 import { inboundServices, inboundTrafficTargets, meshServicePorts, targetCoversPort } from '../../catalog/traffic-policy.js';
 import type { HttpRouteMatch, MeshService, MeshSnapshot } from '../../catalog/types.js';
-import { identityParts, type Proxy, type ServiceIdentity } from '../../proxy/types.js';
-import { outboundView, outboundViewId } from '../outbound.js';
+import { identityParts, type ServiceIdentity } from '../../proxy/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
+import type { OutboundView } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import type { NamedResource } from '../resource.js';
-import { sharedResource } from '../shared-resources.js';
 import { durationMs, ExtensionType, typedConfig } from '../typed-config.js';
 import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, httpLocalRateLimitConfig } from '../rate-limit.js';
@@ -86,25 +86,34 @@ export function routeMatch(match: HttpRouteMatch): Route['match'] {
  * the service's cluster, or to weighted clusters when a TrafficSplit applies (no
  * `total_weight`, deprecated in Envoy: the weights' sum is the total).
  */
-export function generateOutboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
-  const clientNamespace = identityParts(proxy.identity).namespace;
+export function generateOutboundRouteConfigurations(context: GenerationContext, profile: ProxyProfile): NamedResource<RouteConfiguration>[] {
+  const { snapshot } = context;
+  const clientNamespace = identityParts(profile.identity).namespace;
+  const view = context.outboundView(profile.identity);
   // Without Retry policies of its own, the route configurations depend only on the view (its
   // services, clusters and weights) and the client's namespace (short host names): identities
   // sharing both share the objects, and so do snapshots that keep the view.
-  if (!snapshot.retryPolicies.some((r) => r.source === proxy.identity)) {
-    const view = outboundView(snapshot, proxy.identity);
-    const shared = sharedResource(snapshot, `RouteConfiguration outbound ${clientNamespace} ${outboundViewId(view)}`, [view], () => ({
-      list: outboundRouteConfigurations(snapshot, proxy, clientNamespace),
-    }));
+  if (!snapshot.retryPolicies.some((r) => r.source === profile.identity)) {
+    const shared = context.shared('RouteConfiguration', `outbound ${clientNamespace} ${context.outboundViewId(view)}`, [view, clientNamespace], sharedOutboundRouteConfigurations);
     return [...shared.list]; // the caller's own array: the proxyless generator appends to it
   }
-  return outboundRouteConfigurations(snapshot, proxy, clientNamespace);
+  return outboundRouteConfigurations(view, clientNamespace, (svc) => retryPolicyFor(snapshot, profile.identity, svc));
 }
 
-function outboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy, clientNamespace: string): NamedResource<RouteConfiguration>[] {
+/** The outbound route configurations of clients without Retry policies of their own, boxed. */
+function sharedOutboundRouteConfigurations(view: OutboundView, clientNamespace: string): { list: NamedResource<RouteConfiguration>[] } {
+  return { list: outboundRouteConfigurations(view, clientNamespace, () => undefined) };
+}
+
+/** {@link generateOutboundRouteConfigurations} from what it reads: the view, the client's namespace and its retry policy per service. */
+function outboundRouteConfigurations(
+  view: OutboundView,
+  clientNamespace: string,
+  retryPolicyTo: (svc: MeshService) => RetryPolicy | undefined,
+): NamedResource<RouteConfiguration>[] {
   const byPort = new Map<number, VirtualHost[]>();
   const domainsTaken = new Map<number, Set<string>>();
-  for (const dest of outboundView(snapshot, proxy.identity).destinations) {
+  for (const dest of view.destinations) {
     const svc = dest.service;
     if (!isHttpLike(svc)) continue;
     const taken = domainsTaken.get(svc.port) ?? new Set<string>();
@@ -125,7 +134,7 @@ function outboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy, clien
               clusters: dest.targets.map((t) => ({ name: t.cluster, weight: { value: t.weight } })),
             },
           };
-    const retry = retryPolicyFor(snapshot, proxy.identity, svc);
+    const retry = retryPolicyTo(svc);
     const hosts = byPort.get(svc.port) ?? [];
     hosts.push({
       name: `outbound_virtual-host|${serviceFqdn(svc)}`,
@@ -184,11 +193,12 @@ function inboundRules(snapshot: MeshSnapshot, identity: ServiceIdentity, svc: Me
  * every request to the local cluster; in SMI mode there is one route per allowed
  * HTTPRouteGroup match, each with per-route RBAC naming the sources allowed to use it.
  */
-export function generateInboundRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
+export function generateInboundRouteConfigurations(context: GenerationContext, profile: ProxyProfile): NamedResource<RouteConfiguration>[] {
+  const { snapshot } = context;
   const permissive = snapshot.settings.permissiveTrafficPolicyMode;
   const byPort = new Map<number, VirtualHost[]>();
   const domainsTaken = new Map<number, Set<string>>();
-  for (const svc of inboundServices(snapshot, proxy.identity)) {
+  for (const svc of inboundServices(snapshot, profile.identity)) {
     if (!isHttpLike(svc)) continue;
     const taken = domainsTaken.get(svc.targetPort) ?? new Set<string>();
     domainsTaken.set(svc.targetPort, taken);
@@ -203,7 +213,7 @@ export function generateInboundRouteConfigurations(snapshot: MeshSnapshot, proxy
     // Each route with its OSM path, which UpstreamTrafficSetting httpRoutes are matched against.
     const routes: { route: Route; path: string }[] = permissive
       ? [{ route: { name: `inbound_route|${serviceFqdn(svc)}`, match: { prefix: '/' }, route: { cluster } }, path: MATCH_ALL_PATH }]
-      : inboundRules(snapshot, proxy.identity, svc).map((rule) => ({
+      : inboundRules(snapshot, profile.identity, svc).map((rule) => ({
           path: rule.path,
           route: {
             name: rule.name,
@@ -254,8 +264,8 @@ export function generateInboundRouteConfigurations(snapshot: MeshSnapshot, proxy
 }
 
 /** RDS for one proxy: its outbound and inbound route configurations, sorted by name. */
-export function generateRouteConfigurations(snapshot: MeshSnapshot, proxy: Proxy): NamedResource<RouteConfiguration>[] {
-  return [...generateOutboundRouteConfigurations(snapshot, proxy), ...generateInboundRouteConfigurations(snapshot, proxy)];
+export function generateRouteConfigurations(context: GenerationContext, profile: ProxyProfile): NamedResource<RouteConfiguration>[] {
+  return [...generateOutboundRouteConfigurations(context, profile), ...generateInboundRouteConfigurations(context, profile)];
 }
 
 /**

@@ -1,7 +1,6 @@
 import type { Secret } from '../../api/generated/envoy/extensions/transport_sockets/tls/v3/Secret.js';
 import { ingressRootCertSecretName } from '../../catalog/names.js';
-import type { MeshSnapshot } from '../../catalog/types.js';
-import type { Proxy } from '../../proxy/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
 import { ingressChainPlans } from '../ingress-plan.js';
 import type { NamedResource } from '../resource.js';
 
@@ -11,9 +10,9 @@ import type { NamedResource } from '../resource.js';
  * chain that validates client certificates; else nothing.
  * @param certs the mesh root (`caPem`), as in the proxy's other validation contexts.
  */
-export function generateIngressSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: { readonly caPem: string }): NamedResource<Secret>[] {
-  const needed = ingressChainPlans(snapshot, proxy).some((p) => p.protocol === 'https' && !p.skipClientCertValidation);
+export function generateIngressSecrets(context: GenerationContext, profile: ProxyProfile, certs: { readonly caPem: string }): NamedResource<Secret>[] {
+  const needed = ingressChainPlans(context, profile).some((p) => p.protocol === 'https' && !p.skipClientCertValidation);
   if (!needed) return [];
-  const name = ingressRootCertSecretName(proxy.identity);
+  const name = ingressRootCertSecretName(profile.identity);
   return [{ name, resource: { name, validation_context: { trusted_ca: { inline_string: certs.caPem } } } }];
 }

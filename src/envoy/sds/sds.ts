@@ -1,11 +1,9 @@
 import type { Secret } from '../../api/generated/envoy/extensions/transport_sockets/tls/v3/Secret.js';
 import { OUTBOUND_ROOT_CERT_SECRET_NAME, inboundRootCertSecretName, serviceCertSecretName } from '../../catalog/names.js';
 import { inboundTrafficTargets } from '../../catalog/traffic-policy.js';
-import type { MeshSnapshot } from '../../catalog/types.js';
-import type { Proxy } from '../../proxy/types.js';
-import { outboundView } from '../outbound.js';
+import type { ServiceIdentity } from '../../proxy/types.js';
+import type { GenerationContext, ProxyProfile } from '../context.js';
 import type { NamedResource } from '../resource.js';
-import { sharedResource } from '../shared-resources.js';
 import { sanMatchers } from '../tls.js';
 import { generateIngressSecrets } from './ingress.js';
 import { byName } from '../../util/order.js';
@@ -33,42 +31,44 @@ export interface ProxyCertificates {
  * - `root-cert-https:<ns>/<sa>` for HTTPS ingress with client certificates ({@link generateIngressSecrets}).
  * Sorted by name.
  */
-export function generateSecrets(snapshot: MeshSnapshot, proxy: Proxy, certs: ProxyCertificates): NamedResource<Secret>[] {
+export function generateSecrets(context: GenerationContext, profile: ProxyProfile, certs: ProxyCertificates): NamedResource<Secret>[] {
+  const { snapshot } = context;
   const out: NamedResource<Secret>[] = [];
-  const cert = serviceCertSecretName(proxy.identity);
+  const cert = serviceCertSecretName(profile.identity);
   // Per identity, and unchanged until the certificate rotates: one object across snapshots.
   out.push({
     name: cert,
-    resource: sharedResource(snapshot, `Secret ${cert}`, [certs.certChainPem, certs.privateKeyPem], () => ({
-      name: cert,
+    resource: context.shared('Secret', cert, [cert, certs.certChainPem, certs.privateKeyPem], (name, certChainPem, privateKeyPem) => ({
+      name,
       tls_certificate: {
-        certificate_chain: { inline_string: certs.certChainPem },
-        private_key: { inline_string: certs.privateKeyPem },
+        certificate_chain: { inline_string: certChainPem },
+        private_key: { inline_string: privateKeyPem },
       },
     })),
   });
-  const inbound = inboundRootCertSecretName(proxy.identity);
+  const inbound = inboundRootCertSecretName(profile.identity);
   const allowedIn = snapshot.settings.permissiveTrafficPolicyMode
     ? []
-    : inboundTrafficTargets(snapshot, proxy.identity).flatMap((tt) => tt.sources);
+    : inboundTrafficTargets(snapshot, profile.identity).flatMap((tt) => tt.sources);
   const allowedSans = [...new Set(allowedIn)].sort();
   out.push({
     name: inbound,
-    resource: sharedResource(snapshot, `Secret ${inbound}`, [certs.caPem, allowedSans.join(' ')], () => ({
-      name: inbound,
+    // The SANs as one string (identities `<ns>/<sa>` hold no space): compared by value.
+    resource: context.shared('Secret', inbound, [inbound, certs.caPem, allowedSans.join(' ')], (name, caPem, sans) => ({
+      name,
       validation_context: {
-        trusted_ca: { inline_string: certs.caPem },
-        ...(allowedSans.length > 0 ? { match_typed_subject_alt_names: sanMatchers(allowedSans) } : {}),
+        trusted_ca: { inline_string: caPem },
+        ...(sans !== '' ? { match_typed_subject_alt_names: sanMatchers(sans.split(' ') as ServiceIdentity[]) } : {}),
       },
     })),
   });
-  if (outboundView(snapshot, proxy.identity).upstreams.length > 0) {
+  if (context.outboundView(profile.identity).upstreams.length > 0) {
     // The same for every proxy (for one mesh root): one shared object.
     const name = OUTBOUND_ROOT_CERT_SECRET_NAME;
-    const resource = sharedResource(snapshot, `Secret ${name}`, [certs.caPem], () => ({ name, validation_context: { trusted_ca: { inline_string: certs.caPem } } }));
+    const resource = context.shared('Secret', name, [name, certs.caPem], (secretName, caPem) => ({ name: secretName, validation_context: { trusted_ca: { inline_string: caPem } } }));
     out.push({ name, resource });
   }
-  out.push(...generateIngressSecrets(snapshot, proxy, certs));
+  out.push(...generateIngressSecrets(context, profile, certs));
   return out.sort(byName);
 }
 

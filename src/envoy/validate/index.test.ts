@@ -5,6 +5,7 @@ import { buildMeshSnapshot } from '../../catalog/build-snapshot.js';
 import { parseCommonName, type Proxy } from '../../proxy/types.js';
 import { bookstoreMesh, k8s } from '../../../test/fixtures/mesh.js';
 import { memoryStore } from '../../../test/helpers/memory-store.js';
+import { GenerationContext, proxyProfile } from '../context.js';
 import { generateProxyResources, type ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
 import { formatViolation, ResourceCheckCache, validateProxyResources } from './index.js';
@@ -245,13 +246,14 @@ describe('generated configuration of the bookstore fixture', () => {
       it(`has no violations for any identity (${permissive ? 'permissive' : 'SMI'}, egress ${egress ? 'on' : 'off'})`, () => {
         const objects = bookstoreMesh({ permissive }).map((o) => (o.kind === 'MeshConfig' ? k8s.meshConfig(permissive, egress) : o));
         const { snapshot } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
+        const context = new GenerationContext(snapshot);
         const identities = [...snapshot.servicesByIdentity.keys(), 'bookbuyer/bookbuyer', 'bookthief/bookthief'];
         assert.ok(identities.length >= 6);
         for (const identity of new Set(identities)) {
           const [ns, sa] = identity.split('/') as [string, string];
           for (const clientType of [undefined, 'grpc'] as const) {
             const proxy: Proxy = { ...parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`), ...(clientType ? { clientType } : {}) };
-            const resources = generateProxyResources(snapshot, proxy, certs);
+            const resources = generateProxyResources(context, proxyProfile(proxy), certs);
             const { violations } = validateProxyResources(resources);
             assert.deepEqual(violations.map(formatViolation), [], `${identity}${clientType ? ' (proxyless)' : ''}`);
           }
@@ -266,11 +268,12 @@ describe('encodeChecked', () => {
     const certs = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
     const objects = bookstoreMesh({ permissive: false }).map((o) => (o.kind === 'MeshConfig' ? k8s.meshConfig(false, true) : o));
     const { snapshot } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
+    const context = new GenerationContext(snapshot);
     let compared = 0;
     for (const identity of snapshot.servicesByIdentity.keys()) {
       const [ns, sa] = identity.split('/') as [string, string];
       const proxy = parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`);
-      for (const [typeUrl, list] of generateProxyResources(snapshot, proxy, certs)) {
+      for (const [typeUrl, list] of generateProxyResources(context, proxyProfile(proxy), certs)) {
         for (const r of list) {
           const { encoded, decoded } = encodeChecked(typeUrl, r.resource);
           assert.deepEqual(decoded, decodeMessage(typeUrl, encoded), r.name);
@@ -296,10 +299,10 @@ describe('encodeChecked', () => {
 
 describe('resources given as parts (NamedResource.parts)', () => {
   const bookbuyer = parseCommonName('a0000000-0000-4000-8000-000000000001.sidecar.bookbuyer.bookbuyer.cluster.local');
-  const mesh = buildMeshSnapshot(memoryStore(bookstoreMesh()), { meshName: 'osm', generation: 1 }).snapshot;
+  const mesh = new GenerationContext(buildMeshSnapshot(memoryStore(bookstoreMesh()), { meshName: 'osm', generation: 1 }).snapshot);
 
   it('encode, concatenated, to the same message as the whole resource', () => {
-    const clusters = generateProxyResources(mesh, bookbuyer, { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!;
+    const clusters = generateProxyResources(mesh, proxyProfile(bookbuyer), { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!;
     const withParts = clusters.filter((c) => c.parts);
     assert.ok(withParts.length >= 3, 'the upstream clusters are given as parts');
     const cache = new ResourceCheckCache();
@@ -313,8 +316,8 @@ describe('resources given as parts (NamedResource.parts)', () => {
 
   it('share the base part between proxies of different identities', () => {
     const bookthief = parseCommonName('a0000000-0000-4000-8000-000000000002.sidecar.bookthief.bookthief.cluster.local');
-    const permissive = buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive: true })), { meshName: 'osm', generation: 1 }).snapshot;
-    const of = (proxy: Proxy) => generateProxyResources(permissive, proxy, { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!.find((c) => c.name === 'bookstore/bookstore-v1|14001')!;
+    const permissive = new GenerationContext(buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive: true })), { meshName: 'osm', generation: 1 }).snapshot);
+    const of = (proxy: Proxy) => generateProxyResources(permissive, proxyProfile(proxy), { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!.find((c) => c.name === 'bookstore/bookstore-v1|14001')!;
     const [a, b] = [of(bookbuyer), of(bookthief)];
     assert.equal(a.parts![0], b.parts![0], 'one base object');
     assert.notDeepEqual(a.parts![1], b.parts![1], 'each its own service certificate');
@@ -376,11 +379,12 @@ describe('ResourceCheckCache: a resource alike a valid sibling', () => {
   const generated = (permissive: boolean): [TypeUrl, NamedResource][] => {
     const objects = bookstoreMesh({ permissive }).map((o) => (o.kind === 'MeshConfig' ? k8s.meshConfig(permissive, true) : o));
     const { snapshot } = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 1 });
+    const context = new GenerationContext(snapshot);
     const out: [TypeUrl, NamedResource][] = [];
     for (const identity of snapshot.servicesByIdentity.keys()) {
       const [ns, sa] = identity.split('/') as [string, string];
       const proxy = parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`);
-      for (const [typeUrl, list] of generateProxyResources(snapshot, proxy, certs)) for (const r of list) out.push([typeUrl, r]);
+      for (const [typeUrl, list] of generateProxyResources(context, proxyProfile(proxy), certs)) for (const r of list) out.push([typeUrl, r]);
     }
     return out;
   };

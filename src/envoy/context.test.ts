@@ -1,0 +1,114 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { TypeUrl } from '../api/type-urls.js';
+import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
+import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
+import { memoryStore } from '../../test/helpers/memory-store.js';
+import { parseCommonName, serviceIdentity } from '../proxy/types.js';
+import { ObjectStore } from '../store/object-store.js';
+import { GenerationContext, proxyProfile } from './context.js';
+import { generateProxyResources } from './generate.js';
+
+const certs = { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' };
+const snapshotOf = (permissive: boolean) => buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive })), { meshName: 'osm', generation: 1 }).snapshot;
+const bookbuyer = proxyProfile(parseCommonName('a0000000-0000-4000-8000-000000000001.sidecar.bookbuyer.bookbuyer.cluster.local'));
+const bookthief = proxyProfile(parseCommonName('a0000000-0000-4000-8000-000000000002.sidecar.bookthief.bookthief.cluster.local'));
+const resource = (context: GenerationContext, type: TypeUrl, name: string, profile = bookbuyer) =>
+  generateProxyResources(context, profile, certs).get(type)!.find((r) => r.name === name)!.resource;
+
+describe('GenerationContext.shared', () => {
+  it('builds once per (kind, name) and inputs, from the inputs alone', () => {
+    const context = new GenerationContext(snapshotOf(false));
+    const a = { x: 1 };
+    const calls: unknown[][] = [];
+    const build = (input: { x: number }, n: number) => {
+      calls.push([input, n]);
+      return { sum: input.x + n };
+    };
+    const first = context.shared('Cluster', 'c', [a, 2], build);
+    assert.deepEqual(first, { sum: 3 });
+    assert.equal(context.shared('Cluster', 'c', [a, 2], build), first, 'the same inputs: the same object');
+    assert.deepEqual(calls, [[a, 2]], 'build got exactly the inputs, once');
+    assert.notEqual(context.shared('Cluster', 'c', [{ x: 1 }, 2], build), first, 'inputs are compared by identity');
+    assert.notEqual(context.shared('Listener', 'c', [a, 2], build), context.shared('Cluster', 'c', [a, 2], build), 'kinds are apart');
+  });
+
+  it('carries entries over from the context before only, and then drops it', () => {
+    const a = {};
+    const build = (_input: object) => ({});
+    const one = new GenerationContext(snapshotOf(false));
+    const kept = one.shared('Cluster', 'c', [a], build);
+    const two = new GenerationContext(snapshotOf(false), one);
+    assert.equal(two.previous, one);
+    assert.equal(two.shared('Cluster', 'c', [a], build), kept, 'same inputs: carried over');
+    assert.notEqual(two.shared('Cluster', 'd', [a], build), one.shared('Cluster', 'd', [{}], build), 'other inputs: built again');
+    const three = new GenerationContext(snapshotOf(false), two);
+    assert.equal(two.previous, undefined, 'a context keeps one generation back, not a chain');
+    // `one` is two generations back: what only it had is built again.
+    const onlyInOne = one.shared('Cluster', 'e', [a], build);
+    assert.notEqual(three.shared('Cluster', 'e', [a], build), onlyInOne);
+  });
+
+  it('of two contexts of one MeshSnapshot shares nothing: each builds its own objects, with the same content', () => {
+    const snapshot = snapshotOf(true);
+    const [x, y] = [new GenerationContext(snapshot), new GenerationContext(snapshot)];
+    const [lx, ly] = [resource(x, TypeUrl.Listener, 'outbound-listener'), resource(y, TypeUrl.Listener, 'outbound-listener')];
+    assert.notEqual(lx, ly);
+    assert.deepEqual(lx, ly);
+  });
+
+  it('keeps what carries over whatever another controller generates meanwhile (no state outside the context)', () => {
+    // Two controllers in one process: one's MeshSnapshot generations, with another's generated
+    // between them, still carry their unchanged resources over.
+    const store = new ObjectStore();
+    store.replaceAll('test', bookstoreMesh({ permissive: true }));
+    const a1 = new GenerationContext(buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot);
+    const before = resource(a1, TypeUrl.Listener, 'outbound-listener');
+    const other = new GenerationContext(snapshotOf(true));
+    resource(other, TypeUrl.Listener, 'outbound-listener');
+    store.replaceAll('test', bookstoreMesh({ permissive: true }).map((o) => (o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), sidecar: { cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] } } } : o)));
+    const a2 = new GenerationContext(buildMeshSnapshot(store, { meshName: 'osm', generation: 2, previous: a1.snapshot }).snapshot, a1);
+    assert.equal(resource(a2, TypeUrl.Listener, 'outbound-listener'), before, 'the outbound listener reads nothing that changed: the same object');
+  });
+});
+
+describe('GenerationContext.outboundView', () => {
+  it('is one object for identities that reach the same destinations the same way, numbered for shared names', () => {
+    const context = new GenerationContext(snapshotOf(true));
+    const [buyer, thief] = [context.outboundView(bookbuyer.identity), context.outboundView(bookthief.identity)];
+    assert.equal(buyer, thief, 'permissive: every identity reaches the same services');
+    assert.equal(context.outboundViewId(buyer), context.outboundViewId(thief));
+    const smi = new GenerationContext(snapshotOf(false));
+    const [b, t] = [smi.outboundView(bookbuyer.identity), smi.outboundView(bookthief.identity)];
+    assert.notEqual(b, t);
+    assert.notEqual(smi.outboundViewId(b), smi.outboundViewId(t));
+    assert.throws(() => smi.outboundViewId(buyer), /not made by this generation context/);
+  });
+
+  it('keeps the view, and its number, of the generation before when it reaches the very same services', () => {
+    const store = new ObjectStore();
+    store.replaceAll('test', bookstoreMesh({ permissive: false }));
+    const one = new GenerationContext(buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot);
+    const view = one.outboundView(bookbuyer.identity);
+    // A pod of another service moves: nothing bookbuyer reaches.
+    store.replaceAll('test', [...bookstoreMesh({ permissive: false }), k8s.serviceAccount('bookbuyer', 'extra')]);
+    const two = new GenerationContext(buildMeshSnapshot(store, { meshName: 'osm', generation: 2, previous: one.snapshot }).snapshot, one);
+    assert.equal(two.outboundView(bookbuyer.identity), view);
+    assert.equal(two.outboundViewId(view), one.outboundViewId(view));
+    assert.ok(two.outboundView(serviceIdentity('bookbuyer', 'extra')), 'a new identity gets a view');
+  });
+});
+
+describe('generateProxyResources with types', () => {
+  for (const clientType of ['envoy', 'grpc'] as const) {
+    it(`generates only the types asked for, the same as a full generation (${clientType})`, () => {
+      const context = new GenerationContext(snapshotOf(false));
+      const profile = { ...bookbuyer, clientType };
+      const all = generateProxyResources(context, profile, certs);
+      assert.deepEqual([...all.keys()].sort(), Object.values(TypeUrl).sort(), 'all five without types');
+      const some = generateProxyResources(context, profile, certs, new Set([TypeUrl.RouteConfiguration, TypeUrl.ClusterLoadAssignment]));
+      assert.deepEqual([...some.keys()].sort(), [TypeUrl.ClusterLoadAssignment, TypeUrl.RouteConfiguration].sort());
+      for (const [type, list] of some) assert.deepEqual(list, all.get(type), type);
+    });
+  }
+});

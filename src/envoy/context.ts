@@ -1,0 +1,136 @@
+/**
+ * The generation context: what the generators of one MeshSnapshot generation share (Istio
+ * calls it PushContext). The controller makes one per MeshSnapshot it builds, passing the one
+ * before; every generator takes it with the {@link ProxyProfile} it generates for. Nothing here
+ * is module-level: two controllers (or a test's reference controller) share nothing.
+ */
+import type { MeshSnapshot } from '../catalog/types.js';
+import type { Proxy, ServiceIdentity, XdsClientType } from '../proxy/types.js';
+import { sameElements } from '../util/same.js';
+import { computeOutboundView, outboundViewKey, sameOutboundView, type OutboundView } from './outbound.js';
+
+/** What generators read of a proxy: its identity and the kind of xDS client it is. */
+export interface ProxyProfile {
+  readonly identity: ServiceIdentity;
+  /** `grpc`: a proxyless gRPC client (gRFC A27 resources); `envoy`: a sidecar. */
+  readonly clientType: XdsClientType;
+}
+
+/** The profile of `proxy`: its identity and client type (`envoy` when unset). */
+export function proxyProfile(proxy: Pick<Proxy, 'identity' | 'clientType'>): ProxyProfile {
+  return { identity: proxy.identity, clientType: proxy.clientType ?? 'envoy' };
+}
+
+/** One shared object and the inputs it was built from. */
+interface SharedEntry {
+  readonly inputs: readonly unknown[];
+  readonly value: object;
+}
+
+/** An outbound view and the number naming it (kept with the view from one generation to the next). */
+interface ViewEntry {
+  readonly view: OutboundView;
+  readonly id: number;
+}
+
+/**
+ * What one MeshSnapshot generation's generators share: the MeshSnapshot, the context of the
+ * generation before (only that one: a new context drops its predecessor's predecessor, so
+ * memory stays bounded by two generations), one outbound view per identity, and the
+ * resources that do not depend on the proxy asking ({@link shared}).
+ */
+export class GenerationContext {
+  /** The MeshSnapshot every generator given this context reads. */
+  readonly snapshot: MeshSnapshot;
+  private previousContext: GenerationContext | undefined;
+  /** By kind, then name (no key string to build per lookup). */
+  private readonly entries = new Map<string, Map<string, SharedEntry>>();
+  private readonly viewsByIdentity = new Map<ServiceIdentity, ViewEntry>();
+  /** By {@link outboundViewKey}: identities reaching the same destinations the same way share one view. */
+  private readonly viewsByContent = new Map<string, ViewEntry>();
+  private readonly viewIds = new WeakMap<OutboundView, number>();
+  /** The last view number given, shared along the chain of contexts (numbers are never reused). */
+  private readonly viewCounter: { last: number };
+
+  /**
+   * @param snapshot the MeshSnapshot of this generation.
+   * @param previous the context of the generation before: its shared entries and outbound
+   *   views carry over when their inputs are the same objects. It loses its own predecessor.
+   */
+  constructor(snapshot: MeshSnapshot, previous?: GenerationContext) {
+    this.snapshot = snapshot;
+    if (previous) previous.previousContext = undefined;
+    this.previousContext = previous;
+    this.viewCounter = previous?.viewCounter ?? { last: 0 };
+  }
+
+  /** The context of the generation before, while this one is the newest (undefined after). */
+  get previous(): GenerationContext | undefined {
+    return this.previousContext;
+  }
+
+  /**
+   * A resource that does not depend on the proxy asking, built once and handed to every proxy
+   * as the same object (the encoder and validator then recognise it by identity, and every
+   * proxy snapshot holds the same encoded bytes).
+   *
+   * Returns the object remembered under (`kind`, `name`) when it was built from the very same
+   * `inputs` (compared element by element by identity: MeshSnapshot parts, which a rebuild
+   * keeps when unchanged, and primitives), in this generation or the one before; else
+   * `build(...inputs)`. `build` receives nothing but `inputs`: it must read nothing else (no
+   * closure over the snapshot or the proxy), so the inputs are all it depends on.
+   * @param kind the resource's type, e.g. `ClusterLoadAssignment`.
+   * @param name what tells it from the others of its kind, e.g. `bookstore/bookstore-v1|14001`.
+   * @throws whatever `build` throws (nothing is remembered then).
+   */
+  shared<const I extends readonly unknown[], T extends object>(kind: string, name: string, inputs: I, build: (...inputs: I) => T): T {
+    let ofKind = this.entries.get(kind);
+    if (!ofKind) {
+      ofKind = new Map();
+      this.entries.set(kind, ofKind);
+    }
+    let entry = ofKind.get(name);
+    if (!entry || !sameElements(entry.inputs, inputs)) {
+      const carried = this.previousContext?.entries.get(kind)?.get(name);
+      entry = carried && sameElements(carried.inputs, inputs) ? carried : { inputs, value: build(...inputs) };
+      ofKind.set(name, entry);
+    }
+    return entry.value as T;
+  }
+
+  /**
+   * The outbound view of proxies of `identity` (`computeOutboundView`), computed once per
+   * identity and generation. Identities that reach the same destinations the same way (every
+   * identity in permissive mode) get one view object, so what is derived from the view alone
+   * can be shared; and the view the generation before had for `identity`, when it reaches the
+   * very same services the same way, is kept (what is derived from it alone then carries over).
+   */
+  outboundView(identity: ServiceIdentity): OutboundView {
+    let entry = this.viewsByIdentity.get(identity);
+    if (!entry) {
+      const computed = computeOutboundView(this.snapshot, identity);
+      const key = outboundViewKey(computed);
+      entry = this.viewsByContent.get(key);
+      if (!entry) {
+        const before = this.previousContext?.viewsByIdentity.get(identity);
+        entry = before && sameOutboundView(before.view, computed) ? before : { view: computed, id: ++this.viewCounter.last };
+        this.viewsByContent.set(key, entry);
+        this.viewIds.set(entry.view, entry.id);
+      }
+      this.viewsByIdentity.set(identity, entry);
+    }
+    return entry.view;
+  }
+
+  /**
+   * A number naming `view` (the object, from {@link outboundView}): the same in every
+   * generation that keeps the view, never another view's; for the names of {@link shared}
+   * resources derived from the view alone.
+   * @throws Error when `view` did not come from this context's {@link outboundView}.
+   */
+  outboundViewId(view: OutboundView): number {
+    const id = this.viewIds.get(view);
+    if (id === undefined) throw new Error('outboundViewId: the view was not made by this generation context');
+    return id;
+  }
+}
