@@ -642,7 +642,7 @@ export class MeshSnapshotBuilder {
     const egressPolicies = featureGated(resolveEgressPolicies(store, namespaces, problems), 'Egress', settings.enableEgressPolicy, 'enableEgressPolicy', problems);
 
     // Parts equal to the previous snapshot's are the previous objects: generators key what they
-    // share between proxies and snapshots by these objects (src/envoy/shared-resources.ts).
+    // share between proxies and snapshots by these objects (`GenerationContext.shared`, src/envoy/context.ts).
     const lists = {
       services,
       trafficTargets: sameOrPrevious(prev?.trafficTargets, trafficTargets),
