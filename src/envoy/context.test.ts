@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { TypeUrl } from '../api/type-urls.js';
-import { buildMeshSnapshot } from '../catalog/build-snapshot.js';
+import { buildMeshSnapshot, MeshSnapshotBuilder } from '../catalog/build-snapshot.js';
 import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
 import { memoryStore } from '../../test/helpers/memory-store.js';
 import { parseCommonName, serviceIdentity } from '../proxy/types.js';
@@ -62,12 +62,13 @@ describe('GenerationContext.shared', () => {
     // between them, still carry their unchanged resources over.
     const store = new ObjectStore();
     store.replaceAll('test', bookstoreMesh({ permissive: true }));
-    const a1 = new GenerationContext(buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot);
+    const builder = new MeshSnapshotBuilder();
+    const a1 = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 1 }).snapshot);
     const before = resource(a1, TypeUrl.Listener, 'outbound-listener');
     const other = new GenerationContext(snapshotOf(true));
     resource(other, TypeUrl.Listener, 'outbound-listener');
     store.replaceAll('test', bookstoreMesh({ permissive: true }).map((o) => (o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), sidecar: { cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] } } } : o)));
-    const a2 = new GenerationContext(buildMeshSnapshot(store, { meshName: 'osm', generation: 2, previous: a1.snapshot }).snapshot, a1);
+    const a2 = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 2, previous: a1.snapshot }).snapshot, a1);
     assert.equal(resource(a2, TypeUrl.Listener, 'outbound-listener'), before, 'the outbound listener reads nothing that changed: the same object');
   });
 });
@@ -88,11 +89,12 @@ describe('GenerationContext.outboundView', () => {
   it('keeps the view, and its number, of the generation before when it reaches the very same services', () => {
     const store = new ObjectStore();
     store.replaceAll('test', bookstoreMesh({ permissive: false }));
-    const one = new GenerationContext(buildMeshSnapshot(store, { meshName: 'osm', generation: 1 }).snapshot);
+    const builder = new MeshSnapshotBuilder();
+    const one = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 1 }).snapshot);
     const view = one.outboundView(bookbuyer.identity);
     // A pod of another service moves: nothing bookbuyer reaches.
     store.replaceAll('test', [...bookstoreMesh({ permissive: false }), k8s.serviceAccount('bookbuyer', 'extra')]);
-    const two = new GenerationContext(buildMeshSnapshot(store, { meshName: 'osm', generation: 2, previous: one.snapshot }).snapshot, one);
+    const two = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 2, previous: one.snapshot }).snapshot, one);
     assert.equal(two.outboundView(bookbuyer.identity), view);
     assert.equal(two.outboundViewId(view), one.outboundViewId(view));
     assert.ok(two.outboundView(serviceIdentity('bookbuyer', 'extra')), 'a new identity gets a view');
