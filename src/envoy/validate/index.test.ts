@@ -355,8 +355,8 @@ describe('resources given as parts (NamedResource.parts)', () => {
       },
     });
     const check = (part: Obj) => cache.check(TypeUrl.Cluster, { ...base, ...part }, [base, part]);
-    assert.deepEqual(check(own('service-cert')).violations, []);
-    const b = own('service-cert');
+    assert.deepEqual(check(own('cert-a')).violations, []);
+    const b = own('cert-b');
     const checked = check(b);
     assert.deepEqual(checked.violations, []);
     assert.deepEqual(decodeMessage(TypeUrl.Cluster, checked.encoded!), decodeMessage(TypeUrl.Cluster, encodeMessage(TypeUrl.Cluster, { ...base, ...b })));
@@ -364,7 +364,7 @@ describe('resources given as parts (NamedResource.parts)', () => {
     assert.deepEqual(check(own('')).violations.map((v) => `${v.path} ${v.rule}`), [
       'transport_socket.typed_config<UpstreamTlsContext>.common_tls_context.tls_certificate_sds_secret_configs[0].name string.min_len',
     ]);
-    assert.deepEqual(check(own('service-cert', 'x'.repeat(300))).violations.map((v) => `${v.path} ${v.rule}`), [
+    assert.deepEqual(check(own('cert-c', 'x'.repeat(300))).violations.map((v) => `${v.path} ${v.rule}`), [
       'transport_socket.typed_config<UpstreamTlsContext>.sni string.max_bytes',
     ]);
     // An empty message is a present field: it meets a required oneof that its absence breaks.
@@ -378,8 +378,8 @@ describe('resources given as parts (NamedResource.parts)', () => {
     assert.deepEqual(checkIn(options({ http2_protocol_options: {} })).violations, []);
     assert.deepEqual(checkIn(options({})).violations.map((v) => v.rule), ['oneof.required']);
     // After a part with a violation, a like part is checked on its own (it does not inherit it).
-    assert.deepEqual(check(own('service-cert', 'y'.repeat(300))).violations.length, 1);
-    assert.deepEqual(check(own('service-cert')).violations, []);
+    assert.deepEqual(check(own('cert-d', 'y'.repeat(300))).violations.length, 1);
+    assert.deepEqual(check(own('cert-e')).violations, []);
   });
 });
 
