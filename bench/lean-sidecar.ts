@@ -309,7 +309,7 @@ export abstract class SidecarStream implements Sidecar {
   /** The names held, per by-name type. */
   protected readonly have = new Map<string, Set<string>>();
   private client: grpc.Client | undefined;
-  /** On plaintext the controller never sends the `service-cert:` Secret (no key there): not waited for. */
+  /** On plaintext the controller never sends the `service-cert` Secret (no key there): not waited for. */
   private serviceCertExpected = true;
 
   /** @param nodeId the proxy's CommonName (node.id; on mTLS the certificate says the same). */
@@ -384,7 +384,7 @@ export abstract class SidecarStream implements Sidecar {
       if (!wanted) continue;
       const have = this.have.get(type);
       for (const n of wanted) {
-        if (type === TypeUrl.Secret && !this.serviceCertExpected && n.startsWith('service-cert:')) continue;
+        if (type === TypeUrl.Secret && !this.serviceCertExpected && n === 'service-cert') continue;
         if (!have?.has(n)) return false;
       }
     }

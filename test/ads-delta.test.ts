@@ -19,7 +19,7 @@ const BASE: Spec = {
   endpoints: { 'bookstore/bookstore|14001': 1, 'bookwarehouse/bookwarehouse|14001': 1 },
   listeners: { 'outbound-listener': 1, 'inbound-listener': 1 },
   routes: { 'rds-outbound.80': 1, 'rds-inbound.80': 1 },
-  secrets: { 'service-cert:bookbuyer/bookbuyer': 1 },
+  secrets: { 'service-cert': 1 },
 };
 const STORE = 'bookstore/bookstore|14001';
 const WAREHOUSE = 'bookwarehouse/bookwarehouse|14001';
@@ -334,7 +334,7 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
 
     it('answers when the snapshot arrives, CDS, EDS, LDS, RDS, SDS; a later push removes clusters and endpoints last', async () => {
       const s = h.open();
-      s.subscribe(SDS, ['service-cert:bookbuyer/bookbuyer']);
+      s.subscribe(SDS, ['service-cert']);
       s.subscribe(RDS, ['rds-outbound.80']);
       s.subscribe(LDS);
       s.subscribe(EDS, [STORE, WAREHOUSE]);

@@ -17,7 +17,7 @@ const SPEC: Spec = {
   clusters: { c1: 1, c2: 1, c3: 1 },
   endpoints: { c1: 1, c2: 1, c3: 1 },
   listeners: { 'outbound-listener': 1 },
-  secrets: { 'service-cert:bookbuyer/bookbuyer': 1 },
+  secrets: { 'service-cert': 1 },
 };
 /** Another proxy on the same server, which must not notice the slow reader. */
 const OTHER = '6ba7b810-9dad-11d1-80b4-00c04fd43099.sidecar.bookstore.bookstore.cluster.local';
@@ -139,7 +139,7 @@ describe('ADS server and a proxy that stops reading', () => {
     // one after the other: only the latest still counts.
     for (let round = 0; round < 100; round++) s.send({ type_url: CDS, resource_names: junk(round) });
     s.send({ type_url: CDS, resource_names: ['c1', 'c3'] });
-    s.send({ type_url: SDS, resource_names: ['service-cert:bookbuyer/bookbuyer'] }); // answered after every CDS request
+    s.send({ type_url: SDS, resource_names: ['service-cert'] }); // answered after every CDS request
     const cds = await unblockAndReadCds(s, 105);
     assert.ok(cds.length <= 3, `CDS responses: ${cds.length}`);
     const names = ((cds.at(-1)!.resources as { name: string }[] | undefined) ?? []).map((r) => r.name).sort();

@@ -268,7 +268,7 @@ describe('ADS server, state of the world', () => {
 
     it('answers requests when the snapshot arrives, in make-before-break order CDS, EDS, LDS, RDS, SDS', async () => {
       const s = h.open();
-      s.request(SDS, ['service-cert:bookbuyer/bookbuyer']);
+      s.request(SDS, ['service-cert']);
       s.request(RDS, ['rds-outbound.80']);
       s.request(LDS);
       s.request(EDS, ['bookstore/bookstore|14001']);
@@ -282,14 +282,14 @@ describe('ADS server, state of the world', () => {
           endpoints: { 'bookstore/bookstore|14001': 1 },
           listeners: { 'outbound-listener': 1 },
           routes: { 'rds-outbound.80': 1 },
-          secrets: { 'service-cert:bookbuyer/bookbuyer': 1 },
+          secrets: { 'service-cert': 1 },
         }),
       );
       const order: string[] = [];
       for (let i = 0; i < 5; i++) order.push((await s.next()).type_url!);
       assert.deepEqual(order, [CDS, EDS, LDS, RDS, SDS]);
       assert.deepEqual(resourceNames(s.responses[1]), ['bookstore/bookstore|14001']);
-      assert.deepEqual(resourceNames(s.responses[4]), ['service-cert:bookbuyer/bookbuyer']);
+      assert.deepEqual(resourceNames(s.responses[4]), ['service-cert']);
       const metrics = await h.registry.getMetricsAsJSON();
       const push = metrics.find((m) => m.name === 'trellis_xds_push_duration_seconds')!;
       assert.equal((push.values as Array<{ metricName?: string; value: number }>).find((v) => v.metricName === 'trellis_xds_push_duration_seconds_count')?.value, 1);

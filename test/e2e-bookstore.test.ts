@@ -89,7 +89,7 @@ describe('controller end to end on examples/bookstore over mTLS', () => {
     const { sidecar: buyer, uuid } = await connect('bookbuyer', 'bookbuyer');
     // Secrets: its certificate and one outbound root for every upstream (bookbuyer serves nothing: no inbound root).
     await buyer.until((s) => bookstoreRoute(s) !== undefined && s.names(TypeUrl.Secret).length >= 2, 'bookbuyer routes and secrets');
-    assert.deepEqual(buyer.names(TypeUrl.Secret).sort(), ['root-cert-for-mtls-outbound', 'service-cert:bookbuyer/bookbuyer']);
+    assert.deepEqual(buyer.names(TypeUrl.Secret).sort(), ['root-cert-for-mtls-outbound', 'service-cert']);
     const split = bookstoreRoute(buyer)!.weighted_clusters;
     assert.deepEqual(
       split.clusters.map((c: Decoded) => [c.name, c.weight.value]),
@@ -104,7 +104,7 @@ describe('controller end to end on examples/bookstore over mTLS', () => {
       await buyer.until((s) => s.get(TypeUrl.ClusterLoadAssignment, cluster) !== undefined, `EDS for ${cluster}`);
     }
     assert.deepEqual(buyer.names(TypeUrl.Listener), ['outbound-listener']);
-    assert.ok(buyer.get(TypeUrl.Secret, 'service-cert:bookbuyer/bookbuyer')?.tls_certificate?.private_key?.inline_string?.includes('PRIVATE KEY'));
+    assert.ok(buyer.get(TypeUrl.Secret, 'service-cert')?.tls_certificate?.private_key?.inline_string?.includes('PRIVATE KEY'));
     // Make before break on the wire: CDS came before EDS, LDS before RDS.
     const order = buyer.log.map((r) => r.type_url);
     assert.ok(order.indexOf(TypeUrl.Cluster) < order.indexOf(TypeUrl.ClusterLoadAssignment));
@@ -118,7 +118,7 @@ describe('controller end to end on examples/bookstore over mTLS', () => {
     const clusters = dump.configs.find((c: Decoded) => c['@type'].endsWith('ClustersConfigDump'));
     assert.ok(clusters.dynamic_active_clusters.some((c: Decoded) => c.cluster.name === 'bookstore/bookstore-v1|14001'));
     const secrets = dump.configs.find((c: Decoded) => c['@type'].endsWith('SecretsConfigDump'));
-    const cert = secrets.dynamic_active_secrets.find((s: Decoded) => s.name === 'service-cert:bookbuyer/bookbuyer');
+    const cert = secrets.dynamic_active_secrets.find((s: Decoded) => s.name === 'service-cert');
     assert.equal(cert.secret.tls_certificate.private_key.inline_string, '[redacted]');
   });
 

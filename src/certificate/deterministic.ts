@@ -2,7 +2,7 @@ import { createECDH, createHash, createHmac, webcrypto } from 'node:crypto';
 
 /**
  * Deterministic ECDSA P-256 for certificates that several controller replicas must issue
- * byte-for-byte alike (so that SDS `service-cert:*` resources, hence their xDS versions, are the
+ * byte-for-byte alike (so that SDS `service-cert` resources, hence their xDS versions, are the
  * same whichever replica a proxy connects to):
  *
  * - the leaf key is derived from the CA key and what the certificate is for

@@ -6,7 +6,7 @@ import { identityParts, TRUST_DOMAIN, type ServiceIdentity } from '../proxy/type
 x509.cryptoProvider.set(webcrypto as unknown as Crypto);
 
 /**
- * The CommonName of a service certificate (the one served over SDS as `service-cert:<ns>/<sa>`):
+ * The CommonName of a service certificate (the one served over SDS as `service-cert`):
  * `<serviceaccount>.<namespace>.cluster.local`, as OSM names it.
  */
 export function serviceCertificateCommonName(identity: ServiceIdentity): string {

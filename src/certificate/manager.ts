@@ -98,7 +98,7 @@ export function renewalTime(issuedAt: number, notAfter: Date): number {
  * Issues and rotates the mesh's certificates.
  *
  * - Service certificates (one per {@link ServiceIdentity}; served over SDS as
- *   `service-cert:<ns>/<sa>`): CN `<sa>.<ns>.cluster.local`, URI SAN
+ *   `service-cert`, per proxy): CN `<sa>.<ns>.cluster.local`, URI SAN
  *   `spiffe://cluster.local/ns/<ns>/sa/<sa>`, DNS SAN the CN, usage both (client and server).
  *   They are cached; concurrent requests for one identity share a single issuance; they are
  *   rotated once less than a third of their lifetime remains (see {@link renewalTime}), by a

@@ -4,7 +4,7 @@
  * context (its MeshSnapshot), the proxy and its certificates (no I/O).
  */
 import { TYPE_SHORT_NAME, TypeUrl } from '../api/type-urls.js';
-import { serviceCertSecretName } from '../catalog/names.js';
+import { SERVICE_CERT_SECRET_NAME } from '../catalog/names.js';
 import { proxyProfile, type GenerationContext } from '../envoy/context.js';
 import { proxyDependencies } from '../envoy/dependencies.js';
 import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
@@ -34,7 +34,7 @@ export type ConfigurationCertificates = ProxyCertificates | { readonly caPem: st
 /**
  * Generates `proxy`'s resources from `context`'s MeshSnapshot, validates them and encodes them (the valid,
  * referentially closed subset when some break a rule; see `validateProxyResources`). Without
- * a service certificate in `certs`, the identity's `service-cert:<ns>/<sa>` Secret is left out
+ * a service certificate in `certs`, the proxy's `service-cert` Secret (its identity's key) is left out
  * (never generated with a key): the listeners and clusters still name it (they are the same as a
  * verified sidecar's, and are valid with it counted as existing elsewhere), but it is never sent,
  * so the proxy's mTLS does not work (see README, plaintext listener).
@@ -56,19 +56,18 @@ export function generateConfiguration(
   const withKey = 'privateKeyPem' in certs;
   const profile = proxyProfile(proxy);
   const resources = generateProxyResources(context, profile, withKey ? certs : { ...certs, certChainPem: '', privateKeyPem: '' }, types);
-  return { ...checkConfiguration(resources, proxy, certs, cache, others), dependencies: types === undefined ? [...proxyDependencies(context, profile)] : [] };
+  return { ...checkConfiguration(resources, certs, cache, others), dependencies: types === undefined ? [...proxyDependencies(context, profile)] : [] };
 }
 
 /**
- * Validates and encodes resources generated for `proxy` (the valid, referentially closed subset
+ * Validates and encodes resources generated for a proxy (the valid, referentially closed subset
  * when some break a rule), as {@link generateConfiguration} does: without a service certificate
- * in `certs`, with the identity's `service-cert:<ns>/<sa>` Secret counted as existing but left out.
+ * in `certs`, with the proxy's `service-cert` Secret counted as existing but left out.
  * @param others the names of the proxy's resources of the types not in `resources`, which those may refer to.
  * @throws Error when a resource cannot be encoded.
  */
 export function checkConfiguration(
   resources: ProxyResources,
-  proxy: Proxy,
   certs: ConfigurationCertificates,
   cache: ResourceCheckCache,
   others?: ReadonlyMap<TypeUrl, Iterable<string>>,
@@ -76,7 +75,7 @@ export function checkConfiguration(
   const withKey = 'privateKeyPem' in certs;
   const { violations, valid, dropped } = withKey
     ? validateProxyResources(resources, cache, others)
-    : validateWithheld(resources, serviceCertSecretName(proxy.identity), cache, others);
+    : validateWithheld(resources, SERVICE_CERT_SECRET_NAME, cache, others);
   return {
     violations,
     dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),

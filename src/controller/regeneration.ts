@@ -130,7 +130,7 @@ export function updatedConfiguration(
   const generated = new Set([...types].filter((type) => !changed.has(type)));
   const parts: Omit<EncodedConfiguration, 'dependencies'>[] = [];
   if (generated.size > 0) parts.push(generateConfiguration(context, proxy, certs, cache, generated, others(generated)));
-  if (changed.size > 0) parts.push(checkedChanges ?? checkConfiguration(changed, proxy, certs, cache, others(new Set(changed.keys()))));
+  if (changed.size > 0) parts.push(checkedChanges ?? checkConfiguration(changed, certs, cache, others(new Set(changed.keys()))));
   const violations = parts.flatMap((p) => p.violations);
   const base = { violations, dropped: parts.flatMap((p) => p.dropped), validSnapshot: undefined, dependencies, proxy, ahead: false };
   if (violations.length > 0) return { ...base, snapshot: undefined };

@@ -27,7 +27,7 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
     const tls = v1.transport_socket.typed_config;
     assert.equal(tls['@type'], 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext');
     assert.equal(tls.sni, 'bookstore-v1.bookstore.svc.cluster.local');
-    assert.equal(tls.common_tls_context.tls_certificate_sds_secret_configs[0].name, 'service-cert:bookbuyer/bookbuyer');
+    assert.equal(tls.common_tls_context.tls_certificate_sds_secret_configs[0].name, 'service-cert');
     // The mesh root over SDS, one Secret for every upstream, and the service's identities as SANs in the cluster.
     const validation = tls.common_tls_context.combined_validation_context;
     assert.equal(validation.validation_context_sds_secret_config.name, 'root-cert-for-mtls-outbound');
@@ -99,7 +99,7 @@ describe('generators on the bookstore mesh (SMI mode)', () => {
     const root = sds.get('root-cert-for-mtls-outbound')!;
     assert.deepEqual(root.validation_context, { trusted_ca: { inline_string: 'ROOT' } });
     assert.deepEqual([...sds.keys()].filter((n) => n.startsWith('root-cert-for-mtls-outbound')), ['root-cert-for-mtls-outbound']);
-    const own = sds.get('service-cert:bookbuyer/bookbuyer')!;
+    const own = sds.get('service-cert')!;
     assert.equal(own.tls_certificate.certificate_chain.inline_string, 'CERT');
     assert.equal(own.tls_certificate.private_key.inline_string, 'KEY');
   });
@@ -289,11 +289,11 @@ describe('shared resources across snapshots', () => {
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withCiphers), ...db('10.1.0.5')]);
     const second = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 2, previous: first.snapshot }).snapshot, first);
     assert.equal(outbound(second), l1, 'one object: checked and encoded once');
-    const base = (mesh: GenerationContext) =>
+    const upstream = (mesh: GenerationContext) =>
       generateProxyResources(mesh, bookbuyer, { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!.find((c) => c.name === 'bookstore/bookstore-v1|14001')!;
-    assert.equal(base(second).parts![0], base(first).parts![0], 'an upstream cluster keeps its base part');
-    assert.notEqual(base(second).parts![1], base(first).parts![1], 'its TLS part has the new cipher suites');
-    assert.match(JSON.stringify(base(second).parts![1]), /ECDHE-ECDSA-AES256-GCM-SHA384/);
+    assert.equal(upstream(first).resource, upstream(first).resource, 'an upstream cluster is one object in a generation');
+    assert.notEqual(upstream(second).resource, upstream(first).resource, 'its TLS context has the new cipher suites');
+    assert.match(JSON.stringify(upstream(second).resource), /ECDHE-ECDSA-AES256-GCM-SHA384/);
     // The headless service's pod moves: its chain matches the new IP.
     store.replaceAll(SOURCE, [...bookstoreMesh({ permissive: true }).map(withCiphers), ...db('10.1.0.6')]);
     const third = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 3, previous: second.snapshot }).snapshot, second);

@@ -242,7 +242,7 @@ describe('ingress (Kubernetes Ingress + OSM IngressBackend)', () => {
     const tls = c.transport_socket.typed_config;
     assert.equal(tls['@type'], 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext');
     assert.equal(tls.require_client_certificate.value, true);
-    assert.equal(tls.common_tls_context.tls_certificate_sds_secret_configs[0].name, 'service-cert:httpbin/httpbin');
+    assert.equal(tls.common_tls_context.tls_certificate_sds_secret_configs[0].name, 'service-cert');
     assert.equal(tls.common_tls_context.validation_context_sds_secret_config.name, 'root-cert-https:httpbin/httpbin');
     const rbac = c.filters[0].typed_config;
     assert.equal(c.filters[0].name, 'envoy.filters.network.rbac');

@@ -8,7 +8,7 @@ import {
   OUTBOUND_ROOT_CERT_SECRET_NAME,
   identitySpiffeId,
   inboundRootCertSecretName,
-  serviceCertSecretName,
+  SERVICE_CERT_SECRET_NAME,
   serviceFqdn,
 } from '../catalog/names.js';
 import type { MeshService, MeshSettings } from '../catalog/types.js';
@@ -37,8 +37,9 @@ export function sanMatchers(identities: readonly ServiceIdentity[]): NonNullable
 }
 
 /**
- * The upstream (client side) TLS context a proxy of `identity` uses towards `svc`: its own
- * service certificate over SDS; the mesh root over SDS (`root-cert-for-mtls-outbound`, one
+ * The upstream (client side) TLS context every proxy uses towards `svc`: its own service
+ * certificate over SDS (`service-cert`, the same name for every proxy, so the context names no
+ * identity and is the same for every proxy); the mesh root over SDS (`root-cert-for-mtls-outbound`, one
  * Secret for every upstream) combined with URI SAN matchers for `backing`, the identities behind
  * the service (Envoy `CombinedCertificateValidationContext`: the same check OSM's per-service
  * `root-cert-for-mtls-outbound:<ns>/<svc>` Secret makes; with no identity behind it, the root
@@ -47,7 +48,6 @@ export function sanMatchers(identities: readonly ServiceIdentity[]): NonNullable
  *   proxy's context towards the service is compared by identity when checked).
  */
 export function upstreamTlsContext(
-  identity: ServiceIdentity,
   svc: MeshService,
   settings: MeshSettings,
   backing: readonly ServiceIdentity[] = [],
@@ -57,7 +57,7 @@ export function upstreamTlsContext(
   return {
     common_tls_context: {
       tls_params: tlsParams(settings),
-      tls_certificate_sds_secret_configs: [{ name: serviceCertSecretName(identity), sds_config: ADS_CONFIG_SOURCE }],
+      tls_certificate_sds_secret_configs: [{ name: SERVICE_CERT_SECRET_NAME, sds_config: ADS_CONFIG_SOURCE }],
       ...(sans.length > 0
         ? { combined_validation_context: { default_validation_context: { match_typed_subject_alt_names: sans }, validation_context_sds_secret_config: root } }
         : { validation_context_sds_secret_config: root }),
@@ -68,14 +68,14 @@ export function upstreamTlsContext(
 
 /**
  * The downstream (server side) TLS context of the inbound listener of a proxy of `identity`:
- * its service certificate and `root-cert-for-mtls-inbound:<ns>/<sa>` over SDS, and a client
+ * its service certificate (`service-cert`) and `root-cert-for-mtls-inbound:<ns>/<sa>` over SDS, and a client
  * certificate required (Envoy `DownstreamTlsContext.require_client_certificate`).
  */
 export function downstreamTlsContext(identity: ServiceIdentity, settings: MeshSettings): DownstreamTlsContext {
   return {
     common_tls_context: {
       tls_params: tlsParams(settings),
-      tls_certificate_sds_secret_configs: [{ name: serviceCertSecretName(identity), sds_config: ADS_CONFIG_SOURCE }],
+      tls_certificate_sds_secret_configs: [{ name: SERVICE_CERT_SECRET_NAME, sds_config: ADS_CONFIG_SOURCE }],
       validation_context_sds_secret_config: { name: inboundRootCertSecretName(identity), sds_config: ADS_CONFIG_SOURCE },
     },
     require_client_certificate: { value: true },

@@ -35,7 +35,7 @@ function dump(o: { cdsVersion?: string; ldsVersion?: string; clusters?: [string,
 const controller = dump({
   cdsVersion: 'c1', ldsVersion: 'l1',
   clusters: [['a|80', 'ca'], ['b|80', 'cb']], listeners: [['outbound-listener', 'lo']], routes: [['rds-outbound.80', 'r1']],
-  secrets: [['service-cert:ns/sa', 's1'], ['root-cert-for-mtls-inbound:ns/sa', 's2']], endpoints: ['a|80', 'b|80'],
+  secrets: [['service-cert', 's1'], ['root-cert-for-mtls-inbound:ns/sa', 's2']], endpoints: ['a|80', 'b|80'],
 });
 
 describe('compareWithController', () => {
@@ -43,7 +43,7 @@ describe('compareWithController', () => {
     const envoy = dump({
       cdsVersion: 'c1', ldsVersion: 'l1',
       clusters: [['a|80', 'ca'], ['b|80', 'cb']], listeners: [['outbound-listener', 'lo']], routes: [['rds-outbound.80', 'r1']],
-      secrets: [['service-cert:ns/sa', 's1']], endpoints: ['a|80', 'b|80', 'envoy-metrics-cluster'],
+      secrets: [['service-cert', 's1']], endpoints: ['a|80', 'b|80', 'envoy-metrics-cluster'],
     });
     assert.deepEqual(compareWithController(envoy, controller, { delta: true, stats: new Map([['listener_manager.lds.update_rejected', 0]]) }), []);
   });
@@ -52,7 +52,7 @@ describe('compareWithController', () => {
     const envoy = dump({
       cdsVersion: 'c0', ldsVersion: 'l1',
       clusters: [['a|80', 'ca'], ['old|80', 'co']], listeners: [['outbound-listener', 'older']], routes: [['rds-outbound.80', 'r0']],
-      secrets: [['service-cert:ns/sa', 's1']], endpoints: [], warmingClusters: ['b|80'], warmingListeners: ['inbound-listener'],
+      secrets: [['service-cert', 's1']], endpoints: [], warmingClusters: ['b|80'], warmingListeners: ['inbound-listener'],
     });
     const stats = new Map([['cluster_manager.cds.update_rejected', 1], ['sds.x.init_fetch_timeout', 1]]);
     assert.deepEqual(compareWithController(envoy, controller, { delta: true, stats }), [
@@ -73,7 +73,7 @@ describe('compareWithController', () => {
     const sotw = (ldsVersion: string) => dump({
       cdsVersion: 'c1', ldsVersion,
       clusters: [['a|80', 'c1'], ['b|80', 'c1']], listeners: [['outbound-listener', 'l1']], routes: [['rds-outbound.80', 'x']],
-      secrets: [['service-cert:ns/sa', 'y']], endpoints: ['a|80', 'b|80'],
+      secrets: [['service-cert', 'y']], endpoints: ['a|80', 'b|80'],
     });
     assert.deepEqual(compareWithController(sotw('l1'), controller), []);
     assert.deepEqual(compareWithController(sotw('l0'), controller), ['LDS: Envoy has version l0, the controller sent l1']);

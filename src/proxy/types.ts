@@ -1,6 +1,6 @@
 /**
  * A service identity: the Kubernetes service account a workload runs as, written
- * `<namespace>/<serviceaccount>` (the form OSM's secret names use, `service-cert:<ns>/<sa>`).
+ * `<namespace>/<serviceaccount>` (the form OSM's secret names use, `root-cert-for-mtls-inbound:<ns>/<sa>`).
  */
 export type ServiceIdentity = string & { readonly __brand: 'ServiceIdentity' };
 

@@ -1,7 +1,8 @@
 import type { Cluster } from '../../api/generated/envoy/config/cluster/v3/Cluster.js';
 import { clusterName, localClusterName, serviceKey } from '../../catalog/names.js';
 import { inboundServices } from '../../catalog/traffic-policy.js';
-import type { MeshService, UpstreamTrafficSettingPolicy } from '../../catalog/types.js';
+import type { MeshService, MeshSettings, UpstreamTrafficSettingPolicy } from '../../catalog/types.js';
+import type { ServiceIdentity } from '../../proxy/types.js';
 import type { GenerationContext, ProxyProfile } from '../context.js';
 import type { NamedResource } from '../resource.js';
 import { sanMatchers, tlsTransportSocket, upstreamTlsContext } from '../tls.js';
@@ -26,29 +27,32 @@ function upstreamHttp(svc: MeshService): UpstreamHttp | undefined {
 }
 
 /**
- * The upstream cluster of a MeshService as seen from a proxy: EDS over ADS, mTLS with the
- * proxy's service certificate from SDS and the mesh root from SDS combined with the service's
- * identities as SANs ({@link upstreamTlsContext}), SNI = FQDN,
- * and the service's UpstreamTrafficSetting as circuit breakers, connect timeout and
- * max requests per connection (Envoy `config.cluster.v3.Cluster`; OSM v1.2
- * `getUpstreamServiceCluster`).
+ * The upstream cluster of a MeshService, the same for every proxy that reaches it: EDS over
+ * ADS, mTLS with the proxy's own service certificate from SDS (`service-cert`, one name for every
+ * proxy) and the mesh root from SDS combined with the service's identities as SANs
+ * ({@link upstreamTlsContext}), SNI = FQDN, and the service's UpstreamTrafficSetting as circuit
+ * breakers, connect timeout and max requests per connection (Envoy `config.cluster.v3.Cluster`;
+ * OSM v1.2 `getUpstreamServiceCluster`). One shared object per service (it names no identity), so
+ * every proxy's snapshot holds the very same encoded bytes, encoded and checked once.
  */
-export function upstreamCluster(context: GenerationContext, profile: ProxyProfile, svc: MeshService): NamedResource<Cluster> {
+export function upstreamCluster(context: GenerationContext, svc: MeshService): NamedResource<Cluster> {
   const name = clusterName(svc);
-  // Everything but the transport socket is the same for every proxy that reaches the service,
-  // and reads only the service and its UpstreamTrafficSetting: one shared object, kept across
-  // snapshots that change neither, so it is encoded and checked once (see NamedResource.parts).
-  const base = context.shared('Cluster', name, [svc, upstreamTrafficSettingFor(context.snapshot, svc)], upstreamClusterBase);
-  // The proxy's own service certificate makes the TLS context specific to its identity; the
-  // identities behind the service are the SANs it accepts.
-  const backing = context.snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
+  const { snapshot } = context;
+  // The identities behind the service are the SANs it accepts.
+  const backing = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
   const sans = context.shared('SubjectAltNameMatchers', name, [backing], sanMatchers);
-  const own: Cluster = { transport_socket: tlsTransportSocket(upstreamTlsContext(profile.identity, svc, context.snapshot.settings, backing, sans), true) };
-  return { name, resource: { ...base, ...own }, parts: [base, own] };
+  const inputs = [svc, upstreamTrafficSettingFor(snapshot, svc), snapshot.settings, backing, sans] as const;
+  return { name, resource: context.shared('Cluster', name, inputs, buildUpstreamCluster) };
 }
 
-/** The part of a service's upstream cluster every proxy gets: all but the transport socket. */
-function upstreamClusterBase(svc: MeshService, setting: UpstreamTrafficSettingPolicy | undefined): Cluster {
+/** A service's upstream cluster from its inputs alone (see {@link upstreamCluster}). */
+function buildUpstreamCluster(
+  svc: MeshService,
+  setting: UpstreamTrafficSettingPolicy | undefined,
+  settings: MeshSettings,
+  backing: readonly ServiceIdentity[],
+  sans: ReturnType<typeof sanMatchers>,
+): Cluster {
   const name = clusterName(svc);
   return {
     name,
@@ -57,6 +61,7 @@ function upstreamClusterBase(svc: MeshService, setting: UpstreamTrafficSettingPo
     eds_cluster_config: { eds_config: ADS_CONFIG_SOURCE, service_name: name },
     lb_policy: 'ROUND_ROBIN',
     ...upstreamSettingFields(setting, CONNECT_TIMEOUT_MS, upstreamHttp(svc)),
+    transport_socket: tlsTransportSocket(upstreamTlsContext(svc, settings, backing, sans), true),
   };
 }
 
@@ -99,7 +104,7 @@ export function generateClusters(context: GenerationContext, profile: ProxyProfi
   const { snapshot } = context;
   const clusters = new Map<string, NamedResource<Cluster>>();
   const add = (name: string, resource: Cluster): void => void clusters.set(name, { name, resource });
-  for (const svc of context.outboundView(profile.identity).upstreams) clusters.set(clusterName(svc), upstreamCluster(context, profile, svc));
+  for (const svc of context.outboundView(profile.identity).upstreams) clusters.set(clusterName(svc), upstreamCluster(context, svc));
   for (const svc of inboundServices(snapshot, profile.identity)) add(localClusterName(svc), context.shared('Cluster', localClusterName(svc), [svc], localCluster));
   add(ENVOY_METRICS_CLUSTER, context.shared('Cluster', ENVOY_METRICS_CLUSTER, [], metricsCluster));
   for (const c of generateEgressClusters(context, profile)) add(c.name ?? '', c);

@@ -1,7 +1,7 @@
 import type { DownstreamTlsContext } from '../../api/generated/envoy/extensions/transport_sockets/tls/v3/DownstreamTlsContext.js';
 import type { Filter } from '../../api/generated/envoy/config/listener/v3/Filter.js';
 import type { FilterChain } from '../../api/generated/envoy/config/listener/v3/FilterChain.js';
-import { ingressRootCertSecretName, serviceCertSecretName } from '../../catalog/names.js';
+import { SERVICE_CERT_SECRET_NAME, ingressRootCertSecretName } from '../../catalog/names.js';
 import type { GenerationContext, ProxyProfile } from '../context.js';
 import { ingressChainPlans, type IngressChainPlan } from '../ingress-plan.js';
 import { ingressRouteConfigName } from '../rds/ingress.js';
@@ -23,7 +23,7 @@ export function ingressTlsContext(context: GenerationContext, profile: ProxyProf
   return {
     common_tls_context: {
       tls_params: tlsParams(context.snapshot.settings),
-      tls_certificate_sds_secret_configs: [{ name: serviceCertSecretName(profile.identity), sds_config: ADS_CONFIG_SOURCE }],
+      tls_certificate_sds_secret_configs: [{ name: SERVICE_CERT_SECRET_NAME, sds_config: ADS_CONFIG_SOURCE }],
       ...(validate ? { validation_context_sds_secret_config: { name: ingressRootCertSecretName(profile.identity), sds_config: ADS_CONFIG_SOURCE } } : {}),
     },
     require_client_certificate: { value: validate },

@@ -1,5 +1,5 @@
 import type { Secret } from '../../api/generated/envoy/extensions/transport_sockets/tls/v3/Secret.js';
-import { OUTBOUND_ROOT_CERT_SECRET_NAME, inboundRootCertSecretName, serviceCertSecretName } from '../../catalog/names.js';
+import { OUTBOUND_ROOT_CERT_SECRET_NAME, SERVICE_CERT_SECRET_NAME, inboundRootCertSecretName } from '../../catalog/names.js';
 import { inboundTrafficTargets } from '../../catalog/traffic-policy.js';
 import type { ServiceIdentity } from '../../proxy/types.js';
 import type { GenerationContext, ProxyProfile } from '../context.js';
@@ -21,7 +21,8 @@ export interface ProxyCertificates {
 
 /**
  * SDS for one proxy (Envoy `extensions.transport_sockets.tls.v3.Secret`, OSM v1.2 names):
- * - `service-cert:<ns>/<sa>`: the proxy identity's certificate and key;
+ * - `service-cert`: the proxy identity's certificate and key (one name for every proxy, so no
+ *   upstream Cluster names the identity; a proxy's snapshot holds only its own identity's);
  * - `root-cert-for-mtls-inbound:<ns>/<sa>`: the mesh root, and in SMI mode URI SAN matchers
  *   for the identities TrafficTargets allow in (none allowed → the root alone, RBAC denies);
  * - `root-cert-for-mtls-outbound`, when the proxy reaches any service: the mesh root alone, the
@@ -34,11 +35,11 @@ export interface ProxyCertificates {
 export function generateSecrets(context: GenerationContext, profile: ProxyProfile, certs: ProxyCertificates): NamedResource<Secret>[] {
   const { snapshot } = context;
   const out: NamedResource<Secret>[] = [];
-  const cert = serviceCertSecretName(profile.identity);
-  // Per identity, and unchanged until the certificate rotates: one object across snapshots.
+  // Per identity, and unchanged until the certificate rotates: one object across snapshots,
+  // remembered under the identity (one name for all, so identities do not replace one another's).
   out.push({
-    name: cert,
-    resource: context.shared('Secret', cert, [cert, certs.certChainPem, certs.privateKeyPem], (name, certChainPem, privateKeyPem) => ({
+    name: SERVICE_CERT_SECRET_NAME,
+    resource: context.shared('Secret', profile.identity, [SERVICE_CERT_SECRET_NAME, certs.certChainPem, certs.privateKeyPem], (name, certChainPem, privateKeyPem) => ({
       name,
       tls_certificate: {
         certificate_chain: { inline_string: certChainPem },

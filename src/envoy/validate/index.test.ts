@@ -31,7 +31,7 @@ function baseSet(): Record<TypeUrl, Obj[]> {
       typed_config: {
         '@type': UPSTREAM_TLS,
         common_tls_context: {
-          tls_certificate_sds_secret_configs: [{ name: 'service-cert:ns/sa', sds_config: ADS }],
+          tls_certificate_sds_secret_configs: [{ name: 'service-cert', sds_config: ADS }],
           validation_context_sds_secret_config: { name: 'root', sds_config: ADS },
         },
       },
@@ -91,7 +91,7 @@ function baseSet(): Record<TypeUrl, Obj[]> {
       },
     ],
     [TypeUrl.Secret]: [
-      { name: 'service-cert:ns/sa', tls_certificate: { certificate_chain: { inline_string: 'C' }, private_key: { inline_string: 'K' } } },
+      { name: 'service-cert', tls_certificate: { certificate_chain: { inline_string: 'C' }, private_key: { inline_string: 'K' } } },
       { name: 'root', validation_context: { trusted_ca: { inline_string: 'R' } } },
     ],
   };
@@ -297,32 +297,41 @@ describe('encodeChecked', () => {
   });
 });
 
+/**
+ * A generated upstream cluster as two parts, all but its transport socket and that socket (no
+ * generator gives parts since every proxy shares one upstream cluster; the encoder still takes them).
+ */
+function tlsParts(r: NamedResource): readonly object[] | undefined {
+  const { transport_socket, ...base } = r.resource as Obj;
+  return transport_socket !== undefined && base.type === 'EDS' ? [base, { transport_socket }] : r.parts;
+}
+
 describe('resources given as parts (NamedResource.parts)', () => {
   const bookbuyer = parseCommonName('a0000000-0000-4000-8000-000000000001.sidecar.bookbuyer.bookbuyer.cluster.local');
   const mesh = new GenerationContext(buildMeshSnapshot(memoryStore(bookstoreMesh()), { meshName: 'osm', generation: 1 }).snapshot);
 
   it('encode, concatenated, to the same message as the whole resource', () => {
     const clusters = generateProxyResources(mesh, proxyProfile(bookbuyer), { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!;
-    const withParts = clusters.filter((c) => c.parts);
-    assert.ok(withParts.length >= 3, 'the upstream clusters are given as parts');
+    const withParts = clusters.filter((c) => tlsParts(c));
+    assert.ok(withParts.length >= 3, 'the upstream clusters split into parts');
     const cache = new ResourceCheckCache();
     for (const c of withParts) {
-      const checked = cache.check(TypeUrl.Cluster, c.resource, c.parts);
+      const checked = cache.check(TypeUrl.Cluster, c.resource, tlsParts(c));
       assert.deepEqual(checked.violations, []);
       // The wire form of the parts is the whole resource: decoded, nothing is lost or added.
       assert.deepEqual(decodeMessage(TypeUrl.Cluster, checked.encoded!), decodeMessage(TypeUrl.Cluster, encodeMessage(TypeUrl.Cluster, c.resource)), c.name);
     }
   });
 
-  it('share the base part between proxies of different identities', () => {
+  it('are not needed for an upstream cluster: one object for proxies of different identities', () => {
     const bookthief = parseCommonName('a0000000-0000-4000-8000-000000000002.sidecar.bookthief.bookthief.cluster.local');
     const permissive = new GenerationContext(buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive: true })), { meshName: 'osm', generation: 1 }).snapshot);
     const of = (proxy: Proxy) => generateProxyResources(permissive, proxyProfile(proxy), { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!.find((c) => c.name === 'bookstore/bookstore-v1|14001')!;
     const [a, b] = [of(bookbuyer), of(bookthief)];
-    assert.equal(a.parts![0], b.parts![0], 'one base object');
-    assert.notDeepEqual(a.parts![1], b.parts![1], 'each its own service certificate');
+    assert.equal(a.resource, b.resource, 'one cluster object');
+    assert.equal(a.parts, undefined);
     const certOf = (c: NamedResource) => (c.resource as Obj).transport_socket.typed_config.common_tls_context.tls_certificate_sds_secret_configs[0].name;
-    assert.deepEqual([certOf(a), certOf(b)], ['service-cert:bookbuyer/bookbuyer', 'service-cert:bookthief/bookthief']);
+    assert.deepEqual([certOf(a), certOf(b)], ['service-cert', 'service-cert']);
   });
 
   it('report a broken rule in any part, and a part that cannot be encoded', () => {
@@ -346,8 +355,8 @@ describe('resources given as parts (NamedResource.parts)', () => {
       },
     });
     const check = (part: Obj) => cache.check(TypeUrl.Cluster, { ...base, ...part }, [base, part]);
-    assert.deepEqual(check(own('service-cert:a/a')).violations, []);
-    const b = own('service-cert:b/b');
+    assert.deepEqual(check(own('cert-a')).violations, []);
+    const b = own('cert-b');
     const checked = check(b);
     assert.deepEqual(checked.violations, []);
     assert.deepEqual(decodeMessage(TypeUrl.Cluster, checked.encoded!), decodeMessage(TypeUrl.Cluster, encodeMessage(TypeUrl.Cluster, { ...base, ...b })));
@@ -355,7 +364,7 @@ describe('resources given as parts (NamedResource.parts)', () => {
     assert.deepEqual(check(own('')).violations.map((v) => `${v.path} ${v.rule}`), [
       'transport_socket.typed_config<UpstreamTlsContext>.common_tls_context.tls_certificate_sds_secret_configs[0].name string.min_len',
     ]);
-    assert.deepEqual(check(own('service-cert:c/c', 'x'.repeat(300))).violations.map((v) => `${v.path} ${v.rule}`), [
+    assert.deepEqual(check(own('cert-c', 'x'.repeat(300))).violations.map((v) => `${v.path} ${v.rule}`), [
       'transport_socket.typed_config<UpstreamTlsContext>.sni string.max_bytes',
     ]);
     // An empty message is a present field: it meets a required oneof that its absence breaks.
@@ -369,8 +378,8 @@ describe('resources given as parts (NamedResource.parts)', () => {
     assert.deepEqual(checkIn(options({ http2_protocol_options: {} })).violations, []);
     assert.deepEqual(checkIn(options({})).violations.map((v) => v.rule), ['oneof.required']);
     // After a part with a violation, a like part is checked on its own (it does not inherit it).
-    assert.deepEqual(check(own('service-cert:d/d', 'y'.repeat(300))).violations.length, 1);
-    assert.deepEqual(check(own('service-cert:e/e')).violations, []);
+    assert.deepEqual(check(own('cert-d', 'y'.repeat(300))).violations.length, 1);
+    assert.deepEqual(check(own('cert-e')).violations, []);
   });
 });
 
@@ -457,13 +466,14 @@ describe('ResourceCheckCache: a resource alike a valid sibling', () => {
           assert.deepEqual(viaSibling.encoded, alone.encoded, what);
           if (cache.fullChecks === 1) shortcuts++;
           if (alone.violations.length > 0 || alone.error) invalid++;
-          if (r.parts && r.parts.length === 2) {
+          const split = tlsParts(r);
+          if (split && split.length === 2) {
             // A part after another base object (a new push's): compared with the last part at
             // its position after any base.
             const parts = new ResourceCheckCache();
-            assert.deepEqual(parts.check(typeUrl, r.resource, r.parts, r.name).violations, [], r.name);
-            const base = structuredClone(r.parts[0]) as Obj;
-            const part = mutate(r.parts[1]) as Obj;
+            assert.deepEqual(parts.check(typeUrl, r.resource, split, r.name).violations, [], r.name);
+            const base = structuredClone(split[0]) as Obj;
+            const part = mutate(split[1]) as Obj;
             const viaPosition = parts.check(typeUrl, { ...base, ...part }, [base, part], r.name);
             const partAlone = new ResourceCheckCache().check(typeUrl, { ...base, ...part }, [base, part], r.name);
             const whatPart = `${r.name} part: ${JSON.stringify(part).slice(0, 300)}`;

@@ -243,7 +243,7 @@ export const MAX_RESOURCE_NAMES_PER_TYPE = 100_000;
  * Longest resource name a stream may use, in characters (a name in a SotW request's
  * `resource_names`, a delta request's `resource_names_subscribe`/`_unsubscribe` or
  * `initial_resource_versions`). Our names are short (`<ns>/<svc>|<port>`,
- * `service-cert:<ns>/<sa>` with DNS-1123 names of at most 253 characters); a request with a
+ * `root-cert-for-mtls-inbound:<ns>/<sa>` with DNS-1123 names of at most 253 characters); a request with a
  * longer name ends the stream with `INVALID_ARGUMENT`.
  */
 export const MAX_RESOURCE_NAME_CHARS = 1024;
