@@ -99,6 +99,19 @@ describe('GenerationContext.outboundView', () => {
     assert.equal(two.outboundViewId(view), one.outboundViewId(view));
     assert.ok(two.outboundView(serviceIdentity('bookbuyer', 'extra')), 'a new identity gets a view');
   });
+
+  it('permissive: keeps the view of the generation before for an identity it was never asked for', () => {
+    const store = new ObjectStore();
+    store.replaceAll('test', bookstoreMesh({ permissive: true }));
+    const builder = new MeshSnapshotBuilder();
+    const one = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 1 }).snapshot);
+    const view = one.outboundView(bookbuyer.identity);
+    store.replaceAll('test', [...bookstoreMesh({ permissive: true }), k8s.serviceAccount('bookbuyer', 'extra')]);
+    const two = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 2, previous: one.snapshot }).snapshot, one);
+    assert.equal(two.outboundView(bookthief.identity), view, 'the same services reached the same way: the same view, whoever asks first');
+    assert.equal(two.outboundView(serviceIdentity('bookbuyer', 'extra')), view);
+    assert.equal(two.outboundViewId(view), one.outboundViewId(view));
+  });
 });
 
 describe('generateProxyResources with types', () => {

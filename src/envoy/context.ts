@@ -104,15 +104,24 @@ export class GenerationContext {
    * identity in permissive mode) get one view object, so what is derived from the view alone
    * can be shared; and the view the generation before had for `identity`, when it reaches the
    * very same services the same way, is kept (what is derived from it alone then carries over).
+   * In permissive mode the view is computed once per generation, for the first identity asked.
    */
   outboundView(identity: ServiceIdentity): OutboundView {
     let entry = this.viewsByIdentity.get(identity);
+    // Permissive mode: every identity reaches every service the same way (the view reads the
+    // identity only through TrafficTargets), so the first identity's view is everyone's.
+    const permissive = this.snapshot.settings.permissiveTrafficPolicyMode;
+    if (!entry && permissive) {
+      entry = this.viewsByIdentity.values().next().value;
+      if (entry) this.viewsByIdentity.set(identity, entry);
+    }
     if (!entry) {
       const computed = computeOutboundView(this.snapshot, identity);
       const key = outboundViewKey(computed);
       entry = this.viewsByContent.get(key);
       if (!entry) {
-        const before = this.previousContext?.viewsByIdentity.get(identity);
+        const previous = this.previousContext?.viewsByIdentity;
+        const before = previous?.get(identity) ?? (permissive ? previous?.values().next().value : undefined);
         entry = before && sameOutboundView(before.view, computed) ? before : { view: computed, id: ++this.viewCounter.last };
         this.viewsByContent.set(key, entry);
         this.viewIds.set(entry.view, entry.id);
