@@ -101,9 +101,16 @@ export async function main(argv: readonly string[]): Promise<void> {
       logLevel: string;
     }) => {
       const logger = pino({ level: opts.logLevel });
-      let running: Awaited<ReturnType<typeof runController>>;
+      let started: ReturnType<typeof runController> | undefined;
+      // Installed before the start: a signal during start-up waits for it, then stops in order
+      // (a start that fails exits 1 below on its own).
+      exitOnSignal(async (signal) => {
+        logger.info({ signal }, 'shutting down');
+        const running = await started?.catch(() => undefined);
+        await running?.stop();
+      });
       try {
-        running = await runController({
+        started = runController({
           ...(opts.kubernetes ? { kubernetes: { kubeconfig: opts.kubeconfig } } : { manifests: opts.manifests }),
           meshName: opts.meshName,
           stateDir: opts.stateDir,
@@ -118,14 +125,11 @@ export async function main(argv: readonly string[]): Promise<void> {
           maxManifestsTotalBytes: Math.floor(opts.maxManifestsTotalSize * MiB),
           logger,
         });
+        await started;
       } catch (err) {
         logger.fatal({ err: err instanceof Error ? err.message : String(err), ...(err instanceof StartError ? { part: err.part } : {}) }, 'controller failed to start');
         process.exit(1);
       }
-      exitOnSignal(async (signal) => {
-        logger.info({ signal }, 'shutting down');
-        await running.stop();
-      });
     });
 
   program
