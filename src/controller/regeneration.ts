@@ -9,8 +9,8 @@ import { resourcesChangedBy, typesToRegenerate, type ProxyResources } from '../e
 import type { PushChange } from '../envoy/push-change.js';
 import { validateProxyResources, type ResourceCheckCache } from '../envoy/validate/index.js';
 import type { Proxy } from '../proxy/types.js';
-import { buildProxySnapshot, typeVersion, type ResourceInterner } from '../xds/cache/snapshot-cache.js';
-import type { CachedResource, ProxySnapshot, ResourceMap } from '../xds/cache/types.js';
+import { buildProxySnapshot, replaceResources, type ResourceInterner } from '../xds/cache/snapshot-cache.js';
+import type { ProxySnapshot, ResourceMap } from '../xds/cache/types.js';
 import { checkConfiguration, encodeResources, generateConfiguration, type ConfigurationCertificates, type EncodedConfiguration } from './configuration.js';
 import type { GeneratedConfig } from './configuration-memo.js';
 
@@ -52,27 +52,22 @@ function namesOf(resources: ResourceMap): Iterable<string> {
 
 /**
  * `previous` with the types of `update` replaced, or, for a type in `overlaid`, with those of its
- * resources that `previous` has replaced (its others stay); a type whose version is the same
- * keeps its resource map. `previous` itself when nothing differs.
+ * resources that `previous` has replaced (`replaceResources`: its others stay); a type whose
+ * version is the same keeps its resource map. `previous` itself when nothing differs.
  */
-function withTypes(previous: ProxySnapshot, update: ProxySnapshot, overlaid: ReadonlySet<TypeUrl>): ProxySnapshot {
+function withTypes(previous: ProxySnapshot, update: ProxySnapshot, overlaid: ReadonlySet<TypeUrl>, interner: ResourceInterner): ProxySnapshot {
+  let next = previous;
+  for (const type of overlaid) next = replaceResources(next, type, [...(update.resources.get(type)?.values() ?? [])], interner);
   let resources: Map<TypeUrl, ResourceMap> | undefined;
   let versions: Map<TypeUrl, string> | undefined;
   for (const [type, map] of update.resources) {
-    let next = map;
-    if (overlaid.has(type)) {
-      const before = previous.resources.get(type) ?? new Map();
-      let merged: Map<string, CachedResource> | undefined;
-      for (const [name, resource] of map) if (before.get(name) !== undefined && before.get(name)!.version !== resource.version) (merged ??= new Map(before)).set(name, resource);
-      if (!merged) continue;
-      next = merged;
-    }
-    const version = next === map ? update.versions.get(type)! : typeVersion(next.values());
-    if (previous.versions.get(type) === version) continue;
-    (resources ??= new Map(previous.resources)).set(type, next);
-    (versions ??= new Map(previous.versions)).set(type, version);
+    if (overlaid.has(type)) continue;
+    const version = update.versions.get(type)!;
+    if (next.versions.get(type) === version) continue;
+    (resources ??= new Map(next.resources)).set(type, map);
+    (versions ??= new Map(next.versions)).set(type, version);
   }
-  return resources && versions ? Object.freeze({ resources, versions }) : previous;
+  return resources && versions ? Object.freeze({ resources, versions }) : next;
 }
 
 /** Whether two resource maps hold the same names. */
@@ -111,7 +106,7 @@ export function fullConfiguration({ context, proxy, certs, cache, interner }: Co
 
 /**
  * `previous` (a valid snapshot of `proxy` from a full generation) with its `types` generated
- * again from `mesh`, validated against the rest of it (cross-resource references). Of a type in
+ * again from `context`'s MeshSnapshot, validated against the rest of it (cross-resource references). Of a type in
  * `changed`, only those resources are validated, encoded and replaced (the change alters no other,
  * see `resourcesChangedBy`). A result with violations has no snapshot (the proxy keeps `previous`).
  * @param dependencies the services `previous` was generated from (a change of endpoints, TrafficSplit weights or certificate alters none).
@@ -136,5 +131,5 @@ export function updatedConfiguration(
   if (violations.length > 0) return { ...base, snapshot: undefined };
   const update = buildProxySnapshot(new Map(parts.flatMap((p) => [...p.encoded])), interner);
   for (const [type, map] of update.resources) if (generated.has(type) && !sameNames(map, previous.resources.get(type))) return undefined;
-  return { ...base, snapshot: withTypes(previous, update, new Set(changed.keys())) };
+  return { ...base, snapshot: withTypes(previous, update, new Set(changed.keys()), interner) };
 }
