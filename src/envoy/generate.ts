@@ -36,11 +36,8 @@ export function generateProxyResources(context: GenerationContext, profile: Prox
   return new Map(generators.filter(([type]) => !types || types.has(type)).map(([type, generate]) => [type, generate()]));
 }
 
-/**
- * The RouteConfigurations {@link generateProxyResources} gives `profile`, alone: for a change that
- * only alters routes (`onlySplitWeightsChanged`). Pure and synchronous.
- */
-export function generateProxyRouteConfigurations(context: GenerationContext, profile: ProxyProfile): readonly NamedResource[] {
+/** A proxy's RouteConfigurations: the proxyless form, or a sidecar's outbound, ingress and egress ones. */
+function generateProxyRouteConfigurations(context: GenerationContext, profile: ProxyProfile): readonly NamedResource[] {
   if (profile.clientType === 'grpc') return generateProxylessRouteConfigurations(context, profile);
   return [...generateRouteConfigurations(context, profile), ...generateIngressRouteConfigurations(context, profile), ...generateEgressRouteConfigurations(context, profile)];
 }
