@@ -1,0 +1,15 @@
+# Shared by scripts/kube/*.sh (sourced, not run): where the binaries are, and whether a PID is
+# one of the servers start.sh started.
+# shellcheck shell=bash
+
+kube_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# Where install.sh puts kube-apiserver and etcd.
+kube_bin=${TRELLIS_KUBE_DIR:-$kube_repo/.cache/kube}/bin
+
+# kube_alive PID NAME: the PID is alive and runs $kube_bin/NAME (not a zombie, not a reused PID;
+# " (deleted)": the binary was replaced by a later install.sh since it started).
+kube_alive() {
+  local exe
+  exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
+  [ "${exe% (deleted)}" = "$(readlink -f "$kube_bin/$2")" ]
+}
