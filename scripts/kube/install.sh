@@ -10,7 +10,7 @@
 # go.etcd.io/etcd/server/v3 release that kube-apiserver itself links). k8s.io/kubernetes cannot
 # be `go install`ed (its go.mod replaces the k8s.io/* staging modules with ./staging paths), so
 # that wrapper module replaces each staging module with its published v0.Y.Z release.
-# Idempotent: a stamp (versions, go.mod/go.sum digest, Go version) says whether to rebuild.
+# Idempotent: a stamp (versions, a digest of go.mod, go.sum and the link flags, Go version) says whether to rebuild.
 # Builds run under `nice -n 19`; TRELLIS_KUBE_BUILD_P sets `go build -p` (default: Go's, the
 # number of CPUs). The Go module and build caches are Go's own (GOMODCACHE, GOCACHE): set them
 # to keep the build elsewhere. Build time, disk and memory: scripts/kube/README.md.
@@ -27,7 +27,7 @@ for arg in "$@"; do
   case "$arg" in
     --check) check=true ;;
     --force) force=true ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,14 +43,23 @@ go_min=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$module/go.mod")
 
 # What is needed: Go (new enough for the module), and openssl for start.sh's certificates.
 command -v go >/dev/null 2>&1 ||
-  fail "Go is not installed (needed: Go >= $go_min to build kube-apiserver $k8s_version; Debian's golang-go is too old: install Go from go.dev's toolchain, or export GOTOOLCHAIN=go$go_min with a Go >= 1.21 on PATH)"
+  fail "Go is not installed: building kube-apiserver $k8s_version needs Go >= $go_min (Debian's golang-go, 1.19, is too old and cannot fetch a newer toolchain; a Go >= 1.21 can: export GOTOOLCHAIN=go$go_min)"
 go_version=$(go env GOVERSION)
 if [ "$(printf '%s\n%s\n' "go$go_min" "$go_version" | sort -V | head -1)" != "go$go_min" ]; then
-  fail "Go $go_version is older than go$go_min, which kube-apiserver $k8s_version needs"
+  fail "Go $go_version is older than go$go_min, which kube-apiserver $k8s_version needs (a Go >= 1.21 fetches a newer one from the module proxy: export GOTOOLCHAIN=go$go_min)"
 fi
 command -v openssl >/dev/null 2>&1 || echo "install.sh: warning: openssl is missing: scripts/kube/start.sh needs it (apt-get install openssl)" >&2
 
-digest=$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -c1-16)
+# version.gitVersion and friends: what /version reports (kubectl version, client-node's checks).
+minor=${k8s_version#v1.}
+minor=${minor%%.*}
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.gitCommit="
+done
+etcd_ldflags="-s -w"
+
+digest=$( (cat "$module/go.mod" "$module/go.sum"; echo "$ldflags $etcd_ldflags") | sha256sum | cut -c1-16)
 stamp="kube-apiserver=$k8s_version etcd=$etcd_version module=$digest go=$go_version"
 bin="$dest/bin"
 up_to_date() {
@@ -66,15 +75,6 @@ if up_to_date && ! $force; then
   echo "install.sh: kube-apiserver $k8s_version and etcd $etcd_version already in $bin: nothing to do"
   exit 0
 fi
-
-# version.gitVersion and friends: what /version reports (kubectl version, client-node's checks).
-minor=${k8s_version#v1.}
-minor=${minor%%.*}
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-done
-etcd_ldflags="-s -w"
 
 build_flags=(-trimpath)
 [ -n "${TRELLIS_KUBE_BUILD_P:-}" ] && build_flags+=("-p=$TRELLIS_KUBE_BUILD_P")

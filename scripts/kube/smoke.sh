@@ -7,23 +7,20 @@
 # Prints the servers' memory, stops everything it started (by PID) and exits 0 when every check
 # passed.
 #
-# Usage: scripts/kube/smoke.sh [--port PORT] [--etcd-port PORT] [--webhook-port PORT]
+# Usage: scripts/kube/smoke.sh [--webhook-port PORT (default 16445)] [start.sh's --port, --etcd-port, --timeout]
 # Environment: KUBECTL (default <repo>/.cache/kubernetes-client/usr/bin/kubectl, then kubectl on
 # PATH), OSM_CRDS (default <repo>/../shared/anchors/osm/crds; skipped when absent).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-port=16443
-etcd_port=12379
 webhook_port=16445
+start_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --port) port=$2; shift 2 ;;
-    --etcd-port) etcd_port=$2; shift 2 ;;
     --webhook-port) webhook_port=$2; shift 2 ;;
-    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "smoke.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) start_args+=("$1"); shift ;;
   esac
 done
 kubectl_bin=${KUBECTL:-$repo/.cache/kubernetes-client/usr/bin/kubectl}
@@ -56,7 +53,7 @@ check() { # check NAME COMMAND...: runs COMMAND, counts and prints the outcome
   fi
 }
 
-bash "$here/start.sh" --dir "$dir" --port "$port" --etcd-port "$etcd_port"
+bash "$here/start.sh" "${start_args[@]}" --dir "$dir"
 k() { "$kubectl_bin" --kubeconfig "$dir/kubeconfig" --cache-dir "$dir/kubectl-cache" "$@"; }
 
 k version || true

@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
     --port) port=$2; shift 2 ;;
     --etcd-port) etcd_port=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "start.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
