@@ -1,7 +1,7 @@
-// Wrapper module that builds k8s.io/kubernetes/cmd/kube-apiserver from the Go module proxy:
-// k8s.io/kubernetes points its staging modules at ./staging (replace directives that only apply
-// inside its own repository), so this module replaces each one with its published v0.Y.Z release.
-// Regenerate with scripts/kube/install.sh --regenerate (see scripts/kube/README.md).
+// Wrapper module that builds k8s.io/kubernetes/cmd/kube-apiserver (and etcd) from the Go module
+// proxy: k8s.io/kubernetes points its staging modules at ./staging (replace directives that only
+// apply inside its own repository), so this module replaces each one with its published release.
+// Written by scripts/kube/regenerate.sh v1.34.4; see scripts/kube/README.md.
 module trellis.local/kube-apiserver
 
 go 1.24.0
