@@ -3,7 +3,8 @@
 # (scripts/kube/start.sh) in a fresh directory under /tmp, then with Debian's kubectl: version,
 # get ns, apply of a Namespace, ServiceAccount and Pod (the Pod stays Pending: no scheduler or
 # kubelet), OSM's CRDs and one object of each of two of them, and a MutatingWebhookConfiguration
-# whose webhook (scripts/kube/echo-webhook.ts on 127.0.0.1) the API server calls on Pod creation.
+# whose webhook (scripts/kube/echo-webhook.ts on 127.0.0.1) the API server calls on Pod creation;
+# a webhook that names a Service must fail on the machine (start.sh's refusing proxy).
 # Prints the servers' memory, stops everything it started (by PID) and exits 0 when every check
 # passed.
 #
@@ -181,6 +182,47 @@ check "the API server called the webhook and applied its patch" mutated
 check "the webhook logged one review for the Pod" grep -q '^review .* Pod smoke-injected/bookbuyer$' "$dir/webhook.log"
 not_mutated() { [ -z "$(k get pod -n smoke bookstore -o 'jsonpath={.metadata.annotations.trellis\.test/mutated-by}')" ]; }
 check "a Pod outside the selected namespaces is left alone" not_mutated
+
+# A webhook that names a Service is dialled at NAME.NS.svc: start.sh's refusing proxy must stop it
+# on the machine (never a DNS name or an address outside loopback).
+cat >"$dir/service-webhook.yaml" <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: smoke-service-webhook
+  labels: { trellis.test/service-webhook: enabled }
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: default
+  namespace: smoke-service-webhook
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: trellis-smoke-service-form
+webhooks:
+- name: service-form.trellis.test
+  clientConfig:
+    service: { namespace: smoke-service-webhook, name: injector, path: /mutate, port: 443 }
+    caBundle: $(base64 -w0 <"$dir/pki/ca.crt")
+  rules:
+  - { operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }
+  namespaceSelector:
+    matchLabels: { trellis.test/service-webhook: enabled }
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  failurePolicy: Fail
+  timeoutSeconds: 5
+EOF
+check "kubectl apply of a webhook that names a Service" k apply -f "$dir/service-webhook.yaml"
+refused_locally() {
+  local out
+  out=$(k run -n smoke-service-webhook refused --image=example.invalid/x:v1 --restart=Never 2>&1) && return 1
+  grep -q 'proxyconnect tcp: dial tcp 127.0.0.1:9: connect: connection refused' <<<"$out"
+}
+check "the API server refuses to dial a Service-named webhook off the machine" refused_locally
 
 rss() { awk '/^VmRSS/ { printf "%d MiB", $2 / 1024 }' "/proc/$(cat "$dir/$1.pid")/status"; }
 echo "memory: kube-apiserver $(rss kube-apiserver), etcd $(rss etcd) (RSS)"

@@ -48,6 +48,9 @@ ours() { # ours NAME -> the live PID in DIR/NAME.pid, or nothing
 for name in etcd kube-apiserver; do
   [ -z "$(ours "$name")" ] || fail "$name from an earlier start is still running in $dir (PID $(ours "$name")): scripts/kube/stop.sh --dir $dir"
 done
+if (exec 3<>/dev/tcp/127.0.0.1/9) 2>/dev/null; then
+  fail "127.0.0.1:9 accepts connections: kube-apiserver's refusing proxy for non-loopback dials must be a closed port"
+fi
 for p in "$port" "$etcd_port" "$peer_port"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then fail "127.0.0.1:$p is already in use (choose --port/--etcd-port)"; fi
 done
@@ -131,7 +134,15 @@ t1=$(date +%s.%N)
 # that a change of defaults cannot drop them) and ServiceAccount (a pod needs its service account
 # to exist: no controller-manager creates `default`); no endpoint reconciler (it would publish
 # 127.0.0.1, which Endpoints refuse). The service range is data only: nothing routes to it.
-"$bin/kube-apiserver" \
+# Loopback only, also for what the API server itself dials: webhooks, aggregated APIs. A webhook
+# or APIService that names a Service (`clientConfig.service`) is dialled at NAME.NS.svc, which no
+# cluster DNS resolves here and which must never leave the machine: every non-loopback dial goes
+# through a proxy at 127.0.0.1:9 that refuses it (Go dials loopback and NO_PROXY directly), so
+# such a webhook fails with "proxyconnect tcp: dial tcp 127.0.0.1:9: connect: connection refused".
+# Register webhooks by `clientConfig.url: https://127.0.0.1:PORT/...` instead.
+HTTPS_PROXY=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 NO_PROXY=127.0.0.1,localhost,::1 \
+  https_proxy=http://127.0.0.1:9 http_proxy=http://127.0.0.1:9 no_proxy=127.0.0.1,localhost,::1 \
+  "$bin/kube-apiserver" \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
   --etcd-servers="http://127.0.0.1:$etcd_port" \
   --cert-dir="$pki" --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
