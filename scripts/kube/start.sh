@@ -103,6 +103,8 @@ cleanup_on_error() {
   done
   rm -f "$dir/etcd.pid" "$dir/kube-apiserver.pid"
 }
+# Interrupted while starting: stop what was started (after a successful start, stop.sh does).
+trap 'cleanup_on_error; exit 130' INT TERM
 die() { # die MESSAGE LOG
   echo "start.sh: $1; the end of $2:" >&2
   tail -n 25 "$2" >&2 || true
@@ -166,6 +168,7 @@ for _ in $(seq $((timeout * 5))); do
   sleep 0.2
 done
 $ready || die "kube-apiserver not ready after ${timeout}s" "$dir/kube-apiserver.log"
+trap - INT TERM
 t2=$(date +%s.%N)
 
 b64() { base64 -w0 <"$1"; }
