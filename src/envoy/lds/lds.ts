@@ -89,9 +89,9 @@ const NO_EGRESS: OutboundEgress = { chains: () => [], listenerFilters: () => [] 
  * ClusterIPs of the HTTP destinations on it, or the port alone when one of them has no address;
  * HCM with RDS `rds-outbound.<port>`), or on a port split into buckets ({@link outboundRouteLayout})
  * one chain `outbound_http_<port>_<b>` per bucket (that port and the IPs of the bucket's
- * services; RDS `rds-outbound.<port>.<b>`), and one `tcp_proxy` chain per
- * TCP destination (its IPs and port). An (IP, port) pair is claimed by one chain only, so no
- * two chains have the same match. Then the Egress policies' chains ({@link egressFilterChains},
+ * services; RDS `rds-outbound.<port>.<b>`; the port's `stat_prefix` `outbound_http_<port>`),
+ * and one `tcp_proxy` chain per TCP destination (its IPs and port). An (IP, port) pair is
+ * claimed by one chain only, so no two chains have the same match. Then the Egress policies' chains ({@link egressFilterChains},
  * with `tls_inspector` when one matches TLS). With egress on, unmatched traffic passes through to
  * `passthrough-outbound`. Undefined when the proxy may reach nothing (Envoy rejects a
  * listener without filter chains).
@@ -160,11 +160,12 @@ function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: E
       // No IP (all claimed by other chains, or headless without endpoints): no chain; one without
       // prefix_ranges would match every address on the port.
       if (ips.length === 0) continue;
-      const name = `outbound_http_${port}_${bucket}`;
+      // The port's statistics prefix, as without buckets: one set of HCM statistics per port
+      // (Envoy adds up chains that share a prefix), not one per bucket.
       chains.push({
-        name,
+        name: `outbound_http_${port}_${bucket}`,
         filter_chain_match: { destination_port: { value: port }, prefix_ranges: ips.sort().map(cidr) },
-        filters: [httpConnectionManager(name, outboundRouteConfigName(port, bucket), false)],
+        filters: [httpConnectionManager(`outbound_http_${port}`, outboundRouteConfigName(port, bucket), false)],
       });
     }
   }

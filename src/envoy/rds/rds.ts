@@ -59,7 +59,7 @@ export interface OutboundRouteSplit {
  * resends the listener and one bucket: 20 KB + 0.34·B + 430/B KB at S = 1000, least near
  * B = 36; B = 32 gives 42 KB instead of 450 (and a split change 15 KB instead of 430). The
  * split adds ~10 KB to the listener, so to every proxy's initial sync and to every listener
- * resend: 1 % of a proxy's ~1.2 MB at S = 1000, 6 % at S = 128 (where a new service then costs
+ * resend: 1 % of a proxy's ~1.1 MB at S = 1000, 6 % at S = 128 (where a new service then costs
  * 14 KB instead of 60), 12 % at S = 64 (13 instead of 31). Below K the saving is not worth it
  * and OSM's shape stays.
  */
@@ -70,13 +70,17 @@ export const OUTBOUND_ROUTE_SPLIT: OutboundRouteSplit = Object.freeze({ threshol
  * `buckets`. A function of the service's name alone, so a new service never moves another one.
  */
 export function outboundRouteBucket(svc: Pick<MeshService, 'namespace' | 'name'>, buckets: number): number {
-  const text = `${svc.namespace}/${svc.name}`;
+  return fnv1a(`${svc.namespace}/${svc.name}`) % buckets;
+}
+
+/** FNV-1a, 32 bit, of `text`'s UTF-16 code units. */
+function fnv1a(text: string): number {
   let hash = 0x811c9dc5;
   for (let i = 0; i < text.length; i++) {
     hash ^= text.charCodeAt(i);
     hash = Math.imul(hash, 0x01000193) >>> 0;
   }
-  return hash % buckets;
+  return hash;
 }
 
 /**
@@ -172,12 +176,10 @@ export function generateOutboundRouteConfigurations(context: GenerationContext, 
   // configuration is shared on its own as well, from its destinations alone: a new service
   // changes the view, and the configurations of the buckets it is not in stay the same objects.
   if (!snapshot.retryPolicies.some((r) => r.source === profile.identity)) {
-    const { groups } = context.shared('RouteConfigurationGroups', `outbound ${context.outboundViewId(view)}`, [view], sharedOutboundRouteGroups);
+    const { groups } = context.shared('RouteConfigurationGroups', `outbound ${clientNamespace} ${context.outboundViewId(view)}`, [view, clientNamespace], sharedOutboundRouteGroups);
     // Named by content: identities of different views (SMI) that hold the same destinations in
     // a route configuration share it, and one view's does not evict another's.
-    return groups.map((group) =>
-      context.shared('RouteConfiguration', `outbound ${clientNamespace} ${group.key}`, [clientNamespace, group.name, ...group.inputs], sharedOutboundRouteConfiguration),
-    );
+    return groups.map((group) => context.shared('RouteConfiguration', `outbound ${clientNamespace} ${group.key}`, group.inputs, sharedOutboundRouteConfiguration));
   }
   return outboundRouteGroups(view).map((group) =>
     outboundRouteConfiguration(group.name, group.destinations, clientNamespace, (svc) => retryPolicyFor(snapshot, profile.identity, svc)),
@@ -210,9 +212,15 @@ function outboundRouteGroups(view: OutboundView): OutboundRouteGroup[] {
     .map(([name, g]) => ({ name, destinations: g.destinations }));
 }
 
-/** A group's destinations as the inputs of a shared route configuration: per destination its service, its number of targets, then each target's cluster and weight. */
-function destinationInputs(destinations: readonly OutboundDestination[]): unknown[] {
-  const out: unknown[] = [];
+/**
+ * The inputs of a shared route configuration: the client's namespace, the configuration's name,
+ * then per destination its service, its number of targets, and each target's cluster and weight.
+ */
+type RouteConfigurationInputs = [clientNamespace: string, name: string, ...destinations: unknown[]];
+
+/** The {@link RouteConfigurationInputs} of a group of destinations. */
+function routeConfigurationInputs(clientNamespace: string, name: string, destinations: readonly OutboundDestination[]): RouteConfigurationInputs {
+  const out: RouteConfigurationInputs = [clientNamespace, name];
   for (const d of destinations) {
     out.push(d.service, d.targets.length);
     for (const t of d.targets) out.push(t.cluster, t.weight);
@@ -220,7 +228,7 @@ function destinationInputs(destinations: readonly OutboundDestination[]): unknow
   return out;
 }
 
-/** The inverse of {@link destinationInputs}. */
+/** The destinations of {@link routeConfigurationInputs}. */
 function destinationsOf(inputs: readonly unknown[]): OutboundDestination[] {
   const out: OutboundDestination[] = [];
   for (let i = 0; i < inputs.length; ) {
@@ -234,16 +242,25 @@ function destinationsOf(inputs: readonly unknown[]): OutboundDestination[] {
   return out;
 }
 
-/** The route configuration groups of a view, each with its content as text (its name and {@link outboundDestinationKey}s) and its destinations as shared inputs ({@link destinationInputs}), boxed. */
-function sharedOutboundRouteGroups(view: OutboundView): { groups: { name: string; key: string; inputs: readonly unknown[] }[] } {
+/**
+ * The route configuration groups of a view for clients of `clientNamespace`, each with a key of
+ * its content (its name, size and a hash of its {@link outboundDestinationKey}s) and the inputs
+ * of its shared route configuration ({@link routeConfigurationInputs}), boxed.
+ */
+function sharedOutboundRouteGroups(view: OutboundView, clientNamespace: string): { groups: { key: string; inputs: RouteConfigurationInputs }[] } {
   return {
-    groups: outboundRouteGroups(view).map((g) => ({ name: g.name, key: `${g.name} ${g.destinations.map(outboundDestinationKey).join(';')}`, inputs: destinationInputs(g.destinations) })),
+    // A hash, not the text, keeps the names short; two groups whose hashes collide only take turns
+    // in one entry (its inputs are compared), never share an object.
+    groups: outboundRouteGroups(view).map((g) => ({
+      key: `${g.name} ${g.destinations.length} ${fnv1a(g.destinations.map(outboundDestinationKey).join(';')).toString(36)}`,
+      inputs: routeConfigurationInputs(clientNamespace, g.name, g.destinations),
+    })),
   };
 }
 
-/** One outbound route configuration of clients without Retry policies of their own, from the client's namespace, its name and its destinations' inputs. */
-function sharedOutboundRouteConfiguration(clientNamespace: string, name: string, ...inputs: unknown[]): NamedResource<RouteConfiguration> {
-  return outboundRouteConfiguration(name, destinationsOf(inputs), clientNamespace, () => undefined);
+/** One outbound route configuration of clients without Retry policies of their own, from {@link routeConfigurationInputs}. */
+function sharedOutboundRouteConfiguration(clientNamespace: string, name: string, ...destinations: unknown[]): NamedResource<RouteConfiguration> {
+  return outboundRouteConfiguration(name, destinationsOf(destinations), clientNamespace, () => undefined);
 }
 
 /** One outbound route configuration: a virtual host per destination, from the client's namespace and its retry policy per service. */
