@@ -160,6 +160,20 @@ describe('outbound routes split into buckets on a port with many HTTP destinatio
     assert.equal(new Set(leaves).size, leaves.length, 'no two chains share a match');
   });
 
+  it('matches a headless service on the split port by its pods\' IPs in its bucket\'s chain, and one without endpoints by none', () => {
+    const headless = [
+      k8s.service('shop', 'svc-headless', { app: svcName(0) }, [{ port: 8080, name: 'http' }], 'None'),
+      k8s.service('shop', 'svc-empty', { app: 'nothing' }, [{ port: 8080, name: 'http' }], 'None'),
+    ];
+    const g = generations(mesh(SERVICES, { extra: headless }));
+    const withHeadless = resources(g.context, CLIENT, TypeUrl.RouteConfiguration);
+    const chains = chainsOf(resources(g.context, CLIENT, TypeUrl.Listener));
+    const [holder] = holders(withHeadless, 'svc-headless');
+    assert.deepEqual(chains.filter((c) => ipsOf(c).includes('10.1.0.10')).map(rdsOf), [holder]);
+    assert.equal(holders(withHeadless, 'svc-empty').length, 1, 'its virtual host is routed by name');
+    assert.ok(chains.every((c) => c.filter_chain_match.destination_port.value !== 8080 || ipsOf(c).length > 0), 'no chain on 8080 matches the port alone');
+  });
+
   it('gives a proxyless client\'s listener of a split service that service\'s bucket', () => {
     const grpcListeners = resources(context, GRPC_CLIENT, TypeUrl.Listener);
     const grpcRoutes = resources(context, GRPC_CLIENT, TypeUrl.RouteConfiguration);
