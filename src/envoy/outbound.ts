@@ -42,10 +42,14 @@ export function sameOutboundView(a: OutboundView, b: OutboundView): boolean {
  * targets, then upstreams. Two views with the same key reach the same destinations the same way.
  */
 export function outboundViewKey(view: OutboundView): string {
+  return `${view.destinations.map(outboundDestinationKey).join(';')}|${view.upstreams.map((u) => `${clusterName(u)}:${u.port}`).join(',')}`;
+}
+
+/** One destination as text: its service (cluster and port) and weighted targets. Two destinations with the same key go the same way. */
+export function outboundDestinationKey(d: OutboundDestination): string {
   // The service port, not only the cluster (`<ns>/<svc>|<targetPort>`): two ports of a service can
   // share a target port, and a proxy may be allowed one of them only.
-  const destinations = view.destinations.map((d) => `${clusterName(d.service)}:${d.service.port}>${d.targets.map((t) => `${t.cluster}*${t.weight}`).join(',')}`);
-  return `${destinations.join(';')}|${view.upstreams.map((u) => `${clusterName(u)}:${u.port}`).join(',')}`;
+  return `${clusterName(d.service)}:${d.service.port}>${d.targets.map((t) => `${t.cluster}*${t.weight}`).join(',')}`;
 }
 
 /**

@@ -13,7 +13,7 @@ import type { GenerationContext, ProxyProfile } from './context.js';
 import { listenersNeedPush } from './lds/lds.js';
 import { serviceHostnames } from './rds/hosts.js';
 import { meshChangeKind, type PushChange } from './push-change.js';
-import { generateOutboundRouteConfigurations, isHttpLike, outboundRouteConfigName, routeConfigurationsNeedPush } from './rds/rds.js';
+import { generateOutboundRouteConfigurations, isHttpLike, outboundRouteLayout, routeConfigurationsNeedPush } from './rds/rds.js';
 import type { NamedResource } from './resource.js';
 import { ADS_CONFIG_SOURCE, durationMs, ExtensionType, typedConfig } from './typed-config.js';
 import { byKey, byName } from '../util/order.js';
@@ -54,8 +54,9 @@ export function proxylessTargetNames(svc: MeshService, clientNamespace: string):
 /**
  * A proxyless client's Listener for one target name: only an `api_listener` holding an
  * HttpConnectionManager (gRFC A27 "Listener Proto"): RDS over ADS with `route_config_name`
- * `rds-outbound.<port>` (the route configuration sidecars get for that port, so both kinds
- * of client follow the same policy), and `http_filters` ending with the router filter (gRFC
+ * `routeConfigName`, the sidecars' route configuration holding the target's virtual host
+ * (`rds-outbound.<port>`, or `rds-outbound.<port>.<b>` on a split port; so both kinds of
+ * client follow the same policy), and `http_filters` ending with the router filter (gRFC
  * A39: gRPC NACKs an HCM whose last filter is not `envoy.extensions.filters.http.router.v3.Router`).
  * No address, no filter chains.
  */
@@ -96,8 +97,9 @@ function edsCluster(name: string): Cluster {
 }
 
 /**
- * What each target name a proxyless client may dial resolves to: `rds-outbound.<port>` for the
- * target names of each HTTP/gRPC destination it may reach, {@link NO_ROUTE_CONFIG} for those of
+ * What each target name a proxyless client may dial resolves to: the sidecars' route
+ * configuration holding the destination's virtual host (`rds-outbound.<port>`, or
+ * `rds-outbound.<port>.<b>` on a split port) for the target names of each HTTP/gRPC destination it may reach, {@link NO_ROUTE_CONFIG} for those of
  * every other HTTP/gRPC mesh service (so dialing a service the client may not reach fails at
  * once with UNAVAILABLE). Listener name → route configuration name, sorted by listener name.
  */
@@ -105,12 +107,14 @@ export function proxylessTargets(context: GenerationContext, profile: ProxyProfi
   const clientNamespace = identityParts(profile.identity).namespace;
   const targets = new Map<string, string>();
   const reachable = new Set<MeshService>();
-  for (const dest of context.outboundView(profile.identity).destinations) {
+  const view = context.outboundView(profile.identity);
+  const layout = outboundRouteLayout(view);
+  for (const dest of view.destinations) {
     if (!isHttpLike(dest.service)) continue;
     reachable.add(dest.service);
     for (const name of proxylessTargetNames(dest.service, clientNamespace)) {
       // A name two services share (a reused ClusterIP) stays with the first, as its domain does in RDS.
-      if (!targets.has(name)) targets.set(name, outboundRouteConfigName(dest.service.port));
+      if (!targets.has(name)) targets.set(name, layout.routeConfigNameOf(dest.service));
     }
   }
   for (const svc of context.snapshot.services) {
@@ -126,8 +130,8 @@ export function generateProxylessListeners(context: GenerationContext, profile: 
 }
 
 /**
- * The RouteConfigurations of a proxyless client: the sidecars' `rds-outbound.<port>`
- * unchanged, and {@link NO_ROUTE_CONFIG} when some target uses it.
+ * The RouteConfigurations of a proxyless client: the sidecars' outbound ones
+ * (`rds-outbound.<port>`, or `.<port>.<b>` buckets) unchanged but for `total_weight`, and {@link NO_ROUTE_CONFIG} when some target uses it.
  */
 export function generateProxylessRouteConfigurations(context: GenerationContext, profile: ProxyProfile): NamedResource<RouteConfiguration>[] {
   const out: NamedResource<RouteConfiguration>[] = generateOutboundRouteConfigurations(context, profile).map(withTotalWeight);
@@ -191,7 +195,7 @@ export function generateProxylessClusterLoadAssignments(context: GenerationConte
 /**
  * Every resource of a proxyless gRPC client (gRFC A27/A28), by type URL. Pure and synchronous.
  * - LDS: {@link generateProxylessListeners} (no inbound listener: a gRPC client serves nothing here).
- * - RDS: the sidecars' outbound route configurations `rds-outbound.<port>`, unchanged: virtual
+ * - RDS: the sidecars' outbound route configurations (`rds-outbound.<port>`, or its buckets), unchanged: virtual
  *   hosts whose `domains` hold every target name, TrafficSplits as `weighted_clusters` with
  *   `total_weight` = the sum of the weights (gRPC C-core NACKs any other total); plus
  *   {@link NO_ROUTE_CONFIG} for the services the client may not reach.

@@ -12,7 +12,7 @@ import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, networkLocalRateLimitFilter } from '../rate-limit.js';
 import type { OutboundDestination, OutboundView } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
-import { HTTP_RBAC_FILTER, inboundRouteConfigName, isHttpLike, outboundRouteConfigName } from '../rds/rds.js';
+import { HTTP_RBAC_FILTER, inboundRouteConfigName, isHttpLike, outboundRouteConfigName, outboundRouteLayout } from '../rds/rds.js';
 import type { NamedResource } from '../resource.js';
 import { downstreamTlsContext, tlsTransportSocket } from '../tls.js';
 import { ADS_CONFIG_SOURCE, ExtensionType, typedConfig } from '../typed-config.js';
@@ -85,11 +85,13 @@ const NO_EGRESS: OutboundEgress = { chains: () => [], listenerFilters: () => [] 
 
 /**
  * The outbound listener of a proxy, `outbound-listener` on 0.0.0.0:15001 with `original_dst`:
- * one HTTP filter chain per destination port (matching that port and the ClusterIPs of the
- * HTTP destinations on it, or the port alone when one of them has no address; HCM with RDS
- * `rds-outbound.<port>`) and one `tcp_proxy` chain per
- * TCP destination (its IPs and port). An (IP, port) pair is claimed by one chain only, so no
- * two chains have the same match. Then the Egress policies' chains ({@link egressFilterChains},
+ * one HTTP filter chain `outbound_http_<port>` per destination port (matching that port and the
+ * ClusterIPs of the HTTP destinations on it, or the port alone when one of them has no address;
+ * HCM with RDS `rds-outbound.<port>`), or on a port split into buckets ({@link outboundRouteLayout})
+ * one chain `outbound_http_<port>_<b>` per bucket (that port and the IPs of the bucket's
+ * services; RDS `rds-outbound.<port>.<b>`; the port's `stat_prefix` `outbound_http_<port>`),
+ * and one `tcp_proxy` chain per TCP destination (its IPs and port). An (IP, port) pair is
+ * claimed by one chain only, so no two chains have the same match. Then the Egress policies' chains ({@link egressFilterChains},
  * with `tls_inspector` when one matches TLS). With egress on, unmatched traffic passes through to
  * `passthrough-outbound`. Undefined when the proxy may reach nothing (Envoy rejects a
  * listener without filter chains).
@@ -111,13 +113,25 @@ function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: E
       claimed.add(key);
       return true;
     });
+  const layout = outboundRouteLayout(view);
   const httpIps = new Map<number, string[]>();
+  /** A split port's chains by bucket: the IPs they match. */
+  const bucketIps = new Map<number, Map<number, string[]>>();
   const portOnly = new Set<number>();
   const chains: FilterChain[] = [];
   for (const dest of view.destinations) {
     const svc = dest.service;
     const ips = claim(svc);
     if (isHttpLike(svc)) {
+      const bucket = layout.bucketOf(svc);
+      if (bucket !== undefined) {
+        // A split port: each bucket's chain matches its services' IPs (a headless service without
+        // endpoints adds none; the layout never splits a port with a service without a ClusterIP).
+        const buckets = bucketIps.get(svc.port) ?? new Map<number, string[]>();
+        bucketIps.set(svc.port, buckets);
+        buckets.set(bucket, [...(buckets.get(bucket) ?? []), ...ips]);
+        continue;
+      }
       // A service without a ClusterIP (manifests written without one, no API server to assign
       // it) can't be matched by address: its port's HTTP chain then matches the port alone and
       // RDS routes by Host. Addressed chains on the same port stay more specific.
@@ -140,6 +154,20 @@ function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: E
       filter_chain_match: { destination_port: { value: port }, ...(portOnly.has(port) ? {} : { prefix_ranges: ips.sort().map(cidr) }) },
       filters: [httpConnectionManager(name, outboundRouteConfigName(port), false)],
     });
+  }
+  for (const [port, buckets] of bucketIps) {
+    for (const [bucket, ips] of buckets) {
+      // No IP (all claimed by other chains, or headless without endpoints): no chain; one without
+      // prefix_ranges would match every address on the port.
+      if (ips.length === 0) continue;
+      // The port's statistics prefix, as without buckets: one set of HCM statistics per port
+      // (Envoy adds up chains that share a prefix), not one per bucket.
+      chains.push({
+        name: `outbound_http_${port}_${bucket}`,
+        filter_chain_match: { destination_port: { value: port }, prefix_ranges: ips.sort().map(cidr) },
+        filters: [httpConnectionManager(`outbound_http_${port}`, outboundRouteConfigName(port, bucket), false)],
+      });
+    }
   }
   const egressChains = egressOf.chains(chains);
   chains.push(...egressChains);

@@ -8,7 +8,7 @@ import { inboundServices, inboundTrafficTargets, meshServicePorts, targetCoversP
 import type { HttpRouteMatch, MeshService, MeshSnapshot } from '../../catalog/types.js';
 import { identityParts, type ServiceIdentity } from '../../proxy/types.js';
 import type { GenerationContext, ProxyProfile } from '../context.js';
-import type { OutboundView } from '../outbound.js';
+import { outboundDestinationKey, type OutboundDestination, type OutboundView, type WeightedCluster } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import type { NamedResource } from '../resource.js';
 import { durationMs, ExtensionType, typedConfig } from '../typed-config.js';
@@ -34,9 +34,86 @@ export function retryPolicyFor(snapshot: MeshSnapshot, source: ServiceIdentity, 
   };
 }
 
-/** Name of the outbound route configuration for a port: `rds-outbound.<port>` (OSM v1.2). */
-export function outboundRouteConfigName(port: number): string {
-  return `rds-outbound.${port}`;
+/**
+ * Name of an outbound route configuration: `rds-outbound.<port>` (OSM v1.2), or
+ * `rds-outbound.<port>.<bucket>` for one bucket of a split port ({@link outboundRouteLayout}).
+ */
+export function outboundRouteConfigName(port: number, bucket?: number): string {
+  return bucket === undefined ? `rds-outbound.${port}` : `rds-outbound.${port}.${bucket}`;
+}
+
+/**
+ * When a port's outbound HTTP routes are split into buckets, and into how many:
+ * - `threshold` (K): a port is split when more than K HTTP destinations of the proxy use it;
+ * - `buckets` (B): a split port has up to B route configurations (only non-empty buckets exist).
+ */
+export interface OutboundRouteSplit {
+  readonly threshold: number;
+  readonly buckets: number;
+}
+
+/**
+ * The split every generator uses: K = 128, B = 32, chosen from encoded bytes per proxy in the
+ * permissive bench mesh (one HTTP port; docs/architecture.md, "Outbound routes"). Every chain
+ * costs the listener ~0.34 KB (its match and HCM), a virtual host ~0.43 KB. A new service
+ * resends the listener and one bucket: 20 KB + 0.34·B + 430/B KB at S = 1000, least near
+ * B = 36; B = 32 gives 42 KB instead of 450 (and a split change 15 KB instead of 430). The
+ * split adds ~10 KB to the listener, so to every proxy's initial sync and to every listener
+ * resend: 1 % of a proxy's ~1.1 MB at S = 1000, 6 % at S = 128 (where a new service then costs
+ * 14 KB instead of 60), 12 % at S = 64 (13 instead of 31). Below K the saving is not worth it
+ * and OSM's shape stays.
+ */
+export const OUTBOUND_ROUTE_SPLIT: OutboundRouteSplit = Object.freeze({ threshold: 128, buckets: 32 });
+
+/**
+ * The bucket of a service on a split port: FNV-1a (32 bit) of `<namespace>/<name>` modulo
+ * `buckets`. A function of the service's name alone, so a new service never moves another one.
+ */
+export function outboundRouteBucket(svc: Pick<MeshService, 'namespace' | 'name'>, buckets: number): number {
+  return fnv1a(`${svc.namespace}/${svc.name}`) % buckets;
+}
+
+/** FNV-1a, 32 bit, of `text`'s UTF-16 code units. */
+function fnv1a(text: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    hash ^= text.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return hash;
+}
+
+/**
+ * Which outbound route configuration of a proxy serves each of its HTTP destinations
+ * ({@link outboundRouteLayout}).
+ */
+export interface OutboundRouteLayout {
+  /** The ports whose routes are split into buckets. */
+  readonly splitPorts: ReadonlySet<number>;
+  /** The bucket of `svc` when its port is split, else undefined. */
+  bucketOf(svc: MeshService): number | undefined;
+  /** The name of the route configuration holding `svc`'s virtual host. */
+  routeConfigNameOf(svc: MeshService): string;
+}
+
+/**
+ * How a view's outbound HTTP routes are laid out: a port with more than `split.threshold` HTTP
+ * destinations, each of them with a ClusterIP or headless, is split into `split.buckets`
+ * route configurations `rds-outbound.<port>.<b>` by {@link outboundRouteBucket}; any other port
+ * keeps one `rds-outbound.<port>` (OSM v1.2), and so does a port with a destination without a
+ * ClusterIP (its chain matches the port alone, so RDS must route by Host among all of them).
+ */
+export function outboundRouteLayout(view: OutboundView, split: OutboundRouteSplit = OUTBOUND_ROUTE_SPLIT): OutboundRouteLayout {
+  const counts = new Map<number, number>();
+  const unaddressed = new Set<number>();
+  for (const { service: svc } of view.destinations) {
+    if (!isHttpLike(svc)) continue;
+    counts.set(svc.port, (counts.get(svc.port) ?? 0) + 1);
+    if (!svc.headless && svc.clusterIPs.length === 0) unaddressed.add(svc.port);
+  }
+  const splitPorts = new Set([...counts].filter(([port, n]) => n > split.threshold && !unaddressed.has(port)).map(([port]) => port));
+  const bucketOf = (svc: MeshService): number | undefined => (splitPorts.has(svc.port) ? outboundRouteBucket(svc, split.buckets) : undefined);
+  return { splitPorts, bucketOf, routeConfigNameOf: (svc) => outboundRouteConfigName(svc.port, bucketOf(svc)) };
 }
 
 /** Name of the inbound route configuration for a port: `rds-inbound.<port>` (OSM v1.2). */
@@ -84,7 +161,10 @@ export function routeMatch(match: HttpRouteMatch): Route['match'] {
  * Outbound RDS of a proxy: per destination port, `rds-outbound.<port>` with a virtual host
  * per HTTP destination on that port (domains: {@link serviceHostnames}), routing every path to
  * the service's cluster, or to weighted clusters when a TrafficSplit applies (no
- * `total_weight`, deprecated in Envoy: the weights' sum is the total).
+ * `total_weight`, deprecated in Envoy: the weights' sum is the total). A port with more than
+ * {@link OUTBOUND_ROUTE_SPLIT}'s threshold of destinations has instead one
+ * `rds-outbound.<port>.<b>` per non-empty bucket ({@link outboundRouteLayout}), holding the
+ * virtual hosts of that bucket's services only, so a new or changed service changes one of them.
  */
 export function generateOutboundRouteConfigurations(context: GenerationContext, profile: ProxyProfile): NamedResource<RouteConfiguration>[] {
   const { snapshot } = context;
@@ -92,32 +172,108 @@ export function generateOutboundRouteConfigurations(context: GenerationContext, 
   const view = context.outboundView(profile.identity);
   // Without Retry policies of its own, the route configurations depend only on the view (its
   // services, clusters and weights) and the client's namespace (short host names): identities
-  // sharing both share the objects, and so do snapshots that keep the view.
+  // sharing both share the objects, and so do snapshots that keep the view. Each route
+  // configuration is shared on its own as well, from its destinations alone: a new service
+  // changes the view, and the configurations of the buckets it is not in stay the same objects.
   if (!snapshot.retryPolicies.some((r) => r.source === profile.identity)) {
-    const shared = context.shared('RouteConfiguration', `outbound ${clientNamespace} ${context.outboundViewId(view)}`, [view, clientNamespace], sharedOutboundRouteConfigurations);
-    return [...shared.list]; // the caller's own array: the proxyless generator appends to it
+    const { groups } = context.shared('RouteConfigurationGroups', `outbound ${clientNamespace} ${context.outboundViewId(view)}`, [view, clientNamespace], sharedOutboundRouteGroups);
+    // Named by content: identities of different views (SMI) that hold the same destinations in
+    // a route configuration share it, and one view's does not evict another's.
+    return groups.map((group) => context.shared('RouteConfiguration', `outbound ${clientNamespace} ${group.key}`, group.inputs, sharedOutboundRouteConfiguration));
   }
-  return outboundRouteConfigurations(view, clientNamespace, (svc) => retryPolicyFor(snapshot, profile.identity, svc));
+  return outboundRouteGroups(view).map((group) =>
+    outboundRouteConfiguration(group.name, group.destinations, clientNamespace, (svc) => retryPolicyFor(snapshot, profile.identity, svc)),
+  );
 }
 
-/** The outbound route configurations of clients without Retry policies of their own, boxed. */
-function sharedOutboundRouteConfigurations(view: OutboundView, clientNamespace: string): { list: NamedResource<RouteConfiguration>[] } {
-  return { list: outboundRouteConfigurations(view, clientNamespace, () => undefined) };
+/** The HTTP destinations of one outbound route configuration, in view order. */
+interface OutboundRouteGroup {
+  readonly name: string;
+  readonly destinations: readonly OutboundDestination[];
 }
 
-/** {@link generateOutboundRouteConfigurations} from what it reads: the view, the client's namespace and its retry policy per service. */
-function outboundRouteConfigurations(
-  view: OutboundView,
-  clientNamespace: string,
-  retryPolicyTo: (svc: MeshService) => RetryPolicy | undefined,
-): NamedResource<RouteConfiguration>[] {
-  const byPort = new Map<number, VirtualHost[]>();
-  const domainsTaken = new Map<number, Set<string>>();
+/** The view's HTTP destinations grouped by the route configuration holding them ({@link outboundRouteLayout}), sorted by port then bucket. */
+function outboundRouteGroups(view: OutboundView): OutboundRouteGroup[] {
+  const layout = outboundRouteLayout(view);
+  const groups = new Map<string, { port: number; bucket: number; destinations: OutboundDestination[] }>();
   for (const dest of view.destinations) {
     const svc = dest.service;
     if (!isHttpLike(svc)) continue;
-    const taken = domainsTaken.get(svc.port) ?? new Set<string>();
-    domainsTaken.set(svc.port, taken);
+    const name = layout.routeConfigNameOf(svc);
+    let group = groups.get(name);
+    if (!group) {
+      group = { port: svc.port, bucket: layout.bucketOf(svc) ?? -1, destinations: [] };
+      groups.set(name, group);
+    }
+    group.destinations.push(dest);
+  }
+  return [...groups]
+    .sort(([, a], [, b]) => a.port - b.port || a.bucket - b.bucket)
+    .map(([name, g]) => ({ name, destinations: g.destinations }));
+}
+
+/**
+ * The inputs of a shared route configuration: the client's namespace, the configuration's name,
+ * then per destination its service, its number of targets, and each target's cluster and weight.
+ */
+type RouteConfigurationInputs = [clientNamespace: string, name: string, ...destinations: unknown[]];
+
+/** The {@link RouteConfigurationInputs} of a group of destinations. */
+function routeConfigurationInputs(clientNamespace: string, name: string, destinations: readonly OutboundDestination[]): RouteConfigurationInputs {
+  const out: RouteConfigurationInputs = [clientNamespace, name];
+  for (const d of destinations) {
+    out.push(d.service, d.targets.length);
+    for (const t of d.targets) out.push(t.cluster, t.weight);
+  }
+  return out;
+}
+
+/** The destinations of {@link routeConfigurationInputs}. */
+function destinationsOf(inputs: readonly unknown[]): OutboundDestination[] {
+  const out: OutboundDestination[] = [];
+  for (let i = 0; i < inputs.length; ) {
+    const service = inputs[i] as MeshService;
+    const count = inputs[i + 1] as number;
+    const targets: WeightedCluster[] = [];
+    for (let j = 0; j < count; j++) targets.push({ cluster: inputs[i + 2 + 2 * j] as string, weight: inputs[i + 3 + 2 * j] as number });
+    out.push({ service, targets });
+    i += 2 + 2 * count;
+  }
+  return out;
+}
+
+/**
+ * The route configuration groups of a view for clients of `clientNamespace`, each with a key of
+ * its content (its name, size and a hash of its {@link outboundDestinationKey}s) and the inputs
+ * of its shared route configuration ({@link routeConfigurationInputs}), boxed.
+ */
+function sharedOutboundRouteGroups(view: OutboundView, clientNamespace: string): { groups: { key: string; inputs: RouteConfigurationInputs }[] } {
+  return {
+    // A hash, not the text, keeps the names short; two groups whose hashes collide only take turns
+    // in one entry (its inputs are compared), never share an object.
+    groups: outboundRouteGroups(view).map((g) => ({
+      key: `${g.name} ${g.destinations.length} ${fnv1a(g.destinations.map(outboundDestinationKey).join(';')).toString(36)}`,
+      inputs: routeConfigurationInputs(clientNamespace, g.name, g.destinations),
+    })),
+  };
+}
+
+/** One outbound route configuration of clients without Retry policies of their own, from {@link routeConfigurationInputs}. */
+function sharedOutboundRouteConfiguration(clientNamespace: string, name: string, ...destinations: unknown[]): NamedResource<RouteConfiguration> {
+  return outboundRouteConfiguration(name, destinationsOf(destinations), clientNamespace, () => undefined);
+}
+
+/** One outbound route configuration: a virtual host per destination, from the client's namespace and its retry policy per service. */
+function outboundRouteConfiguration(
+  name: string,
+  destinations: readonly OutboundDestination[],
+  clientNamespace: string,
+  retryPolicyTo: (svc: MeshService) => RetryPolicy | undefined,
+): NamedResource<RouteConfiguration> {
+  const hosts: VirtualHost[] = [];
+  const taken = new Set<string>();
+  for (const dest of destinations) {
+    const svc = dest.service;
     // Two virtual hosts of one route configuration may not share a domain (Envoy rejects it);
     // the first service (in snapshot order) keeps a contested name, e.g. a reused ClusterIP.
     const domains = serviceHostnames(svc, clientNamespace).filter((d) => !taken.has(d));
@@ -135,20 +291,13 @@ function outboundRouteConfigurations(
             },
           };
     const retry = retryPolicyTo(svc);
-    const hosts = byPort.get(svc.port) ?? [];
     hosts.push({
       name: `outbound_virtual-host|${serviceFqdn(svc)}`,
       domains,
       routes: [{ name: `outbound_route|${serviceFqdn(svc)}`, match: { prefix: '/' }, route: retry ? { ...action, retry_policy: retry } : action }],
     });
-    byPort.set(svc.port, hosts);
   }
-  return [...byPort.entries()]
-    .sort(([a], [b]) => a - b)
-    .map(([port, hosts]) => {
-      const name = outboundRouteConfigName(port);
-      return { name, resource: { name, virtual_hosts: sortByName(hosts), validate_clusters: { value: false } } };
-    });
+  return { name, resource: { name, virtual_hosts: sortByName(hosts), validate_clusters: { value: false } } };
 }
 
 interface InboundRule {
