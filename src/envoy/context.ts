@@ -8,6 +8,19 @@ import type { MeshSnapshot } from '../catalog/types.js';
 import type { Proxy, ServiceIdentity, XdsClientType } from '../proxy/types.js';
 import { sameElements } from '../util/same.js';
 import { computeOutboundView, outboundViewKey, sameOutboundView, type OutboundView } from './outbound.js';
+import type { NamedResource } from './resource.js';
+
+/**
+ * Resources of one type that many proxies get alike (e.g. the upstream Clusters of every proxy
+ * with one outbound view), from {@link GenerationContext.layer}: one object per generation,
+ * and the very object of the generation before while its resources are the same. What is done
+ * for a layer once (checks, encodings, a snapshot's shared map) holds for every proxy given it.
+ */
+export interface ResourceLayer {
+  readonly resources: readonly NamedResource[];
+  /** The names of {@link resources}. */
+  readonly names: ReadonlySet<string>;
+}
 
 /** What generators read of a proxy: its identity and the kind of xDS client it is. */
 export interface ProxyProfile {
@@ -49,6 +62,8 @@ export class GenerationContext {
   /** By {@link outboundViewKey}: identities reaching the same destinations the same way share one view. */
   private readonly viewsByContent = new Map<string, ViewEntry>();
   private readonly viewIds = new WeakMap<OutboundView, number>();
+  /** Layers by kind and key ({@link layer}). */
+  private readonly layers = new Map<string, ResourceLayer>();
   /** The last view number given, shared along the chain of contexts (numbers are never reused). */
   private readonly viewCounter: { last: number };
 
@@ -99,6 +114,26 @@ export class GenerationContext {
   }
 
   /**
+   * The layer of `kind` and `key` (e.g. `Cluster` and an outbound view's number): built once per
+   * generation by `build`, and when its resources are those of the generation before's layer
+   * of the same kind and key (the same names, resource objects and parts, in the same order),
+   * that layer object itself, so that what was derived from it carries over. `build` may read
+   * the context (unlike {@link shared}'s): the layer is built again in every generation.
+   * @throws whatever `build` throws (nothing is remembered then).
+   */
+  layer(kind: string, key: string, build: () => readonly NamedResource[]): ResourceLayer {
+    const id = `${kind}\0${key}`;
+    let found = this.layers.get(id);
+    if (!found) {
+      const resources = build();
+      const before = this.previousContext?.layers.get(id);
+      found = before && sameResources(before.resources, resources) ? before : Object.freeze({ resources, names: new Set(resources.map((r) => r.name)) });
+      this.layers.set(id, found);
+    }
+    return found;
+  }
+
+  /**
    * The outbound view of proxies of `identity` (`computeOutboundView`), computed once per
    * identity and generation. Identities that reach the same destinations the same way (every
    * identity in permissive mode) get one view object, so what is derived from the view alone
@@ -142,4 +177,14 @@ export class GenerationContext {
     if (id === undefined) throw new Error('outboundViewId: the view was not made by this generation context');
     return id;
   }
+}
+
+/** Whether two lists hold the same resources: names, resource objects and parts, in the same order. */
+function sameResources(a: readonly NamedResource[], b: readonly NamedResource[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    const [x, y] = [a[i]!, b[i]!];
+    if (x.name !== y.name || x.resource !== y.resource || !sameElements(x.parts ?? [], y.parts ?? [])) return false;
+  }
+  return true;
 }

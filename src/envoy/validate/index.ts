@@ -13,14 +13,20 @@
  * Pure: no I/O; no module state (what is remembered is in the cache the caller passes).
  */
 import type { TypeUrl } from '../../api/type-urls.js';
+import type { ResourceLayer } from '../context.js';
 import type { ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
-import { validateCrossResource, type DecodedResource } from './cross-resource.js';
+import { validateCrossResource, type DecodedResource, type ResourceReference } from './cross-resource.js';
 import { ResourceCheckCache, resourceKey as key } from './resource-check-cache.js';
 
 export { validateMessage, validateEncoded, PgvRules, type RuleViolation } from './pgv-rules.js';
 export { validLike } from './alike.js';
-export { ResourceCheckCache, type CheckedResource } from './resource-check-cache.js';
+
+/** The names of a resource map (or any map by name), to look up and to list, as many times as they are read. */
+export function namesOf(map: ReadonlyMap<string, unknown>): NameSet {
+  return { has: (name) => map.has(name), [Symbol.iterator]: () => map.keys() };
+}
+export { ResourceCheckCache, type CheckedResource, type LayerCheck } from './resource-check-cache.js';
 export { validateCrossResource, ResourceFactsCache, resourceReferences, type CrossViolation, type DecodedResources, type ResourceReference } from './cross-resource.js';
 
 /**
@@ -144,6 +150,66 @@ export function validateProxyResources(
   const valid = new Map<TypeUrl, readonly NamedResource[]>();
   for (const [typeUrl, list] of resources) valid.set(typeUrl, droppedKeys.size === 0 ? list : list.filter((r) => !droppedKeys.has(key(typeUrl, r.name))));
   return { violations, valid, dropped };
+}
+
+/** The names of some resources of one type, as far as a reference needs them (a `ResourceMap`, a `Set`). */
+export interface NameLookup {
+  has(name: string): boolean;
+}
+
+/** The names of some resources of one type, to look up and to list (a `Set`, or a `ResourceMap`'s names, see `namesOf`). */
+export type NameSet = NameLookup & Iterable<string>;
+
+/**
+ * Whether {@link validateProxyResources} would find no violation in a proxy's resources given
+ * in layers: per type, a shared {@link ResourceLayer} (checked once per layer object, with what
+ * its references need: once per pair of layers, `ResourceCheckCache.checkLayer`) and the
+ * proxy's own resources (every type generated has an entry in `own`). The same rules, without
+ * walking a layer for every proxy: every resource checked on its own (encoding, `validate.rules`,
+ * its name field, single-resource rules), no name twice in a type (layer and own together), and
+ * every reference resolved by the resources of its type (of `others` for a type not generated).
+ * When false, validate the resources flat for the violations and the valid subset.
+ * @param others for a partial update: the names of the proxy's resources of the types not generated.
+ * @param existing names counted as existing whatever was generated (a Secret referred to but withheld).
+ */
+export function layeredResourcesValid(
+  shared: ReadonlyMap<TypeUrl, ResourceLayer>,
+  own: ProxyResources,
+  cache: ResourceCheckCache,
+  others?: ReadonlyMap<TypeUrl, NameLookup>,
+  existing?: ReadonlyMap<TypeUrl, NameLookup>,
+): boolean {
+  const ownNames = new Map<TypeUrl, Set<string>>();
+  const references: ResourceReference[] = [];
+  for (const [typeUrl, list] of own) {
+    const layer = shared.get(typeUrl);
+    const names = new Set<string>();
+    for (const r of list) {
+      if (names.has(r.name) || layer?.names.has(r.name)) return false;
+      names.add(r.name);
+      const facts = cache.checkAlone(typeUrl, r);
+      if (!facts) return false;
+      for (const ref of facts.references) references.push(ref);
+    }
+    ownNames.set(typeUrl, names);
+  }
+  for (const [typeUrl, layer] of shared) if (!own.has(typeUrl) || !cache.checkLayer(typeUrl, layer).valid) return false;
+  // A type generated resolves by its own resources and its layer; another by `others`.
+  const resolves = (typeUrl: TypeUrl, name: string): boolean => {
+    if (existing?.get(typeUrl)?.has(name)) return true;
+    const names = ownNames.get(typeUrl);
+    if (!names) return others?.get(typeUrl)?.has(name) ?? false;
+    return names.has(name) || (shared.get(typeUrl)?.names.has(name) ?? false);
+  };
+  for (const ref of references) if (!resolves(ref.typeUrl, ref.name)) return false;
+  for (const [layerType, layer] of shared) {
+    for (const typeUrl of cache.checkLayer(layerType, layer).references.keys()) {
+      const resolving = shared.get(typeUrl);
+      const refs = resolving ? cache.unresolvedReferences(layerType, layer, typeUrl, resolving) : cache.checkLayer(layerType, layer).references.get(typeUrl)!;
+      for (const ref of refs) if (!resolves(typeUrl, ref.name)) return false;
+    }
+  }
+  return true;
 }
 
 /** One line for a violation: `<Message> "<name>": <path>: <rule>: <message>`, e.g. `Cluster "a|80": connect_timeout: duration.gt: must be > 0s, got 0s`. */
