@@ -180,7 +180,8 @@ export function layeredResourcesValid(
   existing?: ReadonlyMap<TypeUrl, NameLookup>,
 ): boolean {
   const ownNames = new Map<TypeUrl, Set<string>>();
-  const references: ResourceReference[] = [];
+  // What refers to something, with its references: own resources (by resource object) and layers.
+  const makers: [object, readonly ResourceReference[]][] = [];
   for (const [typeUrl, list] of own) {
     const layer = shared.get(typeUrl);
     const names = new Set<string>();
@@ -189,11 +190,15 @@ export function layeredResourcesValid(
       names.add(r.name);
       const facts = cache.checkAlone(typeUrl, r);
       if (!facts) return false;
-      for (const ref of facts.references) references.push(ref);
+      if (facts.references.length > 0) makers.push([r.resource, facts.references]);
     }
     ownNames.set(typeUrl, names);
   }
-  for (const [typeUrl, layer] of shared) if (!own.has(typeUrl) || !cache.checkLayer(typeUrl, layer).valid) return false;
+  for (const [typeUrl, layer] of shared) {
+    const check = own.has(typeUrl) ? cache.checkLayer(typeUrl, layer) : undefined;
+    if (!check?.valid) return false;
+    if (check.all.length > 0) makers.push([layer, check.all]);
+  }
   // A type generated resolves by its own resources and its layer; another by `others`.
   const resolves = (typeUrl: TypeUrl, name: string): boolean => {
     if (existing?.get(typeUrl)?.has(name)) return true;
@@ -201,12 +206,11 @@ export function layeredResourcesValid(
     if (!names) return others?.get(typeUrl)?.has(name) ?? false;
     return names.has(name) || (shared.get(typeUrl)?.names.has(name) ?? false);
   };
-  for (const ref of references) if (!resolves(ref.typeUrl, ref.name)) return false;
-  for (const [layerType, layer] of shared) {
-    for (const typeUrl of cache.checkLayer(layerType, layer).references.keys()) {
-      const resolving = shared.get(typeUrl);
-      const refs = resolving ? cache.unresolvedReferences(layerType, layer, typeUrl, resolving) : cache.checkLayer(layerType, layer).references.get(typeUrl)!;
-      for (const ref of refs) if (!resolves(typeUrl, ref.name)) return false;
+  for (const [maker, references] of makers) {
+    for (const [typeUrl, refs] of cache.referencesByType(maker, references)) {
+      // To a type with a layer: only the references the layer lacks (found once per maker and layer).
+      const layer = ownNames.has(typeUrl) ? shared.get(typeUrl) : undefined;
+      for (const ref of layer ? cache.unresolvedReferences(maker, refs, typeUrl, layer) : refs) if (!resolves(typeUrl, ref.name)) return false;
     }
   }
   return true;

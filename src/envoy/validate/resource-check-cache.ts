@@ -33,6 +33,8 @@ export interface CheckedResource {
 export interface LayerCheck {
   readonly valid: boolean;
   readonly references: ReadonlyMap<TypeUrl, readonly ResourceReference[]>;
+  /** Every reference of {@link references}. */
+  readonly all: readonly ResourceReference[];
 }
 
 /** How many unlike resources of one type are kept to compare new ones with. */
@@ -74,8 +76,9 @@ export class ResourceCheckCache {
   private readonly siblingsByType = new Map<TypeUrl, Sibling[]>();
   private checkedInFull = 0;
   private readonly layerChecks = new WeakMap<ResourceLayer, LayerCheck>();
-  /** By layer, then the layer resolving them: the references of the first the second lacks. */
-  private readonly unresolvedByLayer = new WeakMap<ResourceLayer, WeakMap<ResourceLayer, Map<TypeUrl, readonly ResourceReference[]>>>();
+  private readonly referencesByMaker = new WeakMap<object, ReadonlyMap<TypeUrl, readonly ResourceReference[]>>();
+  /** By what makes them (a resource object, a layer), then the layer resolving them, then type: the references the layer lacks. */
+  private readonly unresolvedByMaker = new WeakMap<object, WeakMap<ResourceLayer, Map<TypeUrl, readonly ResourceReference[]>>>();
   private readonly encodedLayers = new WeakMap<ResourceLayer, readonly { readonly name: string; readonly resource: { readonly type_url: string; readonly value: Buffer } }[]>();
 
   /** @param maxNames how many names to keep a sibling for, the least recently checked going first (default 20 000). */
@@ -125,24 +128,36 @@ export class ResourceCheckCache {
         }
         for (const ref of facts.references) getOrCreate(references, ref.typeUrl, () => []).push(ref);
       }
-      found = { valid, references: valid ? references : new Map() };
+      found = { valid, references: valid ? references : new Map(), all: valid ? [...references.values()].flat() : [] };
       this.layerChecks.set(layer, found);
     }
     return found;
   }
 
+  /** `references` (all those made by `maker`: a resource object, or a layer) by type: grouped once per maker. */
+  referencesByType(maker: object, references: readonly ResourceReference[]): ReadonlyMap<TypeUrl, readonly ResourceReference[]> {
+    let found = this.referencesByMaker.get(maker);
+    if (!found) {
+      const byType = new Map<TypeUrl, ResourceReference[]>();
+      for (const ref of references) getOrCreate(byType, ref.typeUrl, () => []).push(ref);
+      this.referencesByMaker.set(maker, (found = byType));
+    }
+    return found;
+  }
+
   /**
-   * The references of type `typeUrl` made by `layer`'s resources (of `layerType`) that name
-   * nothing in `resolving` (a layer of `typeUrl`): found once per pair of layers.
+   * Of `references` (all those made by `maker`: a resource object, or a layer), those of type
+   * `typeUrl` that name nothing in `resolving` (a layer of `typeUrl`): found once per maker,
+   * type and layer, so a resource or layer many proxies get resolves against a layer once.
    */
-  unresolvedReferences(layerType: TypeUrl, layer: ResourceLayer, typeUrl: TypeUrl, resolving: ResourceLayer): readonly ResourceReference[] {
-    let byResolving = this.unresolvedByLayer.get(layer);
-    if (!byResolving) this.unresolvedByLayer.set(layer, (byResolving = new WeakMap()));
+  unresolvedReferences(maker: object, references: readonly ResourceReference[], typeUrl: TypeUrl, resolving: ResourceLayer): readonly ResourceReference[] {
+    let byResolving = this.unresolvedByMaker.get(maker);
+    if (!byResolving) this.unresolvedByMaker.set(maker, (byResolving = new WeakMap()));
     let byType = byResolving.get(resolving);
     if (!byType) byResolving.set(resolving, (byType = new Map()));
     let found = byType.get(typeUrl);
     if (!found) {
-      found = (this.checkLayer(layerType, layer).references.get(typeUrl) ?? []).filter((ref) => !resolving.names.has(ref.name));
+      found = references.filter((ref) => ref.typeUrl === typeUrl && !resolving.names.has(ref.name));
       byType.set(typeUrl, found);
     }
     return found;
