@@ -9,7 +9,7 @@ import { resourcesChangedBy, typesToRegenerate, type ProxyResources } from '../e
 import type { PushChange } from '../envoy/push-change.js';
 import { namesOf, validateProxyResources, type NameSet, type ResourceCheckCache } from '../envoy/validate/index.js';
 import type { Proxy } from '../proxy/types.js';
-import { buildProxySnapshot, replaceResources, type ResourceInterner } from '../xds/cache/snapshot-cache.js';
+import { buildProxySnapshot, replaceResources, sharedLayerOf, type ResourceInterner } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot, ResourceMap } from '../xds/cache/types.js';
 import type { NamedResource as EncodedNamedResource } from '../xds/cache/snapshot-cache.js';
 import { checkConfiguration, encodeResources, generateConfiguration, type ConfigurationCertificates, type EncodedConfiguration } from './configuration.js';
@@ -118,7 +118,7 @@ export function updatedConfiguration(
 ): GeneratedConfig | undefined {
   // The names of the proxy's resources of the types not in `excluded` (those of a type in `changed` stay).
   const others = (excluded: ReadonlySet<TypeUrl>): Map<TypeUrl, NameSet> =>
-    new Map([...previous.resources].filter(([type]) => !excluded.has(type)).map(([type, map]) => [type, namesOf(map)] as const));
+    new Map([...previous.resources].filter(([type]) => !excluded.has(type)).map(([type, map]) => [type, namesOf(map, sharedLayerOf(map))] as const));
   const generated = new Set([...types].filter((type) => !changed.has(type)));
   const parts: Omit<EncodedConfiguration, 'dependencies'>[] = [];
   if (generated.size > 0) parts.push(generateConfiguration(context, proxy, certs, cache, generated, others(generated)));

@@ -22,9 +22,12 @@ import { ResourceCheckCache, resourceKey as key } from './resource-check-cache.j
 export { validateMessage, validateEncoded, PgvRules, type RuleViolation } from './pgv-rules.js';
 export { validLike } from './alike.js';
 
-/** The names of a resource map (or any map by name), to look up and to list, as many times as they are read. */
-export function namesOf(map: ReadonlyMap<string, unknown>): NameSet {
-  return { has: (name) => map.has(name), [Symbol.iterator]: () => map.keys() };
+/**
+ * The names of a resource map (or any map by name), to look up and to list, as many times as
+ * they are read; with `common` (see {@link NameSet}) the names of its shared part.
+ */
+export function namesOf(map: ReadonlyMap<string, unknown>, common?: NameLookup): NameSet {
+  return { has: (name) => map.has(name), [Symbol.iterator]: () => map.keys(), ...(common ? { common } : {}) };
 }
 export { ResourceCheckCache, type CheckedResource, type LayerCheck } from './resource-check-cache.js';
 export { validateCrossResource, ResourceFactsCache, resourceReferences, type CrossViolation, type DecodedResources, type ResourceReference } from './cross-resource.js';
@@ -157,8 +160,12 @@ export interface NameLookup {
   has(name: string): boolean;
 }
 
-/** The names of some resources of one type, to look up and to list (a `Set`, or a `ResourceMap`'s names, see `namesOf`). */
-export type NameSet = NameLookup & Iterable<string>;
+/**
+ * The names of some resources of one type, to look up and to list (a `Set`, or a `ResourceMap`'s
+ * names, see `namesOf`); `common`: those of them many proxies have alike, as one object kept
+ * while they are (a shared layer's), which a reference is resolved against once for all.
+ */
+export type NameSet = NameLookup & Iterable<string> & { readonly common?: NameLookup };
 
 /**
  * Whether {@link validateProxyResources} would find no violation in a proxy's resources given
@@ -176,7 +183,7 @@ export function layeredResourcesValid(
   shared: ReadonlyMap<TypeUrl, ResourceLayer>,
   own: ProxyResources,
   cache: ResourceCheckCache,
-  others?: ReadonlyMap<TypeUrl, NameLookup>,
+  others?: ReadonlyMap<TypeUrl, NameLookup & { readonly common?: NameLookup }>,
   existing?: ReadonlyMap<TypeUrl, NameLookup>,
 ): boolean {
   const ownNames = new Map<TypeUrl, Set<string>>();
@@ -209,8 +216,8 @@ export function layeredResourcesValid(
   for (const [maker, references] of makers) {
     for (const [typeUrl, refs] of cache.referencesByType(maker, references)) {
       // To a type with a layer: only the references the layer lacks (found once per maker and layer).
-      const layer = ownNames.has(typeUrl) ? shared.get(typeUrl) : undefined;
-      for (const ref of layer ? cache.unresolvedReferences(maker, refs, typeUrl, layer) : refs) if (!resolves(typeUrl, ref.name)) return false;
+      const common = ownNames.has(typeUrl) ? shared.get(typeUrl)?.names : others?.get(typeUrl)?.common;
+      for (const ref of common ? cache.unresolvedReferences(maker, refs, typeUrl, common) : refs) if (!resolves(typeUrl, ref.name)) return false;
     }
   }
   return true;

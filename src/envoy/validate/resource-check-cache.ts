@@ -78,7 +78,7 @@ export class ResourceCheckCache {
   private readonly layerChecks = new WeakMap<ResourceLayer, LayerCheck>();
   private readonly referencesByMaker = new WeakMap<object, ReadonlyMap<TypeUrl, readonly ResourceReference[]>>();
   /** By what makes them (a resource object, a layer), then the layer resolving them, then type: the references the layer lacks. */
-  private readonly unresolvedByMaker = new WeakMap<object, WeakMap<ResourceLayer, Map<TypeUrl, readonly ResourceReference[]>>>();
+  private readonly unresolvedByMaker = new WeakMap<object, WeakMap<object, Map<TypeUrl, readonly ResourceReference[]>>>();
   private readonly encodedLayers = new WeakMap<ResourceLayer, readonly { readonly name: string; readonly resource: { readonly type_url: string; readonly value: Buffer } }[]>();
 
   /** @param maxNames how many names to keep a sibling for, the least recently checked going first (default 20 000). */
@@ -147,17 +147,18 @@ export class ResourceCheckCache {
 
   /**
    * Of `references` (all those made by `maker`: a resource object, or a layer), those of type
-   * `typeUrl` that name nothing in `resolving` (a layer of `typeUrl`): found once per maker,
-   * type and layer, so a resource or layer many proxies get resolves against a layer once.
+   * `typeUrl` that name nothing in `resolving` (names of `typeUrl` many proxies have, kept as one
+   * object: a layer's names): found once per maker, type and names, so a resource or layer many
+   * proxies get resolves against a layer once.
    */
-  unresolvedReferences(maker: object, references: readonly ResourceReference[], typeUrl: TypeUrl, resolving: ResourceLayer): readonly ResourceReference[] {
+  unresolvedReferences(maker: object, references: readonly ResourceReference[], typeUrl: TypeUrl, resolving: { has(name: string): boolean }): readonly ResourceReference[] {
     let byResolving = this.unresolvedByMaker.get(maker);
     if (!byResolving) this.unresolvedByMaker.set(maker, (byResolving = new WeakMap()));
     let byType = byResolving.get(resolving);
     if (!byType) byResolving.set(resolving, (byType = new Map()));
     let found = byType.get(typeUrl);
     if (!found) {
-      found = references.filter((ref) => ref.typeUrl === typeUrl && !resolving.names.has(ref.name));
+      found = references.filter((ref) => ref.typeUrl === typeUrl && !resolving.has(ref.name));
       byType.set(typeUrl, found);
     }
     return found;
