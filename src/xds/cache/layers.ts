@@ -189,3 +189,38 @@ export function sharedLayerOf(map: ReadonlyMap<string, CachedResource>): SharedR
   if (map instanceof LayeredResourceMap) return map.shared;
   return undefined;
 }
+
+/** What changed from one shared layer to another: resources added or with another version, and names gone. */
+export interface LayerChanges {
+  readonly changed: readonly CachedResource[];
+  readonly removed: readonly string[];
+}
+
+/** {@link sharedLayerChanges} by the layer after, then the layer before. */
+const changesByLayers = new WeakMap<SharedResourceMap, WeakMap<SharedResourceMap, LayerChanges>>();
+
+/**
+ * What a holder of every resource of `before` (at its versions) must be sent to hold `after`:
+ * the resources of `after` it lacks or holds at another version, and the names of `before`
+ * that `after` lacks. Computed once per pair of layers (remembered weakly by them), so the
+ * streams of every proxy moving from one shared layer to the next share one walk of it; nothing
+ * when they are the same object. For a delta stream that knows it holds `before` exactly
+ * (e.g. it recorded the layer it last sent in full, and its ACK).
+ */
+export function sharedLayerChanges(before: SharedResourceMap, after: SharedResourceMap): LayerChanges {
+  if (before === after) return NO_CHANGES;
+  let byBefore = changesByLayers.get(after);
+  if (!byBefore) changesByLayers.set(after, (byBefore = new WeakMap()));
+  let found = byBefore.get(before);
+  if (!found) {
+    const changed: CachedResource[] = [];
+    for (const r of after.values()) if (before.get(r.name)?.version !== r.version) changed.push(r);
+    const removed: string[] = [];
+    for (const name of before.keys()) if (!after.has(name)) removed.push(name);
+    found = Object.freeze({ changed, removed });
+    byBefore.set(before, found);
+  }
+  return found;
+}
+
+const NO_CHANGES: LayerChanges = Object.freeze({ changed: [], removed: [] });

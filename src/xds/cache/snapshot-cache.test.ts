@@ -11,6 +11,7 @@ import {
   buildProxySnapshot,
   replaceResources,
   resourceVersion,
+  sharedLayerChanges,
   sharedLayerOf,
   typeVersion,
   type NamedResource,
@@ -211,5 +212,18 @@ describe('shared layers (SharedResourceMap, LayeredResourceMap)', () => {
     assert.equal(m2.get('own-2'), s2.resources.get(TypeUrl.Cluster)!.get('own-2'));
     for (const s of [r1!, r2!]) assert.equal(s.versions.get(TypeUrl.Cluster), typeVersion(s.resources.get(TypeUrl.Cluster)!.values()));
     assert.equal(replaceResources(s1, TypeUrl.Cluster, [cluster('a')], interner), s1, 'the same bytes: nothing replaced');
+  });
+});
+
+describe('sharedLayerChanges', () => {
+  it('gives what changed between two shared layers, once per pair, and nothing between a layer and itself', () => {
+    const interner = new ResourceInterner();
+    const before = new SharedResourceMap(TypeUrl.Cluster, ['a', 'b', 'c'].map((n) => interner.intern(n, cluster(n).resource)));
+    const after = new SharedResourceMap(TypeUrl.Cluster, [interner.intern('a', cluster('a').resource), interner.intern('b', cluster('b', 2).resource), interner.intern('d', cluster('d').resource)]);
+    const changes = sharedLayerChanges(before, after);
+    assert.deepEqual(changes.changed.map((r) => r.name), ['b', 'd']);
+    assert.deepEqual(changes.removed, ['c']);
+    assert.equal(sharedLayerChanges(before, after), changes, 'remembered for the pair');
+    assert.deepEqual(sharedLayerChanges(after, after), { changed: [], removed: [] });
   });
 });

@@ -10,7 +10,7 @@ export interface NamedResource {
   readonly resource: EncodedAny;
 }
 
-export { VERSION_LENGTH, typeVersion, SharedResourceMap, LayeredResourceMap, sharedLayerOf } from './layers.js';
+export { VERSION_LENGTH, typeVersion, SharedResourceMap, LayeredResourceMap, sharedLayerOf, sharedLayerChanges, type LayerChanges } from './layers.js';
 
 /**
  * The version of one encoded resource: the first {@link VERSION_LENGTH} hex characters of the
