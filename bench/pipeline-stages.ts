@@ -3,7 +3,9 @@
  * locate what a push spends its time on (no gRPC, no second process):
  * manifests load, `buildMeshSnapshot`, and per proxy `getServiceCertificate` (first issue),
  * `generateProxyResources`, `validateProxyResources`, `encodeResources`, `buildProxySnapshot`,
- * on first connection and again after scenario (d)'s MeshConfig change (warm caches).
+ * on first connection and again after scenario (d)'s MeshConfig change (warm caches); then the
+ * controller's own path (in layers: `generateConfiguration`, `buildProxySnapshot` with the shared
+ * layers) per proxy, and an estimate of what its resource maps' entries hold.
  *
  * ```
  * node --import tsx bench/pipeline-stages.ts --services 1000 --proxies 50 [--mode smi|permissive]
@@ -18,14 +20,15 @@ import { pino } from 'pino';
 import { MeshSnapshotBuilder } from '../src/catalog/build-snapshot.js';
 import { CertificateAuthority } from '../src/certificate/authority.js';
 import { CertificateManager } from '../src/certificate/manager.js';
+import { generateConfiguration } from '../src/controller/configuration.js';
 import { encodeResources } from '../src/controller/mesh-controller.js';
 import { GenerationContext, proxyProfile } from '../src/envoy/context.js';
 import { generateProxyResources } from '../src/envoy/generate.js';
 import { ResourceCheckCache, validateProxyResources } from '../src/envoy/validate/index.js';
-import { parseCommonName, proxyCommonName } from '../src/proxy/types.js';
+import { parseCommonName, proxyCommonName, type Proxy } from '../src/proxy/types.js';
 import { ManifestsSource } from '../src/sources/manifests/manifests-source.js';
 import { ObjectStore } from '../src/store/object-store.js';
-import { ResourceInterner, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
+import { ResourceInterner, buildProxySnapshot, sharedLayerOf } from '../src/xds/cache/snapshot-cache.js';
 import { nowMs } from './lean-sidecar.js';
 import { MESH_NAME, meshConfigChange, planMesh, planProxies, writeMesh, type MeshMode } from './mesh-generator.js';
 
@@ -110,8 +113,35 @@ async function main(): Promise<void> {
       }
       return totals;
     };
+    // As the controller generates: in layers (`generateConfiguration`: the outbound view's
+    // layers checked and encoded once, the proxy's own resources for each), into snapshots.
+    const layeredPass = async (context: GenerationContext): Promise<{ ms: number; held: number }> => {
+      const seen = new WeakSet<object>();
+      let [ms, held] = [0, 0];
+      const hold = (x: object, bytes: number): void => {
+        if (seen.has(x)) return;
+        seen.add(x);
+        held += bytes;
+      };
+      for (const proxy of proxies) {
+        const cert = await certificates.getServiceCertificate(proxy.identity);
+        const t0 = nowMs();
+        const configuration = generateConfiguration(context, { ...proxy, verified: true } as Proxy, { certChainPem: cert.certPem, privateKeyPem: cert.keyPem, caPem: certificates.caPem }, layeredChecked);
+        const built = buildProxySnapshot(configuration.encoded, layeredInterner, configuration.shared);
+        ms += nowMs() - t0;
+        for (const map of built.resources.values()) {
+          hold(map, 64 + 48 * (sharedLayerOf(map) === map ? map.size : map.size - (sharedLayerOf(map)?.size ?? 0)));
+          const layer = sharedLayerOf(map);
+          if (layer && layer !== map) hold(layer, 64 + 48 * layer.size);
+        }
+      }
+      return { ms, held };
+    };
+    const layeredChecked = new ResourceCheckCache();
+    const layeredInterner = new ResourceInterner();
     const firstContext = new GenerationContext(mesh);
     const first = await pass(firstContext);
+    const layeredFirst = await layeredPass(new GenerationContext(mesh));
     // Scenario (d) of the benchmark: a MeshConfig change that alters every cluster and listener.
     const edit = meshConfigChange(plan);
     await writeFile(path.join(dir, edit.file), edit.text);
@@ -132,6 +162,7 @@ async function main(): Promise<void> {
         line('after a MeshConfig change', second),
         `per proxy: ${(first.resources / count).toFixed(0)} resources, ${(first.bytes / count / 1024).toFixed(1)} KB encoded (${[...first.byType].sort().map(([t, b]) => `${t} ${(b / count / 1024).toFixed(1)}`).join(', ')})`,
         `held by the ${count} snapshots: ${(first.held / 1024).toFixed(0)} KB of distinct encoded resources (${(first.held / count / 1024).toFixed(1)} KB per proxy)`,
+        `as the controller (layers, generateConfiguration + buildProxySnapshot), first connection: ${(layeredFirst.ms / count).toFixed(2)} ms per proxy; resource maps' entries ≈ ${(layeredFirst.held / 1024).toFixed(0)} KB (48 B an entry), against ≈ ${((first.resources * 48) / 1024).toFixed(0)} KB for flat maps`,
         '',
       ].join('\n'),
     );

@@ -13,10 +13,12 @@ import { GenerationContext, proxyProfile } from '../src/envoy/context.js';
 import { generateProxyResources } from '../src/envoy/generate.js';
 import { ResourceCheckCache } from '../src/envoy/validate/index.js';
 import type { KubeObject } from '../src/store/objects.js';
-import { ResourceInterner, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
-import type { ProxySnapshot } from '../src/xds/cache/types.js';
+import { decodeMessage } from '../src/api/codec.js';
+import { ResourceInterner, buildProxySnapshot, sharedLayerOf, typeVersion } from '../src/xds/cache/snapshot-cache.js';
+import type { CachedResource, ProxySnapshot } from '../src/xds/cache/types.js';
 import { bookstoreMesh, k8s } from './fixtures/mesh.js';
 import { TEST_CERTS, proxyOf } from './helpers/generate-config.js';
+import { harness } from './helpers/incremental-harness.js';
 import { memoryStore } from './helpers/memory-store.js';
 
 const INVENTORY: KubeObject[] = [
@@ -75,5 +77,56 @@ describe('permissive mode: what depends on the proxy, and what a change sends', 
     assert.deepEqual(own.filter((o) => o.startsWith('Secret ')), ['Secret root-cert-for-mtls-inbound:bookbuyer/bookbuyer', 'Secret service-cert']);
     for (const o of own) assert.match(o, /^(Secret |Listener inbound-listener$|RouteConfiguration rds-inbound|Cluster .*\|local$)/, `${o} differs`);
     assert.notEqual(thief.resources.get(TypeUrl.Secret)!.get('service-cert')!.version, buyer.resources.get(TypeUrl.Secret)!.get('service-cert')!.version, 'each its own certificate');
+  });
+});
+
+describe('permissive mode in the controller: one shared layer of upstream Clusters and ClusterLoadAssignments', () => {
+  const BUYER = '11111111-1111-4111-8111-111111111111.sidecar.bookbuyer.bookbuyer.cluster.local';
+  const THIEF = '22222222-2222-4222-8222-222222222222.sidecar.bookthief.bookthief.cluster.local';
+  const STORE = '33333333-3333-4333-8333-333333333333.sidecar.bookstore.bookstore.cluster.local';
+
+  it('every proxy holds the same shared map object, with exactly what a flat generation gives, and its own key stays its own', async () => {
+    const h = await harness(bookstoreMesh({ permissive: true }));
+    try {
+      const proxies = [await h.open(BUYER), await h.open(THIEF), await h.open(STORE)];
+      assert.deepEqual(await h.check(), [], 'names, resources and type versions: those of a full flat generation');
+      const snapshots = proxies.map((p) => h.cache.getSnapshot(p.uuid)!);
+      for (const type of [TypeUrl.Cluster, TypeUrl.ClusterLoadAssignment]) {
+        const layers = snapshots.map((s) => sharedLayerOf(s.resources.get(type)!));
+        assert.ok(layers[0], `${type}: a shared layer`);
+        assert.ok(layers.every((l) => l === layers[0]), `${type}: one object for every identity`);
+        for (const s of snapshots) assert.equal(s.versions.get(type), typeVersion(s.resources.get(type)!.values()), `${type}: the version of its resources`);
+      }
+      // The upstream Clusters are shared; what names the proxy's own identity is not.
+      const clusters = snapshots[2]!.resources.get(TypeUrl.Cluster)!;
+      assert.ok([...sharedLayerOf(clusters)!.keys()].every((n) => !n.endsWith('|local')), 'local clusters are the proxy’s own');
+      assert.ok([...clusters.keys()].some((n) => n.endsWith('|local')));
+      for (const [i, s] of snapshots.entries()) {
+        const secrets = s.resources.get(TypeUrl.Secret)!;
+        assert.equal(sharedLayerOf(secrets), undefined, 'no Secret is in a shared layer');
+        const key = (r: CachedResource) => JSON.stringify(decodeMessage(TypeUrl.Secret, Buffer.from(r.resource.value)));
+        const own = key(secrets.get('service-cert')!);
+        snapshots.forEach((other, j) => {
+          if (j !== i) assert.notEqual(key(other.resources.get(TypeUrl.Secret)!.get('service-cert')!), own, 'each its own key');
+        });
+      }
+    } finally {
+      h.stop();
+    }
+  });
+
+  it('a change of endpoints replaces the shared layer once: every proxy then holds the same new map', async () => {
+    const h = await harness(bookstoreMesh({ permissive: true }));
+    try {
+      const proxies = [await h.open(BUYER), await h.open(THIEF)];
+      const before = sharedLayerOf(h.cache.getSnapshot(proxies[0]!.uuid)!.resources.get(TypeUrl.ClusterLoadAssignment)!);
+      await h.set(bookstoreMesh({ permissive: true }).map((o) => (o.kind === 'Pod' && o.metadata.name === 'bookstore-v1-1' ? { ...o, status: { ...(o.status as object), podIP: '10.244.9.9' } } : o)));
+      assert.deepEqual(await h.check(), []);
+      const after = proxies.map((p) => sharedLayerOf(h.cache.getSnapshot(p.uuid)!.resources.get(TypeUrl.ClusterLoadAssignment)!));
+      assert.ok(after[0] && after[0] !== before, 'a new layer');
+      assert.equal(after[1], after[0], 'the same for both proxies');
+    } finally {
+      h.stop();
+    }
   });
 });

@@ -7,22 +7,34 @@ import { TYPE_SHORT_NAME, TypeUrl } from '../api/type-urls.js';
 import { SERVICE_CERT_SECRET_NAME } from '../catalog/names.js';
 import { proxyProfile, type GenerationContext } from '../envoy/context.js';
 import { proxyDependencies } from '../envoy/dependencies.js';
-import { generateProxyResources, type ProxyResources } from '../envoy/generate.js';
+import { generateLayeredResources, generateProxyResources, type LayeredResources, type ProxyResources } from '../envoy/generate.js';
 import type { ProxyCertificates } from '../envoy/sds/sds.js';
-import { ResourceCheckCache, validateProxyResources, type ValidationResult, type Violation } from '../envoy/validate/index.js';
+import { layeredResourcesValid, ResourceCheckCache, validateProxyResources, type NameSet, type ValidationResult, type Violation } from '../envoy/validate/index.js';
 import type { Proxy } from '../proxy/types.js';
 import type { NamedResource as EncodedNamedResource } from '../xds/cache/snapshot-cache.js';
 
-/** The result of {@link generateConfiguration}; structured-clonable. */
+/** The result of {@link generateConfiguration}. */
 export interface EncodedConfiguration {
   readonly violations: readonly Violation[];
   /** `CDS name`, `LDS name`, … of the resources left out of `encoded` because of `violations`. */
   readonly dropped: readonly string[];
-  /** Every resource, encoded, by type URL; when there are violations, the valid subset only. */
+  /**
+   * Every resource, encoded, by type URL, but those of {@link shared}; when there are
+   * violations, the valid subset only (and nothing is shared).
+   */
   readonly encoded: ReadonlyMap<TypeUrl, readonly EncodedNamedResource[]>;
+  /**
+   * Per type, the encoded layer the proxy has in common with others (its outbound view's
+   * upstream Clusters and ClusterLoadAssignments: `ResourceCheckCache.encodeLayer`, one array
+   * per layer, which `buildProxySnapshot` makes one shared map of).
+   */
+  readonly shared: ReadonlyMap<TypeUrl, readonly EncodedNamedResource[]>;
   /** The services the configuration was generated from (`proxyDependencies`); empty for a partial one (`types` given). */
-  readonly dependencies: readonly string[];
+  readonly dependencies: ReadonlySet<string>;
 }
+
+/** No shared layer. */
+const NOT_SHARED: ReadonlyMap<TypeUrl, readonly EncodedNamedResource[]> = new Map();
 
 /**
  * The certificate material a configuration is generated with: the identity's service
@@ -51,12 +63,35 @@ export function generateConfiguration(
   certs: ConfigurationCertificates,
   cache: ResourceCheckCache,
   types?: ReadonlySet<TypeUrl>,
-  others?: ReadonlyMap<TypeUrl, Iterable<string>>,
+  others?: ReadonlyMap<TypeUrl, NameSet>,
 ): EncodedConfiguration {
   const withKey = 'privateKeyPem' in certs;
   const profile = proxyProfile(proxy);
-  const resources = generateProxyResources(context, profile, withKey ? certs : { ...certs, certChainPem: '', privateKeyPem: '' }, types);
-  return { ...checkConfiguration(resources, certs, cache, others), dependencies: types === undefined ? [...proxyDependencies(context, profile)] : [] };
+  const sdsCerts = withKey ? certs : { ...certs, certChainPem: '', privateKeyPem: '' };
+  // In layers first (a layer is checked and encoded once for every proxy given it); flat, for
+  // the violations and the valid subset, when something breaks a rule.
+  const checked =
+    checkLayers(generateLayeredResources(context, profile, sdsCerts, types), withKey, cache, others) ??
+    checkConfiguration(generateProxyResources(context, profile, sdsCerts, types), certs, cache, others);
+  return { ...checked, dependencies: types === undefined ? proxyDependencies(context, profile) : new Set() };
+}
+
+/**
+ * `layered` validated (`layeredResourcesValid`) and encoded, its layers once for every proxy
+ * given them; undefined when something breaks a rule. Without the key (`withKey` false), the
+ * proxy's `service-cert` Secret is left out and counted as existing, as {@link checkConfiguration} does.
+ */
+function checkLayers(
+  { shared, own }: LayeredResources,
+  withKey: boolean,
+  cache: ResourceCheckCache,
+  others: ReadonlyMap<TypeUrl, NameSet> | undefined,
+): Omit<EncodedConfiguration, 'dependencies'> | undefined {
+  const secrets = own.get(TypeUrl.Secret);
+  const sent = withKey || !secrets ? own : new Map([...own].map(([type, list]) => [type, type === TypeUrl.Secret ? list.filter((r) => r.name !== SERVICE_CERT_SECRET_NAME) : list] as const));
+  const existing = withKey ? undefined : new Map([[TypeUrl.Secret, new Set([SERVICE_CERT_SECRET_NAME])]]);
+  if (!layeredResourcesValid(shared, sent, cache, others, existing)) return undefined;
+  return { violations: [], dropped: [], encoded: encodeResources(sent, cache), shared: new Map([...shared].map(([type, layer]) => [type, cache.encodeLayer(type, layer) as readonly EncodedNamedResource[]])) };
 }
 
 /**
@@ -80,6 +115,7 @@ export function checkConfiguration(
     violations,
     dropped: dropped.map((d) => `${TYPE_SHORT_NAME[d.typeUrl]} ${d.name}`),
     encoded: encodeResources(violations.length === 0 && withKey ? resources : valid, cache),
+    shared: NOT_SHARED,
   };
 }
 

@@ -7,10 +7,11 @@ import { TypeUrl } from '../api/type-urls.js';
 import type { GenerationContext } from '../envoy/context.js';
 import { resourcesChangedBy, typesToRegenerate, type ProxyResources } from '../envoy/generate.js';
 import type { PushChange } from '../envoy/push-change.js';
-import { validateProxyResources, type ResourceCheckCache } from '../envoy/validate/index.js';
+import { namesOf, validateProxyResources, type NameSet, type ResourceCheckCache } from '../envoy/validate/index.js';
 import type { Proxy } from '../proxy/types.js';
-import { buildProxySnapshot, replaceResources, type ResourceInterner } from '../xds/cache/snapshot-cache.js';
+import { buildProxySnapshot, replaceResources, sharedLayerOf, type ResourceInterner } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot, ResourceMap } from '../xds/cache/types.js';
+import type { NamedResource as EncodedNamedResource } from '../xds/cache/snapshot-cache.js';
 import { checkConfiguration, encodeResources, generateConfiguration, type ConfigurationCertificates, type EncodedConfiguration } from './configuration.js';
 import type { GeneratedConfig } from './configuration-memo.js';
 
@@ -32,22 +33,17 @@ export const PROXY_TYPES: readonly TypeUrl[] = [TypeUrl.Cluster, TypeUrl.Cluster
 
 /** What the controller remembers of a full configuration: its snapshot (or the valid subset's) built from the encodings. */
 function generatedConfig(configuration: EncodedConfiguration, proxy: Proxy, interner: ResourceInterner): GeneratedConfig {
-  const snapshot = buildProxySnapshot(configuration.encoded, interner);
+  const snapshot = buildProxySnapshot(configuration.encoded, interner, configuration.shared);
   const valid = configuration.violations.length === 0;
   return {
     violations: configuration.violations,
     dropped: configuration.dropped,
     snapshot: valid ? snapshot : undefined,
     validSnapshot: valid ? undefined : snapshot,
-    dependencies: new Set(configuration.dependencies),
+    dependencies: configuration.dependencies,
     proxy,
     ahead: false,
   };
-}
-
-/** The names of a resource map, as many times as they are read. */
-function namesOf(resources: ResourceMap): Iterable<string> {
-  return { [Symbol.iterator]: () => resources.keys() };
 }
 
 /**
@@ -86,7 +82,7 @@ export function planRegeneration(push: PushChange, context: GenerationContext, c
   const types = typesToRegenerate(push);
   const changed = resourcesChangedBy(push, types, context);
   const valid = changed.size > 0 && validateProxyResources(changed, cache).violations.length === 0;
-  return { types, changed, checkedChanges: valid ? { violations: [], dropped: [], encoded: encodeResources(changed, cache) } : undefined };
+  return { types, changed, checkedChanges: valid ? { violations: [], dropped: [], encoded: encodeResources(changed, cache), shared: new Map() } : undefined };
 }
 
 /** What a configuration is generated from: the generation context (its MeshSnapshot), the proxy, its certificates, and the encodings and checks to reuse. */
@@ -121,7 +117,8 @@ export function updatedConfiguration(
   dependencies: ReadonlySet<string>,
 ): GeneratedConfig | undefined {
   // The names of the proxy's resources of the types not in `excluded` (those of a type in `changed` stay).
-  const others = (excluded: ReadonlySet<TypeUrl>) => new Map([...previous.resources].filter(([type]) => !excluded.has(type)).map(([type, map]) => [type, namesOf(map)]));
+  const others = (excluded: ReadonlySet<TypeUrl>): Map<TypeUrl, NameSet> =>
+    new Map([...previous.resources].filter(([type]) => !excluded.has(type)).map(([type, map]) => [type, namesOf(map, sharedLayerOf(map))] as const));
   const generated = new Set([...types].filter((type) => !changed.has(type)));
   const parts: Omit<EncodedConfiguration, 'dependencies'>[] = [];
   if (generated.size > 0) parts.push(generateConfiguration(context, proxy, certs, cache, generated, others(generated)));
@@ -129,7 +126,8 @@ export function updatedConfiguration(
   const violations = parts.flatMap((p) => p.violations);
   const base = { violations, dropped: parts.flatMap((p) => p.dropped), validSnapshot: undefined, dependencies, proxy, ahead: false };
   if (violations.length > 0) return { ...base, snapshot: undefined };
-  const update = buildProxySnapshot(new Map(parts.flatMap((p) => [...p.encoded])), interner);
+  const shared = new Map<TypeUrl, readonly EncodedNamedResource[]>(parts.flatMap((p) => [...p.shared]));
+  const update = buildProxySnapshot(new Map(parts.flatMap((p) => [...p.encoded])), interner, shared);
   for (const [type, map] of update.resources) if (generated.has(type) && !sameNames(map, previous.resources.get(type))) return undefined;
   return { ...base, snapshot: withTypes(previous, update, new Set(changed.keys()), interner) };
 }

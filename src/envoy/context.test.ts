@@ -6,7 +6,7 @@ import { bookstoreMesh, k8s } from '../../test/fixtures/mesh.js';
 import { memoryStore } from '../../test/helpers/memory-store.js';
 import { parseCommonName, serviceIdentity } from '../proxy/types.js';
 import { ObjectStore } from '../store/object-store.js';
-import { GenerationContext, proxyProfile } from './context.js';
+import { GenerationContext, MAX_IDLE_GENERATIONS, proxyProfile } from './context.js';
 import { generateProxyResources } from './generate.js';
 
 const certs = { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' };
@@ -33,7 +33,7 @@ describe('GenerationContext.shared', () => {
     assert.notEqual(context.shared('Listener', 'c', [a, 2], build), context.shared('Cluster', 'c', [a, 2], build), 'kinds are apart');
   });
 
-  it('carries entries over from the context before only, and then drops it', () => {
+  it('carries entries over from the contexts before, and drops the context before itself', () => {
     const a = {};
     const build = (_input: object) => ({});
     const one = new GenerationContext(snapshotOf(false));
@@ -44,9 +44,22 @@ describe('GenerationContext.shared', () => {
     assert.notEqual(two.shared('Cluster', 'd', [a], build), one.shared('Cluster', 'd', [{}], build), 'other inputs: built again');
     const three = new GenerationContext(snapshotOf(false), two);
     assert.equal(two.previous, undefined, 'a context keeps one generation back, not a chain');
-    // `one` is two generations back: what only it had is built again.
+    // Asked of `one` after `two` was made from it: not carried (a context carries what the one
+    // before had when it was made, not what an older one builds later).
     const onlyInOne = one.shared('Cluster', 'e', [a], build);
     assert.notEqual(three.shared('Cluster', 'e', [a], build), onlyInOne);
+  });
+
+  it('carries an entry through generations that did not ask for it (a push of some types only), for MAX_IDLE_GENERATIONS', () => {
+    const a = {};
+    const build = (_input: object) => ({});
+    let context = new GenerationContext(snapshotOf(false));
+    const kept = context.shared('Cluster', 'c', [a], build);
+    // Generations that regenerate other types only: nobody asks for the cluster.
+    for (let i = 0; i < 3; i++) context = new GenerationContext(snapshotOf(false), context);
+    assert.equal(context.shared('Cluster', 'c', [a], build), kept, 'the same inputs three generations later: the same object');
+    for (let i = 0; i <= MAX_IDLE_GENERATIONS; i++) context = new GenerationContext(snapshotOf(false), context);
+    assert.notEqual(context.shared('Cluster', 'c', [a], build), kept, 'idle for longer than the bound: built again');
   });
 
   it('of two contexts of one MeshSnapshot shares nothing: each builds its own objects, with the same content', () => {
@@ -126,4 +139,26 @@ describe('generateProxyResources with types', () => {
       for (const [type, list] of some) assert.deepEqual(list, all.get(type), type);
     });
   }
+});
+
+describe('GenerationContext.layer', () => {
+  const cluster = (name: string) => ({ name, resource: { name } });
+
+  it('is one object per kind and key in a generation, and the one of a generation before while its resources are the same objects', () => {
+    const [x, y] = [cluster('x'), cluster('y')];
+    let builds = 0;
+    const one = new GenerationContext(snapshotOf(true));
+    const layer = one.layer('Cluster', '1', () => (builds++, [x, y]));
+    assert.equal(one.layer('Cluster', '1', () => (builds++, [x, y])), layer);
+    assert.equal(builds, 1, 'built once per generation');
+    assert.deepEqual([...layer.names], ['x', 'y']);
+    // A generation that asks for no layer (endpoints only), then one that builds it again.
+    const two = new GenerationContext(snapshotOf(true), one);
+    const three = new GenerationContext(snapshotOf(true), two);
+    assert.equal(three.layer('Cluster', '1', () => [{ ...x }, { ...y }]), layer, 'new wrappers of the same resource objects: the same layer');
+    const four = new GenerationContext(snapshotOf(true), three);
+    const changed = four.layer('Cluster', '1', () => [x, cluster('y')]);
+    assert.notEqual(changed, layer, 'another resource object: a new layer');
+    assert.notEqual(four.layer('ClusterLoadAssignment', '1', () => [x, y]), changed, 'kinds are apart');
+  });
 });

@@ -8,6 +8,19 @@ import type { MeshSnapshot } from '../catalog/types.js';
 import type { Proxy, ServiceIdentity, XdsClientType } from '../proxy/types.js';
 import { sameElements } from '../util/same.js';
 import { computeOutboundView, outboundViewKey, sameOutboundView, type OutboundView } from './outbound.js';
+import type { NamedResource } from './resource.js';
+
+/**
+ * Resources of one type that many proxies get alike (e.g. the upstream Clusters of every proxy
+ * with one outbound view), from {@link GenerationContext.layer}: one object per generation,
+ * and the very object of the generation before while its resources are the same. What is done
+ * for a layer once (checks, encodings, a snapshot's shared map) holds for every proxy given it.
+ */
+export interface ResourceLayer {
+  readonly resources: readonly NamedResource[];
+  /** The names of {@link resources}. */
+  readonly names: ReadonlySet<string>;
+}
 
 /** What generators read of a proxy: its identity and the kind of xDS client it is. */
 export interface ProxyProfile {
@@ -21,47 +34,85 @@ export function proxyProfile(proxy: Pick<Proxy, 'identity' | 'clientType'>): Pro
   return { identity: proxy.identity, clientType: proxy.clientType ?? 'envoy' };
 }
 
+/**
+ * How many generations an entry nobody asked for is carried (a shared object, an outbound
+ * view, a layer): a push that regenerates only some types (endpoints only, weights only) asks
+ * for nothing of the others, whose objects must still be there for the next push that does.
+ * Only what left the mesh stays that long for nothing.
+ */
+export const MAX_IDLE_GENERATIONS = 256;
+
 /** One shared object and the inputs it was built from. */
 interface SharedEntry {
   readonly inputs: readonly unknown[];
   readonly value: object;
+  /** The sequence number of the last context that returned it. */
+  usedAt: number;
 }
 
 /** An outbound view and the number naming it (kept with the view from one generation to the next). */
 interface ViewEntry {
   readonly view: OutboundView;
   readonly id: number;
+  usedAt: number;
+}
+
+/** A layer and the last context that returned it. */
+interface LayerEntry {
+  readonly layer: ResourceLayer;
+  usedAt: number;
+}
+
+/** `from`'s entries used within {@link MAX_IDLE_GENERATIONS} of `sequence`, then `over`'s (which win). */
+function carry<K, E extends { usedAt: number }>(sequence: number, from: ReadonlyMap<K, E> | undefined, over?: ReadonlyMap<K, E>): Map<K, E> {
+  const out = new Map<K, E>();
+  for (const source of [from, over]) for (const [k, e] of source ?? []) if (sequence - e.usedAt <= MAX_IDLE_GENERATIONS) out.set(k, e);
+  return out;
 }
 
 /**
- * What one MeshSnapshot generation's generators share: the MeshSnapshot, the context of the
- * generation before (only that one: a new context drops its predecessor's predecessor, so
- * memory stays bounded by two generations), one outbound view per identity, and the
- * resources that do not depend on the proxy asking ({@link shared}).
+ * What one MeshSnapshot generation's generators share: the MeshSnapshot, one outbound view per
+ * identity, the resources that do not depend on the proxy asking ({@link shared}) and the layers
+ * of resources many proxies get ({@link layer}); with what the generations before had of
+ * these, carried for {@link MAX_IDLE_GENERATIONS} generations once nobody asks for it (a new
+ * context drops its predecessor: memory holds what is carried, not a chain of contexts).
  */
 export class GenerationContext {
   /** The MeshSnapshot every generator given this context reads. */
   readonly snapshot: MeshSnapshot;
   private previousContext: GenerationContext | undefined;
-  /** By kind, then name (no key string to build per lookup). */
+  /** Numbers the contexts of one chain, one more each generation (for {@link MAX_IDLE_GENERATIONS}). */
+  private readonly sequence: number;
+  /** By kind, then name (no key string to build per lookup): this generation's, and those carried. */
   private readonly entries = new Map<string, Map<string, SharedEntry>>();
   private readonly viewsByIdentity = new Map<ServiceIdentity, ViewEntry>();
+  /** The views of the generations before, by identity (what this one may keep). */
+  private readonly carriedViews: ReadonlyMap<ServiceIdentity, ViewEntry>;
   /** By {@link outboundViewKey}: identities reaching the same destinations the same way share one view. */
   private readonly viewsByContent = new Map<string, ViewEntry>();
   private readonly viewIds = new WeakMap<OutboundView, number>();
+  /** Layers by kind and key ({@link layer}): this generation's. */
+  private readonly layers = new Map<string, LayerEntry>();
+  /** Those of the generations before. */
+  private readonly carriedLayers: ReadonlyMap<string, LayerEntry>;
   /** The last view number given, shared along the chain of contexts (numbers are never reused). */
   private readonly viewCounter: { last: number };
 
   /**
    * @param snapshot the MeshSnapshot of this generation.
-   * @param previous the context of the generation before: its shared entries and outbound
-   *   views carry over when their inputs are the same objects. It loses its own predecessor.
+   * @param previous the context of the generation before: its shared entries, outbound views
+   *   and layers (and what it carried) carry over when their inputs are the same objects. It
+   *   loses its own predecessor.
    */
   constructor(snapshot: MeshSnapshot, previous?: GenerationContext) {
     this.snapshot = snapshot;
     if (previous) previous.previousContext = undefined;
     this.previousContext = previous;
     this.viewCounter = previous?.viewCounter ?? { last: 0 };
+    this.sequence = (previous?.sequence ?? 0) + 1;
+    for (const [kind, ofKind] of previous?.entries ?? []) this.entries.set(kind, carry(this.sequence, ofKind));
+    this.carriedViews = carry(this.sequence, previous?.carriedViews, previous?.viewsByIdentity);
+    this.carriedLayers = carry(this.sequence, previous?.carriedLayers, previous?.layers);
   }
 
   /** The context of the generation before, while this one is the newest (undefined after). */
@@ -76,7 +127,8 @@ export class GenerationContext {
    *
    * Returns the object remembered under (`kind`, `name`) when it was built from the very same
    * `inputs` (compared element by element by identity: MeshSnapshot parts, which a rebuild
-   * keeps when unchanged, and primitives), in this generation or the one before; else
+   * keeps when unchanged, and primitives), in this generation or one before (see
+   * {@link MAX_IDLE_GENERATIONS}); else
    * `build(...inputs)`. `build` receives nothing but `inputs`: it must read nothing else (no
    * closure over the snapshot or the proxy), so the inputs are all it depends on.
    * @param kind the resource's type, e.g. `ClusterLoadAssignment`.
@@ -91,11 +143,32 @@ export class GenerationContext {
     }
     let entry = ofKind.get(name);
     if (!entry || !sameElements(entry.inputs, inputs)) {
-      const carried = this.previousContext?.entries.get(kind)?.get(name);
-      entry = carried && sameElements(carried.inputs, inputs) ? carried : { inputs, value: build(...inputs) };
+      entry = { inputs, value: build(...inputs), usedAt: this.sequence };
       ofKind.set(name, entry);
     }
+    entry.usedAt = this.sequence;
     return entry.value as T;
+  }
+
+  /**
+   * The layer of `kind` and `key` (e.g. `Cluster` and an outbound view's number): built once per
+   * generation by `build`, and when its resources are those of the layer of the same kind and
+   * key a generation before had (the same names, resource objects and parts, in the same
+   * order), that layer object itself, so that what was derived from it carries over. `build` may read
+   * the context (unlike {@link shared}'s): the layer is built again in every generation.
+   * @throws whatever `build` throws (nothing is remembered then).
+   */
+  layer(kind: string, key: string, build: () => readonly NamedResource[]): ResourceLayer {
+    const id = `${kind}\0${key}`;
+    let found = this.layers.get(id);
+    if (!found) {
+      const resources = build();
+      const before = this.carriedLayers.get(id);
+      found = before && sameResources(before.layer.resources, resources) ? before : { layer: Object.freeze({ resources, names: new Set(resources.map((r) => r.name)) }), usedAt: this.sequence };
+      found.usedAt = this.sequence;
+      this.layers.set(id, found);
+    }
+    return found.layer;
   }
 
   /**
@@ -120,14 +193,15 @@ export class GenerationContext {
       const key = outboundViewKey(computed);
       entry = this.viewsByContent.get(key);
       if (!entry) {
-        const previous = this.previousContext?.viewsByIdentity;
-        const before = previous?.get(identity) ?? (permissive ? previous?.values().next().value : undefined);
-        entry = before && sameOutboundView(before.view, computed) ? before : { view: computed, id: ++this.viewCounter.last };
+        const previous = this.carriedViews;
+        const before = previous.get(identity) ?? (permissive ? previous.values().next().value : undefined);
+        entry = before && sameOutboundView(before.view, computed) ? before : { view: computed, id: ++this.viewCounter.last, usedAt: this.sequence };
         this.viewsByContent.set(key, entry);
         this.viewIds.set(entry.view, entry.id);
       }
       this.viewsByIdentity.set(identity, entry);
     }
+    entry.usedAt = this.sequence;
     return entry.view;
   }
 
@@ -142,4 +216,14 @@ export class GenerationContext {
     if (id === undefined) throw new Error('outboundViewId: the view was not made by this generation context');
     return id;
   }
+}
+
+/** Whether two lists hold the same resources: names, resource objects and parts, in the same order. */
+function sameResources(a: readonly NamedResource[], b: readonly NamedResource[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    const [x, y] = [a[i]!, b[i]!];
+    if (x.name !== y.name || x.resource !== y.resource || !sameElements(x.parts ?? [], y.parts ?? [])) return false;
+  }
+  return true;
 }

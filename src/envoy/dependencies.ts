@@ -2,7 +2,9 @@ import { serviceKey } from '../catalog/names.js';
 import { inboundServices } from '../catalog/traffic-policy.js';
 import type { MeshChange } from '../catalog/snapshot-diff.js';
 import type { Proxy } from '../proxy/types.js';
+import { UnionSet } from '../util/union-set.js';
 import type { GenerationContext, ProxyProfile } from './context.js';
+import type { OutboundView } from './outbound.js';
 
 /**
  * The services (`<ns>/<svc>`) whose endpoints, TrafficSplit or UpstreamTrafficSetting the
@@ -16,13 +18,20 @@ import type { GenerationContext, ProxyProfile } from './context.js';
 export function proxyDependencies(context: GenerationContext, profile: ProxyProfile): ReadonlySet<string> {
   const { snapshot } = context;
   const view = context.outboundView(profile.identity);
+  // What the view reaches: one set for every identity with the view (kept while the view is).
+  const reached = context.shared('Dependencies', `${context.outboundViewId(view)}`, [view], viewDependencies);
   const served = inboundServices(snapshot, profile.identity).map(serviceKey);
-  const out = new Set<string>([...view.destinations.map((d) => serviceKey(d.service)), ...view.upstreams.map(serviceKey), ...served]);
+  const own = [...served];
   const servedSet = new Set(served);
   for (const split of snapshot.trafficSplits) {
-    if (split.backends.some((b) => servedSet.has(`${split.namespace}/${b.service}`))) out.add(`${split.namespace}/${split.service}`);
+    if (split.backends.some((b) => servedSet.has(`${split.namespace}/${b.service}`))) own.push(`${split.namespace}/${split.service}`);
   }
-  return out;
+  return new UnionSet(reached, own);
+}
+
+/** The services an outbound view reaches: its destinations and its upstreams (split backends). */
+function viewDependencies(view: OutboundView): ReadonlySet<string> {
+  return new Set([...view.destinations.map((d) => serviceKey(d.service)), ...view.upstreams.map(serviceKey)]);
 }
 
 /**

@@ -1,6 +1,6 @@
 import { TypeUrl } from '../api/type-urls.js';
-import { clustersNeedPush, generateClusters } from './cds/cds.js';
-import type { GenerationContext, ProxyProfile } from './context.js';
+import { clustersNeedPush, generateClusters, generateOwnClusters, generateUpstreamClusters } from './cds/cds.js';
+import type { GenerationContext, ProxyProfile, ResourceLayer } from './context.js';
 import { clusterLoadAssignmentsChangedBy, clusterLoadAssignmentsNeedPush, generateClusterLoadAssignments } from './eds/eds.js';
 import { generateListeners, listenersNeedPush } from './lds/lds.js';
 import { generateRouteConfigurations, routeConfigurationsNeedPush } from './rds/rds.js';
@@ -34,6 +34,59 @@ export function generateProxyResources(context: GenerationContext, profile: Prox
     [TypeUrl.Secret, () => generateSecrets(context, profile, certs)],
   ];
   return new Map(generators.filter(([type]) => !types || types.has(type)).map(([type, generate]) => [type, generate()]));
+}
+
+/**
+ * A proxy's resources as {@link generateProxyResources} gives them, in layers: per type, the
+ * part every proxy with the same outbound view gets alike (`shared`, a {@link ResourceLayer}:
+ * one object per generation, carried over while unchanged) and the proxy's own (`own`, with an
+ * entry for every type generated, possibly empty). `shared` and `own` of a type have no name in
+ * common, and together are the type's resources of {@link generateProxyResources}.
+ */
+export interface LayeredResources {
+  readonly shared: ReadonlyMap<TypeUrl, ResourceLayer>;
+  readonly own: ProxyResources;
+}
+
+/**
+ * {@link generateProxyResources} in layers ({@link LayeredResources}): a sidecar's upstream
+ * Clusters and its ClusterLoadAssignments are its outbound view's layers (built once per view
+ * and generation, whatever number of proxies has the view); the rest is its own. A proxyless
+ * client's resources, and a type whose own part would take a name of the layer, are all own.
+ */
+export function generateLayeredResources(context: GenerationContext, profile: ProxyProfile, certs: ProxyCertificates, types?: ReadonlySet<TypeUrl>): LayeredResources {
+  if (profile.clientType === 'grpc') return { shared: new Map(), own: generateProxylessResources(context, profile, types) };
+  const wanted = (type: TypeUrl): boolean => !types || types.has(type);
+  const shared = new Map<TypeUrl, ResourceLayer>();
+  const own = new Map<TypeUrl, readonly NamedResource[]>();
+  const view = `${context.outboundViewId(context.outboundView(profile.identity))}`;
+  if (wanted(TypeUrl.Cluster)) {
+    const layer = context.layer('Cluster', view, () => generateUpstreamClusters(context, profile));
+    const mine = generateOwnClusters(context, profile);
+    if (mine.some((c) => layer.names.has(c.name))) own.set(TypeUrl.Cluster, generateClusters(context, profile));
+    else {
+      shared.set(TypeUrl.Cluster, layer);
+      own.set(TypeUrl.Cluster, mine);
+    }
+  }
+  if (wanted(TypeUrl.ClusterLoadAssignment)) {
+    shared.set(TypeUrl.ClusterLoadAssignment, context.layer('ClusterLoadAssignment', view, () => generateClusterLoadAssignments(context, profile)));
+    own.set(TypeUrl.ClusterLoadAssignment, []);
+  }
+  if (wanted(TypeUrl.Listener)) own.set(TypeUrl.Listener, generateListeners(context, profile));
+  if (wanted(TypeUrl.RouteConfiguration)) own.set(TypeUrl.RouteConfiguration, generateProxyRouteConfigurations(context, profile));
+  if (wanted(TypeUrl.Secret)) own.set(TypeUrl.Secret, generateSecrets(context, profile, certs));
+  return { shared, own };
+}
+
+/** The resources of `layered` by type, each type's shared ones first: what {@link generateProxyResources} holds (in another order). */
+export function flattenLayers({ shared, own }: LayeredResources): ProxyResources {
+  const out = new Map<TypeUrl, readonly NamedResource[]>();
+  for (const [type, list] of own) {
+    const layer = shared.get(type);
+    out.set(type, layer ? [...layer.resources, ...list] : list);
+  }
+  return out;
 }
 
 /** A proxy's RouteConfigurations: the proxyless form, or a sidecar's outbound, ingress and egress ones. */

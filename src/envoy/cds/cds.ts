@@ -101,10 +101,30 @@ function metricsCluster(): Cluster {
  * ({@link generateEgressClusters}). Names are unique; sorted by name.
  */
 export function generateClusters(context: GenerationContext, profile: ProxyProfile): NamedResource<Cluster>[] {
+  const clusters = new Map<string, NamedResource<Cluster>>();
+  for (const c of generateUpstreamClusters(context, profile)) clusters.set(c.name, c);
+  for (const c of generateOwnClusters(context, profile)) clusters.set(c.name, c);
+  return [...clusters.values()].sort(byName);
+}
+
+/**
+ * The upstream clusters of a proxy ({@link upstreamCluster} of each upstream of its outbound
+ * view, sorted by name): the same for every proxy with that view.
+ */
+export function generateUpstreamClusters(context: GenerationContext, profile: ProxyProfile): NamedResource<Cluster>[] {
+  return context.outboundView(profile.identity).upstreams.map((svc) => upstreamCluster(context, svc));
+}
+
+/**
+ * The clusters of a proxy that are not upstream clusters of its view: a local cluster per
+ * service it serves, `envoy-metrics-cluster`, the Egress policies' clusters and
+ * `passthrough-outbound` when egress is on. {@link generateClusters} is these and
+ * {@link generateUpstreamClusters}, one of these winning a name both have.
+ */
+export function generateOwnClusters(context: GenerationContext, profile: ProxyProfile): NamedResource<Cluster>[] {
   const { snapshot } = context;
   const clusters = new Map<string, NamedResource<Cluster>>();
   const add = (name: string, resource: Cluster): void => void clusters.set(name, { name, resource });
-  for (const svc of context.outboundView(profile.identity).upstreams) clusters.set(clusterName(svc), upstreamCluster(context, svc));
   for (const svc of inboundServices(snapshot, profile.identity)) add(localClusterName(svc), context.shared('Cluster', localClusterName(svc), [svc], localCluster));
   add(ENVOY_METRICS_CLUSTER, context.shared('Cluster', ENVOY_METRICS_CLUSTER, [], metricsCluster));
   for (const c of generateEgressClusters(context, profile)) add(c.name ?? '', c);
@@ -117,7 +137,7 @@ export function generateClusters(context: GenerationContext, profile: ProxyProfi
       connect_timeout: durationMs(CONNECT_TIMEOUT_MS),
     });
   }
-  return [...clusters.values()].sort(byName);
+  return [...clusters.values()];
 }
 
 /**

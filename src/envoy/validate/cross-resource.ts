@@ -90,6 +90,11 @@ function isAds(configSource: unknown): boolean {
   return c !== undefined && obj(c['ads']) !== undefined;
 }
 
+/** Whether a resource's own name field (`name`, a ClusterLoadAssignment's `cluster_name`) is `name`, its xDS name (rule `name.mismatch`). */
+export function servedAsNamed(typeUrl: TypeUrl, decoded: Record<string, unknown>, name: string): boolean {
+  return decoded[NAME_FIELD[typeUrl]] === name;
+}
+
 /** The name field each resource type carries, compared with the xDS resource name. */
 const NAME_FIELD: Readonly<Record<TypeUrl, string>> = {
   [TypeUrl.Listener]: 'name',

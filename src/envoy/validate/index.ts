@@ -13,14 +13,23 @@
  * Pure: no I/O; no module state (what is remembered is in the cache the caller passes).
  */
 import type { TypeUrl } from '../../api/type-urls.js';
+import type { ResourceLayer } from '../context.js';
 import type { ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
-import { validateCrossResource, type DecodedResource } from './cross-resource.js';
+import { validateCrossResource, type DecodedResource, type ResourceReference } from './cross-resource.js';
 import { ResourceCheckCache, resourceKey as key } from './resource-check-cache.js';
 
 export { validateMessage, validateEncoded, PgvRules, type RuleViolation } from './pgv-rules.js';
 export { validLike } from './alike.js';
-export { ResourceCheckCache, type CheckedResource } from './resource-check-cache.js';
+
+/**
+ * The names of a resource map (or any map by name), to look up and to list, as many times as
+ * they are read; with `common` (see {@link NameSet}) the names of its shared part.
+ */
+export function namesOf(map: ReadonlyMap<string, unknown>, common?: NameLookup): NameSet {
+  return { has: (name) => map.has(name), [Symbol.iterator]: () => map.keys(), ...(common ? { common } : {}) };
+}
+export { ResourceCheckCache, type CheckedResource, type LayerCheck } from './resource-check-cache.js';
 export { validateCrossResource, ResourceFactsCache, resourceReferences, type CrossViolation, type DecodedResources, type ResourceReference } from './cross-resource.js';
 
 /**
@@ -144,6 +153,74 @@ export function validateProxyResources(
   const valid = new Map<TypeUrl, readonly NamedResource[]>();
   for (const [typeUrl, list] of resources) valid.set(typeUrl, droppedKeys.size === 0 ? list : list.filter((r) => !droppedKeys.has(key(typeUrl, r.name))));
   return { violations, valid, dropped };
+}
+
+/** The names of some resources of one type, as far as a reference needs them (a `ResourceMap`, a `Set`). */
+export interface NameLookup {
+  has(name: string): boolean;
+}
+
+/**
+ * The names of some resources of one type, to look up and to list (a `Set`, or a `ResourceMap`'s
+ * names, see `namesOf`); `common`: those of them many proxies have alike, as one object kept
+ * while they are (a shared layer's), which a reference is resolved against once for all.
+ */
+export type NameSet = NameLookup & Iterable<string> & { readonly common?: NameLookup };
+
+/**
+ * Whether {@link validateProxyResources} would find no violation in a proxy's resources given
+ * in layers: per type, a shared {@link ResourceLayer} (checked once per layer object, with what
+ * its references need: once per pair of layers, `ResourceCheckCache.checkLayer`) and the
+ * proxy's own resources (every type generated has an entry in `own`). The same rules, without
+ * walking a layer for every proxy: every resource checked on its own (encoding, `validate.rules`,
+ * its name field, single-resource rules), no name twice in a type (layer and own together), and
+ * every reference resolved by the resources of its type (of `others` for a type not generated).
+ * When false, validate the resources flat for the violations and the valid subset.
+ * @param others for a partial update: the names of the proxy's resources of the types not generated.
+ * @param existing names counted as existing whatever was generated (a Secret referred to but withheld).
+ */
+export function layeredResourcesValid(
+  shared: ReadonlyMap<TypeUrl, ResourceLayer>,
+  own: ProxyResources,
+  cache: ResourceCheckCache,
+  others?: ReadonlyMap<TypeUrl, NameLookup & { readonly common?: NameLookup }>,
+  existing?: ReadonlyMap<TypeUrl, NameLookup>,
+): boolean {
+  const ownNames = new Map<TypeUrl, Set<string>>();
+  // What refers to something, with its references: own resources (by resource object) and layers.
+  const makers: [object, readonly ResourceReference[]][] = [];
+  for (const [typeUrl, list] of own) {
+    const layer = shared.get(typeUrl);
+    const names = new Set<string>();
+    for (const r of list) {
+      if (names.has(r.name) || layer?.names.has(r.name)) return false;
+      names.add(r.name);
+      const facts = cache.checkAlone(typeUrl, r);
+      if (!facts) return false;
+      if (facts.references.length > 0) makers.push([r.resource, facts.references]);
+    }
+    ownNames.set(typeUrl, names);
+  }
+  for (const [typeUrl, layer] of shared) {
+    const check = own.has(typeUrl) ? cache.checkLayer(typeUrl, layer) : undefined;
+    if (!check?.valid) return false;
+    if (check.all.length > 0) makers.push([layer, check.all]);
+  }
+  // A type generated resolves by its own resources and its layer; another by `others`.
+  const resolves = (typeUrl: TypeUrl, name: string): boolean => {
+    if (existing?.get(typeUrl)?.has(name)) return true;
+    const names = ownNames.get(typeUrl);
+    if (!names) return others?.get(typeUrl)?.has(name) ?? false;
+    return names.has(name) || (shared.get(typeUrl)?.names.has(name) ?? false);
+  };
+  for (const [maker, references] of makers) {
+    for (const [typeUrl, refs] of cache.referencesByType(maker, references)) {
+      // To a type with a layer: only the references the layer lacks (found once per maker and layer).
+      const common = ownNames.has(typeUrl) ? shared.get(typeUrl)?.names : others?.get(typeUrl)?.common;
+      for (const ref of common ? cache.unresolvedReferences(maker, refs, typeUrl, common) : refs) if (!resolves(typeUrl, ref.name)) return false;
+    }
+  }
+  return true;
 }
 
 /** One line for a violation: `<Message> "<name>": <path>: <rule>: <message>`, e.g. `Cluster "a|80": connect_timeout: duration.gt: must be > 0s, got 0s`. */

@@ -10,7 +10,9 @@ import { encodeChecked, encodeMessage, joinEncodedParts } from '../../api/codec.
 import type { TypeUrl } from '../../api/type-urls.js';
 import { getOrCreate } from '../../util/maps.js';
 import { validLike } from './alike.js';
-import { ResourceFactsCache } from './cross-resource.js';
+import type { ResourceLayer } from '../context.js';
+import type { NamedResource } from '../resource.js';
+import { ResourceFactsCache, servedAsNamed, type ResourceFacts, type ResourceReference } from './cross-resource.js';
 import { PgvRules, validateMessage, validateMessagePart, type RuleViolation } from './pgv-rules.js';
 
 /** What {@link ResourceCheckCache} remembers of one resource: its wire bytes, or why it has none, and its rule violations. */
@@ -21,6 +23,18 @@ export interface CheckedResource {
   readonly error: string | undefined;
   /** Violations of the protos' `validate.rules` (checked on the decoded wire form). */
   readonly violations: readonly RuleViolation[];
+}
+
+/**
+ * What the checks of a {@link ResourceLayer} found, once for every proxy given it: whether its
+ * resources break no rule on their own (encoding, `validate.rules`, name, single-resource
+ * cross-resource rules, no name twice), and the names they refer to, by type.
+ */
+export interface LayerCheck {
+  readonly valid: boolean;
+  readonly references: ReadonlyMap<TypeUrl, readonly ResourceReference[]>;
+  /** Every reference of {@link references}. */
+  readonly all: readonly ResourceReference[];
 }
 
 /** How many unlike resources of one type are kept to compare new ones with. */
@@ -61,6 +75,11 @@ export class ResourceCheckCache {
   /** By type URL: the last few valid resources checked that were not alike one another, latest first. */
   private readonly siblingsByType = new Map<TypeUrl, Sibling[]>();
   private checkedInFull = 0;
+  private readonly layerChecks = new WeakMap<ResourceLayer, LayerCheck>();
+  private readonly referencesByMaker = new WeakMap<object, ReadonlyMap<TypeUrl, readonly ResourceReference[]>>();
+  /** By what makes them (a resource object, a layer), then the layer resolving them, then type: the references the layer lacks. */
+  private readonly unresolvedByMaker = new WeakMap<object, WeakMap<object, Map<TypeUrl, readonly ResourceReference[]>>>();
+  private readonly encodedLayers = new WeakMap<ResourceLayer, readonly { readonly name: string; readonly resource: { readonly type_url: string; readonly value: Buffer } }[]>();
 
   /** @param maxNames how many names to keep a sibling for, the least recently checked going first (default 20 000). */
   constructor(private readonly maxNames = 20_000) {}
@@ -79,6 +98,88 @@ export class ResourceCheckCache {
     const result = parts && parts.length > 0 ? this.checkParts(typeUrl, parts, name) : this.checkWhole(typeUrl, resource, name);
     this.byObject.set(resource, result);
     return result;
+  }
+
+  /**
+   * Checks one generated resource of `typeUrl` on its own, as `validateProxyResources` does:
+   * encoding, `validate.rules`, its name field, the single-resource cross-resource rules.
+   * @returns its facts (what it refers to) when it breaks none of these; undefined otherwise.
+   */
+  checkAlone(typeUrl: TypeUrl, r: NamedResource): ResourceFacts | undefined {
+    const checked = this.check(typeUrl, r.resource, r.parts, r.name);
+    if (checked.error !== undefined || checked.violations.length > 0) return undefined;
+    const decoded = r.resource as Record<string, unknown>;
+    if (!servedAsNamed(typeUrl, decoded, r.name)) return undefined;
+    const facts = r.parts && r.parts.length > 0 ? this.facts.ofParts(typeUrl, r.parts as Record<string, unknown>[]) : this.facts.of(typeUrl, decoded);
+    return facts.violations.length > 0 ? undefined : facts;
+  }
+
+  /** {@link LayerCheck} of `layer`, resources of `typeUrl`: found once per layer object. */
+  checkLayer(typeUrl: TypeUrl, layer: ResourceLayer): LayerCheck {
+    let found = this.layerChecks.get(layer);
+    if (!found) {
+      const references = new Map<TypeUrl, ResourceReference[]>();
+      let valid = layer.names.size === layer.resources.length;
+      for (const r of layer.resources) {
+        const facts = valid ? this.checkAlone(typeUrl, r) : undefined;
+        if (!facts) {
+          valid = false;
+          break;
+        }
+        for (const ref of facts.references) getOrCreate(references, ref.typeUrl, () => []).push(ref);
+      }
+      found = { valid, references: valid ? references : new Map(), all: valid ? [...references.values()].flat() : [] };
+      this.layerChecks.set(layer, found);
+    }
+    return found;
+  }
+
+  /** `references` (all those made by `maker`: a resource object, or a layer) by type: grouped once per maker. */
+  referencesByType(maker: object, references: readonly ResourceReference[]): ReadonlyMap<TypeUrl, readonly ResourceReference[]> {
+    let found = this.referencesByMaker.get(maker);
+    if (!found) {
+      const byType = new Map<TypeUrl, ResourceReference[]>();
+      for (const ref of references) getOrCreate(byType, ref.typeUrl, () => []).push(ref);
+      this.referencesByMaker.set(maker, (found = byType));
+    }
+    return found;
+  }
+
+  /**
+   * Of `references` (all those made by `maker`: a resource object, or a layer), those of type
+   * `typeUrl` that name nothing in `resolving` (names of `typeUrl` many proxies have, kept as one
+   * object: a layer's names): found once per maker, type and names, so a resource or layer many
+   * proxies get resolves against a layer once.
+   */
+  unresolvedReferences(maker: object, references: readonly ResourceReference[], typeUrl: TypeUrl, resolving: { has(name: string): boolean }): readonly ResourceReference[] {
+    let byResolving = this.unresolvedByMaker.get(maker);
+    if (!byResolving) this.unresolvedByMaker.set(maker, (byResolving = new WeakMap()));
+    let byType = byResolving.get(resolving);
+    if (!byType) byResolving.set(resolving, (byType = new Map()));
+    let found = byType.get(typeUrl);
+    if (!found) {
+      found = references.filter((ref) => ref.typeUrl === typeUrl && !resolving.has(ref.name));
+      byType.set(typeUrl, found);
+    }
+    return found;
+  }
+
+  /**
+   * The encodings of `layer`'s resources (of `typeUrl`), as a snapshot takes them: one array
+   * per layer object (so a snapshot's shared map can be made once for it).
+   * @throws Error naming the resource when one cannot be encoded.
+   */
+  encodeLayer(typeUrl: TypeUrl, layer: ResourceLayer): readonly { readonly name: string; readonly resource: { readonly type_url: string; readonly value: Buffer } }[] {
+    let found = this.encodedLayers.get(layer);
+    if (!found) {
+      found = layer.resources.map((r) => {
+        const { encoded, error } = this.check(typeUrl, r.resource, r.parts, r.name);
+        if (!encoded) throw new Error(`${typeUrl} resource "${r.name}": ${error}`);
+        return { name: r.name, resource: { type_url: typeUrl, value: encoded } };
+      });
+      this.encodedLayers.set(layer, found);
+    }
+    return found;
   }
 
   /** How many resources and parts were encoded and checked in full (not by object or sibling). */

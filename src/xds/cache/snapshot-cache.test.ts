@@ -3,12 +3,16 @@ import assert from 'node:assert/strict';
 import { encodeAny } from '../../api/codec.js';
 import { TypeUrl } from '../../api/type-urls.js';
 import {
+  LayeredResourceMap,
   ResourceInterner,
+  SharedResourceMap,
   SnapshotCache,
   VERSION_LENGTH,
   buildProxySnapshot,
   replaceResources,
   resourceVersion,
+  sharedLayerChanges,
+  sharedLayerOf,
   typeVersion,
   type NamedResource,
 } from './snapshot-cache.js';
@@ -152,5 +156,74 @@ describe('replaceResources', () => {
     assert.equal(replaceResources(base, TypeUrl.Cluster, [cluster('a')], interner), base);
     assert.equal(replaceResources(base, TypeUrl.Cluster, [cluster('c')], interner), base);
     assert.throws(() => replaceResources(base, TypeUrl.Cluster, [listener('a', 2)], interner), /listed|replaced under/);
+  });
+});
+
+describe('shared layers (SharedResourceMap, LayeredResourceMap)', () => {
+  const names = ['a', 'b|1', 'b|1|local', 'b|10', 'c:x', 'envoy-metrics-cluster', 'z'];
+
+  it('versions a layered map as typeVersion of the same resources, however they are split', () => {
+    const interner = new ResourceInterner();
+    const all = names.map((n, i) => interner.intern(n, cluster(n, i + 1).resource));
+    for (let mask = 0; mask < 1 << all.length; mask++) {
+      const shared = new SharedResourceMap(TypeUrl.Cluster, all.filter((_, i) => mask & (1 << i)));
+      const own = new Map(all.filter((_, i) => !(mask & (1 << i))).map((r) => [r.name, r]));
+      const layered = new LayeredResourceMap(shared, own);
+      assert.equal(layered.version(), typeVersion(all), `split ${mask}`);
+      assert.equal(layered.size, all.length);
+      assert.deepEqual([...layered.keys()].sort(), [...names].sort());
+      for (const r of all) assert.equal(layered.get(r.name), r);
+      assert.equal(layered.has('nope'), false);
+    }
+    assert.equal(new SharedResourceMap(TypeUrl.Cluster, []).version, typeVersion([]));
+  });
+
+  it('refuses a name in both layers, and a name twice in one', () => {
+    const interner = new ResourceInterner();
+    const a = interner.intern('a', cluster('a').resource);
+    assert.throws(() => new LayeredResourceMap(new SharedResourceMap(TypeUrl.Cluster, [a]), new Map([['a', a]])), /duplicate/);
+    assert.throws(() => new SharedResourceMap(TypeUrl.Cluster, [a, a]), /duplicate/);
+  });
+
+  it('gives every snapshot built on one encoded layer the same shared map, with the own resources beside it', () => {
+    const interner = new ResourceInterner();
+    const layer = [cluster('a'), cluster('b')];
+    const s1 = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('own-1')]]]), interner, new Map([[TypeUrl.Cluster, layer]]));
+    const s2 = buildProxySnapshot(new Map([[TypeUrl.Cluster, []]]), interner, new Map([[TypeUrl.Cluster, layer]]));
+    const [m1, m2] = [s1.resources.get(TypeUrl.Cluster)!, s2.resources.get(TypeUrl.Cluster)!];
+    assert.ok(m1 instanceof LayeredResourceMap);
+    assert.equal(sharedLayerOf(m1), m2, 'without own resources: the shared map itself');
+    assert.deepEqual([...m1.keys()], ['a', 'b', 'own-1']);
+    assert.equal(s1.versions.get(TypeUrl.Cluster), typeVersion(m1.values()));
+    assert.throws(() => buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('a')]]]), interner, new Map([[TypeUrl.Cluster, layer]])), /duplicate/);
+  });
+
+  it('replaces resources of a shared layer once for every snapshot that has it, and keeps the own ones', () => {
+    const interner = new ResourceInterner();
+    const layer = [cluster('a'), cluster('b')];
+    const s1 = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('own-1')]]]), interner, new Map([[TypeUrl.Cluster, layer]]));
+    const s2 = buildProxySnapshot(new Map([[TypeUrl.Cluster, [cluster('own-2')]]]), interner, new Map([[TypeUrl.Cluster, layer]]));
+    const [r1, r2] = [s1, s2].map((s) => replaceResources(s, TypeUrl.Cluster, [cluster('a', 5), cluster('own-1', 7)], interner));
+    const [m1, m2] = [r1!.resources.get(TypeUrl.Cluster)!, r2!.resources.get(TypeUrl.Cluster)!];
+    assert.equal(sharedLayerOf(m1), sharedLayerOf(m2), 'one new shared map');
+    assert.notEqual(sharedLayerOf(m1), sharedLayerOf(s1.resources.get(TypeUrl.Cluster)!));
+    assert.equal(m1.get('a')!.version, resourceVersion(cluster('a', 5).resource));
+    assert.equal(m1.get('own-1')!.version, resourceVersion(cluster('own-1', 7).resource));
+    assert.equal(m2.get('own-2'), s2.resources.get(TypeUrl.Cluster)!.get('own-2'));
+    for (const s of [r1!, r2!]) assert.equal(s.versions.get(TypeUrl.Cluster), typeVersion(s.resources.get(TypeUrl.Cluster)!.values()));
+    assert.equal(replaceResources(s1, TypeUrl.Cluster, [cluster('a')], interner), s1, 'the same bytes: nothing replaced');
+  });
+});
+
+describe('sharedLayerChanges', () => {
+  it('gives what changed between two shared layers, once per pair, and nothing between a layer and itself', () => {
+    const interner = new ResourceInterner();
+    const before = new SharedResourceMap(TypeUrl.Cluster, ['a', 'b', 'c'].map((n) => interner.intern(n, cluster(n).resource)));
+    const after = new SharedResourceMap(TypeUrl.Cluster, [interner.intern('a', cluster('a').resource), interner.intern('b', cluster('b', 2).resource), interner.intern('d', cluster('d').resource)]);
+    const changes = sharedLayerChanges(before, after);
+    assert.deepEqual(changes.changed.map((r) => r.name), ['b', 'd']);
+    assert.deepEqual(changes.removed, ['c']);
+    assert.equal(sharedLayerChanges(before, after), changes, 'remembered for the pair');
+    assert.deepEqual(sharedLayerChanges(after, after), { changed: [], removed: [] });
   });
 });

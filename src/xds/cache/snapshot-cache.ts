@@ -1,6 +1,7 @@
 import { hash } from 'node:crypto';
 import type { EncodedAny } from '../../api/codec.js';
 import type { TypeUrl } from '../../api/type-urls.js';
+import { LayeredResourceMap, SharedResourceMap, VERSION_LENGTH, typeVersion } from './layers.js';
 import type { CachedResource, ProxySnapshot, ResourceMap } from './types.js';
 
 /** A resource to put in a snapshot: its xDS name (e.g. a Cluster's `name`) and its encoded `Any`. */
@@ -9,8 +10,7 @@ export interface NamedResource {
   readonly resource: EncodedAny;
 }
 
-/** Length, in hex characters, of resource and type versions (64 bits of SHA-256). */
-export const VERSION_LENGTH = 16;
+export { VERSION_LENGTH, typeVersion, SharedResourceMap, LayeredResourceMap, sharedLayerOf, sharedLayerChanges, type LayerChanges } from './layers.js';
 
 /**
  * The version of one encoded resource: the first {@link VERSION_LENGTH} hex characters of the
@@ -22,19 +22,6 @@ export const VERSION_LENGTH = 16;
  */
 export function resourceVersion(resource: EncodedAny): string {
   return hash('sha256', resource.value, 'hex').slice(0, VERSION_LENGTH);
-}
-
-/**
- * The version of a set of resources of one type (the SotW `version_info`): a hash over the
- * sorted `name:version` pairs, so it changes when any resource is added, removed or changed,
- * and does not depend on insertion order. The empty set has a version too (a hash of nothing).
- */
-export function typeVersion(resources: Iterable<CachedResource>): string {
-  const pairs: string[] = [];
-  for (const r of resources) pairs.push(`${r.name}:${r.version}`);
-  pairs.sort();
-  pairs.push('');
-  return hash('sha256', pairs.join('\n'), 'hex').slice(0, VERSION_LENGTH);
 }
 
 /**
@@ -51,6 +38,10 @@ export class ResourceInterner {
   private readonly byValue = new WeakMap<Buffer, CachedResource>();
   /** The version of each Buffer hashed ({@link resourceVersion}), so a Buffer shared by many snapshots is hashed once. */
   private readonly versionOfBuffer = new WeakMap<Buffer, string>();
+  /** Shared layers by the encoded array they were made from ({@link sharedMap}). */
+  private readonly sharedMaps = new WeakMap<readonly NamedResource[], SharedResourceMap>();
+  /** Shared layers with some resources replaced, by the layer and the replacements ({@link replacedShared}). */
+  private readonly replaced = new WeakMap<SharedResourceMap, Map<string, SharedResourceMap>>();
 
   /** @param maxEntries how many distinct resources to remember (default 100 000). */
   constructor(private readonly maxEntries = 100_000) {}
@@ -93,11 +84,57 @@ export class ResourceInterner {
     return created;
   }
 
+  /**
+   * The {@link SharedResourceMap} of `resources`, one encoded layer (e.g. the upstream Clusters
+   * of one outbound view, as `ResourceCheckCache.encodeLayer` gives them): made once per array
+   * object (remembered weakly by it), so every snapshot given the same array holds the same map.
+   * @throws Error when a resource's `type_url` is not `typeUrl`, or a name appears twice.
+   */
+  sharedMap(typeUrl: TypeUrl, resources: readonly NamedResource[]): SharedResourceMap {
+    let map = this.sharedMaps.get(resources);
+    if (!map) {
+      map = new SharedResourceMap(typeUrl, resources.map(({ name, resource }) => this.internOfType(typeUrl, name, resource)));
+      this.sharedMaps.set(resources, map);
+    }
+    if (map.typeUrl !== typeUrl) throw new Error(`snapshot: a shared layer of ${map.typeUrl} listed under ${typeUrl}`);
+    return map;
+  }
+
+  /**
+   * `shared` with `replacements` (interned resources of names it has, each with another
+   * version), made once per map and replacements: every proxy whose layer gets the same
+   * replacements then holds the same new map.
+   */
+  replacedShared(shared: SharedResourceMap, replacements: readonly CachedResource[]): SharedResourceMap {
+    let byKey = this.replaced.get(shared);
+    if (!byKey) this.replaced.set(shared, (byKey = new Map()));
+    const key = replacements.map((r) => `${r.name}\0${r.version}`).sort().join('\0');
+    let map = byKey.get(key);
+    if (!map) {
+      const next = new Map(shared);
+      for (const r of replacements) next.set(r.name, r);
+      map = new SharedResourceMap(shared.typeUrl, next.values());
+      // Bounded: a map is replaced by few distinct sets (one per push that changes it).
+      if (byKey.size >= MAX_REPLACED_PER_MAP) byKey.delete(byKey.keys().next().value!);
+      byKey.set(key, map);
+    }
+    return map;
+  }
+
+  /** {@link intern}, checking that the resource is of `typeUrl`. */
+  internOfType(typeUrl: TypeUrl, name: string, resource: EncodedAny): CachedResource {
+    if (resource.type_url !== typeUrl) throw new Error(`snapshot: resource "${name}" has type ${resource.type_url}, listed under ${typeUrl}`);
+    return this.intern(name, resource);
+  }
+
   /** Number of resources currently remembered. */
   get size(): number {
     return this.entries.size;
   }
 }
+
+/** How many replaced versions of one shared map {@link ResourceInterner.replacedShared} remembers. */
+const MAX_REPLACED_PER_MAP = 8;
 
 /**
  * Builds an immutable {@link ProxySnapshot} from encoded resources, by type URL.
@@ -105,33 +142,78 @@ export class ResourceInterner {
  * version over its resources ({@link typeVersion}). A type given with an empty list is present
  * with no resources and a version; a type not given at all is absent, which the ADS server
  * treats the same as empty (for LDS/CDS, an empty set tells the proxy to delete them all).
+ * A type in `shared` is that shared layer ({@link ResourceInterner.sharedMap}: the same map
+ * object in every snapshot given the same layer) with the type's resources of `input` as the
+ * proxy's own ({@link LayeredResourceMap}; the shared map itself when it has none).
  * @param interner where identical resources are shared, and their versions remembered (the
  *   caller's: one per controller).
+ * @param shared per type, an encoded layer the proxy has in common with others (its resources
+ *   are not repeated in `input`).
  * @throws Error when a resource's `type_url` is not the type it is listed under, or a name
- *   appears twice in one type (Envoy rejects duplicate names).
+ *   appears twice in one type (Envoy rejects duplicate names), own and shared ones together.
  */
-export function buildProxySnapshot(input: ReadonlyMap<TypeUrl, readonly NamedResource[]>, interner: ResourceInterner): ProxySnapshot {
+export function buildProxySnapshot(
+  input: ReadonlyMap<TypeUrl, readonly NamedResource[]>,
+  interner: ResourceInterner,
+  shared?: ReadonlyMap<TypeUrl, readonly NamedResource[]>,
+): ProxySnapshot {
   const resources = new Map<TypeUrl, ResourceMap>();
   const versions = new Map<TypeUrl, string>();
-  for (const [typeUrl, list] of input) {
+  for (const typeUrl of new Set([...input.keys(), ...(shared?.keys() ?? [])])) {
     const byName = new Map<string, CachedResource>();
-    for (const { name, resource } of list) {
-      if (resource.type_url !== typeUrl) {
-        throw new Error(`snapshot: resource "${name}" has type ${resource.type_url}, listed under ${typeUrl}`);
-      }
+    for (const { name, resource } of input.get(typeUrl) ?? []) {
       if (byName.has(name)) throw new Error(`snapshot: duplicate ${typeUrl} resource name "${name}"`);
-      byName.set(name, interner.intern(name, resource));
+      byName.set(name, interner.internOfType(typeUrl, name, resource));
     }
-    resources.set(typeUrl, byName);
-    versions.set(typeUrl, typeVersion(byName.values()));
+    const layer = shared?.get(typeUrl);
+    const map = layer === undefined ? byName : interner.sharedMap(typeUrl, layer);
+    if (map instanceof SharedResourceMap && byName.size > 0) {
+      const layered = new LayeredResourceMap(map, byName);
+      resources.set(typeUrl, layered);
+      versions.set(typeUrl, layered.version());
+    } else {
+      resources.set(typeUrl, map);
+      versions.set(typeUrl, map instanceof SharedResourceMap ? map.version : typeVersion(byName.values()));
+    }
   }
   return Object.freeze({ resources, versions });
+}
+
+/** The version of a resource map ({@link typeVersion}), from its layers when it has some. */
+function mapVersion(map: ResourceMap): string {
+  if (map instanceof SharedResourceMap) return map.version;
+  if (map instanceof LayeredResourceMap) return map.version();
+  return typeVersion(map.values());
+}
+
+/**
+ * `map` with `replacements` (interned, of names it has, with other versions): a shared layer's
+ * replaced once for every proxy that has it ({@link ResourceInterner.replacedShared}), own
+ * resources in a copy of the own map.
+ */
+function replacedMap(map: ResourceMap, replacements: readonly CachedResource[], interner: ResourceInterner): ResourceMap {
+  if (map instanceof SharedResourceMap) return interner.replacedShared(map, replacements);
+  if (map instanceof LayeredResourceMap) {
+    const inShared = replacements.filter((r) => map.shared.has(r.name));
+    const inOwn = replacements.filter((r) => !map.shared.has(r.name));
+    let own = map.own;
+    if (inOwn.length > 0) {
+      const copy = new Map(map.own);
+      for (const r of inOwn) copy.set(r.name, r);
+      own = copy;
+    }
+    return new LayeredResourceMap(inShared.length > 0 ? interner.replacedShared(map.shared, inShared) : map.shared, own);
+  }
+  const copy = new Map(map);
+  for (const r of replacements) copy.set(r.name, r);
+  return copy;
 }
 
 /**
  * `snapshot` with some resources of one type replaced by new encodings of the same names (a
  * name the snapshot does not have is left out: this never adds a resource). Every other type
- * keeps its resource map and version as they are; `typeUrl`'s version is computed again.
+ * keeps its resource map and version as they are; `typeUrl`'s version is computed again. A
+ * shared layer keeps being shared: its replacement is made once for every proxy that has it.
  * Returns `snapshot` itself when nothing differs.
  * @param interner where identical resources are shared (the caller's, as for {@link buildProxySnapshot}).
  * @throws Error when a replacement's `type_url` is not `typeUrl`.
@@ -139,21 +221,20 @@ export function buildProxySnapshot(input: ReadonlyMap<TypeUrl, readonly NamedRes
 export function replaceResources(snapshot: ProxySnapshot, typeUrl: TypeUrl, replacements: readonly NamedResource[], interner: ResourceInterner): ProxySnapshot {
   const current = snapshot.resources.get(typeUrl);
   if (!current) return snapshot;
-  let next: Map<string, CachedResource> | undefined;
+  const changed: CachedResource[] = [];
   for (const { name, resource } of replacements) {
     if (resource.type_url !== typeUrl) throw new Error(`snapshot: resource "${name}" has type ${resource.type_url}, replaced under ${typeUrl}`);
     const old = current.get(name);
     if (!old) continue;
     const cached = interner.intern(name, resource);
-    if (cached.version === old.version) continue;
-    next ??= new Map(current);
-    next.set(name, cached);
+    if (cached.version !== old.version) changed.push(cached);
   }
-  if (!next) return snapshot;
+  if (changed.length === 0) return snapshot;
+  const next = replacedMap(current, changed, interner);
   const resources = new Map(snapshot.resources);
   resources.set(typeUrl, next);
   const versions = new Map(snapshot.versions);
-  versions.set(typeUrl, typeVersion(next.values()));
+  versions.set(typeUrl, mapVersion(next));
   return Object.freeze({ resources, versions });
 }
 
