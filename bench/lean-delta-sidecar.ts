@@ -46,12 +46,19 @@ export const MAX_CACHED_REFERENCES = 100_000;
  */
 export class ReferenceCache {
   private readonly entries = new Map<string, References>();
+  private decodes = 0;
+
+  /** How many resources were decoded (a version the cache did not hold, or a resource without one). */
+  get decoded(): number {
+    return this.decodes;
+  }
 
   /** What `resource` (of `type`, named `name`, at `version`) refers to, decoded only when no sidecar did yet. */
   get(type: string, name: string, version: string | undefined, resource: { type_url?: string; value?: Uint8Array }): References {
     const key = version ? `${type}\n${name}\n${version}` : undefined;
     const cached = key === undefined ? undefined : this.entries.get(key);
     if (cached) return cached;
+    this.decodes++;
     const refs = type === TypeUrl.Cluster ? clusterReferences([resource]) : listenerReferences([resource]);
     const found: References = { names: [...('eds' in refs ? refs.eds : refs.rds)], secrets: [...refs.secrets] };
     if (key !== undefined) {
