@@ -23,7 +23,7 @@ import * as grpc from '@grpc/grpc-js';
 import { CA_CERT_FILE, CertificateAuthority } from '../src/certificate/authority.js';
 import { CertificateManager } from '../src/certificate/manager.js';
 import { proxyCommonName } from '../src/proxy/types.js';
-import { LeanDeltaSidecar } from './lean-delta-sidecar.js';
+import { LeanDeltaSidecar, ReferenceCache } from './lean-delta-sidecar.js';
 import { LeanSidecar, nowMs, warmUpCodecs, type Sidecar, type SidecarObserver } from './lean-sidecar.js';
 import type { BenchProxy } from './mesh-generator.js';
 
@@ -135,7 +135,9 @@ class Generator implements SidecarObserver {
     this.mark();
     const startedAt = nowMs();
     // The delta sidecar has no cross-check of its own: the SotW one's covers the shared extraction.
-    this.sidecars = this.nodeIds.map((id, i) => (delta ? new LeanDeltaSidecar(id, this) : new LeanSidecar(id, this, verify && i === 0)));
+    // Delta sidecars share what each Cluster/Listener version refers to (decoded once, held once).
+    const references = new ReferenceCache();
+    this.sidecars = this.nodeIds.map((id, i) => (delta ? new LeanDeltaSidecar(id, this, references) : new LeanSidecar(id, this, verify && i === 0)));
     this.sidecars.forEach((s, i) => s.connect(address, this.credentials[i], maxReceiveBytes));
     return { startedAt, openedAt: nowMs() };
   }

@@ -4,11 +4,11 @@ import * as grpc from '@grpc/grpc-js';
 import { pino } from 'pino';
 import { encodeAny } from '../src/api/codec.js';
 import { TypeUrl } from '../src/api/type-urls.js';
-import { SnapshotCache, ResourceInterner, buildProxySnapshot } from '../src/xds/cache/snapshot-cache.js';
+import { SnapshotCache, ResourceInterner, buildProxySnapshot, replaceResources } from '../src/xds/cache/snapshot-cache.js';
 import { AdsServer, LARGE_RESPONSE_BYTES, authenticateFromNodeId } from '../src/xds/server/ads-server.js';
 import type { DeltaDiscoveryResponse__Output } from '../src/xds/server/discovery-types.js';
 import { AdsTestClient, TEST_NODE_ID } from './helpers/ads-client.js';
-import { PROXY, startAdsHarness, type AdsHarness, type Spec } from './helpers/ads-harness.js';
+import { PROXY, snapshot, startAdsHarness, type AdsHarness, type Spec } from './helpers/ads-harness.js';
 import { decodeDeltaResources, deltaNames, openDeltaTestStream, type DeltaTestStream } from './helpers/delta-client.js';
 import { eventually } from './helpers/wait.js';
 
@@ -272,7 +272,7 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
       assert.equal(h.typeInfo(EDS)?.lastNonceSent, r3.nonce);
     });
 
-    it('resends a cluster’s ClusterLoadAssignment after the cluster changes, even if the CLA is unchanged', async () => {
+    it('resends a cluster’s ClusterLoadAssignment after the cluster changes, even if the CLA (or its whole map) is unchanged', async () => {
       const s = h.open();
       s.subscribe(CDS);
       await nextOf(s, CDS);
@@ -284,6 +284,25 @@ describe('Delta ADS server (DeltaAggregatedResources)', () => {
       const warm = await nextOf(s, EDS);
       assert.deepEqual(deltaNames(warm), [STORE]);
       assert.equal(warm.resources![0].version, eds.resources!.find((x) => x.name === STORE)!.version);
+      await assertNothingMoreSent(s);
+      // Again with only the CDS map new (as the controller's per-type regeneration makes it): the
+      // EDS map is the very object EDS was last planned from, and the CLA still goes out again.
+      const before = h.cache.getSnapshot(PROXY.uuid)!;
+      const changed = snapshot({ clusters: { [STORE]: 3 } }).resources.get(CDS)!.get(STORE)!;
+      const after = replaceResources(before, CDS, [{ name: STORE, resource: changed.resource }], new ResourceInterner());
+      assert.equal(after.resources.get(EDS), before.resources.get(EDS));
+      h.cache.setSnapshot(PROXY.uuid, after);
+      assert.deepEqual(deltaNames(await nextOf(s, CDS)), [STORE]);
+      assert.deepEqual(deltaNames(await nextOf(s, EDS)), [STORE]);
+      await assertNothingMoreSent(s);
+      // The same snapshot again (every map the same object) sends nothing; a name unsubscribed
+      // and subscribed again while its map is the same object is sent again.
+      h.cache.setSnapshot(PROXY.uuid, after);
+      await assertNothingMoreSent(s);
+      s.unsubscribe(EDS, [WAREHOUSE]);
+      await eventually(() => h.typeInfo(EDS)?.resourceNameCount === 1, 'the unsubscribe');
+      s.subscribe(EDS, [WAREHOUSE]);
+      assert.deepEqual(deltaNames(await nextOf(s, EDS)), [WAREHOUSE]);
       await assertNothingMoreSent(s);
     });
 

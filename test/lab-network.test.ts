@@ -75,6 +75,18 @@ describe('lab network: a bridge and pod network namespaces', { skip }, () => {
     assert.deepEqual(routes.map((r) => r.split(' ')[0]), ['10.251.0.192/27']);
   });
 
+  it('keeps the bridge MAC address the pods resolved when a port with a lower address joins', async () => {
+    const mac = async (link: string): Promise<string> => (await runCommand(['cat', `/sys/class/net/${link}/address`])).trim();
+    const before = await mac(lab.bridge);
+    await runCommand(['ip', 'link', 'add', 'tlan-mac0', 'type', 'veth', 'peer', 'name', 'tlan-mac1']);
+    try {
+      await runCommand(['ip', 'link', 'set', 'tlan-mac0', 'address', '00:00:00:00:00:01', 'master', lab.bridge, 'up']);
+      assert.equal(await mac(lab.bridge), before);
+    } finally {
+      await runCommand(['ip', 'link', 'del', 'tlan-mac0']);
+    }
+  });
+
   it('has no IPv6 address on the bridge, a pod or its veth ends: nothing interception (IPv4) misses can flow', async () => {
     assert.equal((await runCommand(['ip', '-n', podA.netns, '-o', '-6', 'addr', 'show'])).trim(), '');
     assert.equal((await runCommand(['ip', '-o', '-6', 'addr', 'show', 'dev', lab.bridge])).trim(), '');

@@ -185,6 +185,11 @@ export async function createLabNetwork(prefix: string, subnet: string): Promise<
   }
   await ip('link', 'add', lab.bridge, 'type', 'bridge');
   try {
+    // A bridge whose address is not set takes its lowest port's, again each time a port joins:
+    // a pod that resolved the bridge address before a veth with a lower address joined sends
+    // to the old one, which the bridge drops (otherhost) until the pod's neighbour entry is
+    // refreshed, tens of seconds later, then TCP's backoff (a sidecar's ACK stuck for a minute).
+    await ip('link', 'set', lab.bridge, 'address', bridgeMac(prefix));
     await ip('addr', 'add', `${lab.bridgeAddress}/${s.prefixLength}`, 'dev', lab.bridge);
     await answerArpForBridgeOnly(lab.bridge);
     await disableIpv6(lab.bridge);
@@ -219,6 +224,11 @@ const IPV6_OFF_IN_NETNS = 'for f in /proc/sys/net/ipv6/conf/all/disable_ipv6 /pr
 async function disableIpv6(link: string): Promise<void> {
   const file = join('/proc/sys/net/ipv6/conf', link, 'disable_ipv6');
   if (existsSync(file)) await writeFile(file, '1\n');
+}
+
+/** The lab bridge's own MAC address: locally administered, unicast, from the prefix (so two labs' differ). */
+export function bridgeMac(prefix: string): string {
+  return `02:${shortHash(`bridge:${prefix}`, 10).match(/../g)!.join(':')}`;
 }
 
 function shortHash(text: string, hexChars: number): string {

@@ -35,6 +35,12 @@ interface DeltaTypeState extends TypeStateBase {
   needsAnswer: boolean;
   /** Responses sent and not yet ACKed or NACKed: nonce → `system_version_info`, oldest first. */
   outstanding: Map<string, string>;
+  /**
+   * The resource map of the type the stream was last brought up to date with (planned and
+   * sent): while the snapshot's map is this same object and the subscription did not change
+   * since, there is nothing to send and the type is not walked again. `undefined`: plan it.
+   */
+  planned?: ResourceMap;
 }
 
 /** What one type has to send in a push: resources to add or update, names to remove. */
@@ -231,6 +237,8 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
     const subscribe = req.resource_names_subscribe ?? [];
     const unsubscribe = req.resource_names_unsubscribe ?? [];
     const wildcardType = isCompleteSetType(type);
+    // What the stream covers or holds may change: the next sync walks the type again.
+    if (first || subscribe.length > 0 || unsubscribe.length > 0) st.planned = undefined;
     if (first && subscribe.length === 0 && wildcardType) st.wildcard = true; // legacy wildcard
     for (const name of subscribe) {
       if (name === '*') {
@@ -291,6 +299,7 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
       if (!st) continue;
       const resources = snapshot.resources.get(type) ?? EMPTY;
       const isEds = type === TypeUrl.ClusterLoadAssignment;
+      if (upToDate(st, resources, isEds ? this.warm : NO_NAMES)) continue;
       const plan = planType(type, st, resources, isEds ? this.warm : NO_NAMES);
       if (type === TypeUrl.Cluster) for (const r of plan.updates) this.warm.add(r.name);
       if (isEds) {
@@ -302,6 +311,7 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
       st.pending.clear();
       st.resendAll = false;
       st.needsAnswer = false;
+      st.planned = resources;
     }
     let sent = false;
     for (const plan of plans) {
@@ -361,6 +371,18 @@ function newTypeState(): DeltaTypeState {
     needsAnswer: false,
     outstanding: new Map(),
   };
+}
+
+/**
+ * Whether `type` has nothing to send for the stream to hold `resources`, known without walking
+ * them: it was brought up to date with this very map (object identity: a snapshot keeps the map
+ * of a type it does not change), its subscription did not change since (nothing pending, no `*`
+ * to answer, no first request), and no cluster in `warm` (EDS) is one it covers.
+ */
+function upToDate(st: DeltaTypeState, resources: ResourceMap, warm: ReadonlySet<string>): boolean {
+  if (st.planned !== resources || st.pending.size > 0 || st.resendAll || st.needsAnswer) return false;
+  for (const name of warm) if (st.wildcard || st.names.has(name)) return false;
+  return true;
 }
 
 /**
