@@ -6,7 +6,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import { X509Certificate } from '@peculiar/x509';
 import { pino, type Logger } from 'pino';
 import { Counter, Gauge, Registry } from 'prom-client';
-import { PROTO_LOADER_OPTIONS } from '../../api/codec.js';
+import { PROTO_LOADER_OPTIONS, type EncodedAny } from '../../api/codec.js';
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import { parseCommonName, type Proxy } from '../../proxy/types.js';
 import { splitHostPort } from '../../util/address.js';
@@ -186,10 +186,35 @@ const EMPTY: ResourceMap = new Map();
 
 /** Per stream, per type: the subscription and what was sent, acked and nacked. */
 interface TypeState extends TypeStateBase {
-  /** Version of each resource the client was last sent (and, as far as we know, holds): per-resource state, since clients apply the valid part of a response they NACK. */
-  sent: Map<string, string>;
+  /**
+   * The resources the client was last sent (and, as far as we know, holds), by name: per-resource
+   * state, since clients apply the valid part of a response they NACK. Often the very map of a
+   * snapshot (what {@link Selection} gave), shared with every stream sent it; replaced by a copy
+   * without the names the client unsubscribes from.
+   */
+  sent: ResourceMap;
   /** A first request not answered yet (e.g. it came before the proxy had a snapshot). */
   needsAnswer: boolean;
+  /** Bumped each time the subscription (names or wildcard) changes: what {@link Selection} is valid for. */
+  subscription: number;
+  /** What {@link AdsStream.select} gave last, reused while the snapshot's map and the subscription stay the same. */
+  selection?: Selection;
+}
+
+/**
+ * The resources of one type a stream should have, selected from a snapshot's map for its
+ * subscription: the snapshot's map itself when the subscription covers every name of it
+ * (wildcard, or every name subscribed: e.g. EDS, which Envoy asks for by the names of all its
+ * clusters), else a map of the subscribed names that exist.
+ */
+interface Selection {
+  /** The snapshot's map of the type it was selected from. */
+  readonly from: ResourceMap;
+  /** {@link TypeState.subscription} it was selected for. */
+  readonly subscription: number;
+  readonly resources: ResourceMap;
+  /** `typeVersion` of `resources` (the snapshot's own version of the type when `resources` is `from`), computed when first needed. */
+  version?: string;
 }
 
 /** One SotW ADS stream: its state machine, run one job at a time (the plumbing is {@link StreamBase}'s). */
@@ -268,7 +293,7 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
   }
 
   private newTypeState(): TypeState {
-    return { wildcard: false, names: new Set(), sent: new Map(), needsAnswer: false };
+    return { wildcard: false, names: new Set(), sent: EMPTY, needsAnswer: false, subscription: 0 };
   }
 
   /**
@@ -284,13 +309,23 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
     if (names.includes('*')) wildcard = completeSet;
     else if (explicit.size === 0) wildcard = completeSet && (first || st.wildcard);
     else wildcard = false;
-    if (!wildcard) {
+    // The same subscription again (an ACK, typically): nothing to forget, and what was selected for it holds.
+    if (wildcard === st.wildcard && sameNames(explicit, st.names)) return;
+    if (!wildcard && st.sent.size > 0) {
       // A client drops the resources it unsubscribes from; forget we sent them, so subscribing
       // again sends them again even if unchanged (xds_protocol "How the client specifies what
       // resources to return": the server must resend any newly requested resources).
-      for (const name of [...st.sent.keys()]) if (!explicit.has(name)) st.sent.delete(name);
+      let kept: Map<string, CachedResource> | undefined;
+      for (const name of st.sent.keys()) {
+        if (explicit.has(name)) continue;
+        kept ??= new Map(st.sent);
+        kept.delete(name);
+      }
+      if (kept) st.sent = kept;
     }
     st.wildcard = wildcard;
+    st.subscription++;
+    st.selection = undefined;
     this.setNames(st, explicit);
   }
 
@@ -325,16 +360,29 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
     return anySent;
   }
 
-  /** The resources of `type` the stream should have, from the current snapshot. */
-  private select(type: TypeUrl, st: TypeState): ResourceMap {
+  /**
+   * The resources of `type` the stream should have, from the current snapshot: the snapshot's
+   * map itself when the subscription covers all of it (no copy, and its version is the
+   * snapshot's), the same {@link Selection} as last time while the map and the subscription are
+   * the same objects.
+   */
+  private select(type: TypeUrl, st: TypeState): Selection {
     const all = this.snapshot?.resources.get(type) ?? EMPTY;
-    if (st.wildcard) return all;
-    const out = new Map<string, CachedResource>();
-    for (const name of st.names) {
-      const r = all.get(name);
-      if (r) out.set(name, r);
+    const last = st.selection;
+    if (last && last.from === all && last.subscription === st.subscription) return last;
+    let selection: Selection;
+    if (st.wildcard || coveredBy(all, st.names)) {
+      selection = { from: all, subscription: st.subscription, resources: all, version: this.snapshot?.versions.get(type) };
+    } else {
+      const out = new Map<string, CachedResource>();
+      for (const name of st.names) {
+        const r = all.get(name);
+        if (r) out.set(name, r);
+      }
+      selection = { from: all, subscription: st.subscription, resources: out };
     }
-    return out;
+    st.selection = selection;
+    return selection;
   }
 
   /**
@@ -349,21 +397,20 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
   private async sendIfNeeded(type: TypeUrl, force: boolean): Promise<boolean> {
     const st = this.types.get(type);
     if (!st || !this.snapshot || this.closed) return false;
-    const selected = this.select(type, st);
+    const selection = this.select(type, st);
+    const selected = selection.resources;
     const completeSet = isCompleteSetType(type);
     const due = force ? completeSet || selected.size > 0 : differs(st.sent, selected, completeSet);
     if (!due) return false;
 
-    const version =
-      st.wildcard && this.snapshot.versions.get(type) !== undefined
-        ? this.snapshot.versions.get(type)!
-        : typeVersion(selected.values());
+    const version = (selection.version ??= typeVersion(selected.values()));
     const nonce = this.nextNonce();
-    const resources = [...selected.values()].map((r) => r.resource);
+    const resources: EncodedAny[] = [];
+    for (const r of selected.values()) resources.push(r.resource);
     const response: DiscoveryResponse = { version_info: version, resources, type_url: type, nonce };
     st.lastNonceSent = nonce;
     st.lastVersionSent = version;
-    st.sent = new Map([...selected.values()].map((r) => [r.name, r.version]));
+    st.sent = selected;
     st.needsAnswer = false;
 
     let bytes = 0;
@@ -373,12 +420,30 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
   }
 }
 
-/** Whether `selected` differs from what was `sent` (version by name; for complete sets, also removals). */
-function differs(sent: ReadonlyMap<string, string>, selected: ResourceMap, completeSet: boolean): boolean {
-  for (const [name, r] of selected) if (sent.get(name) !== r.version) return true;
+/**
+ * Whether `selected` differs from what was `sent` (version by name; for complete sets, also
+ * removals). Nothing to compare when it is the very map that was sent (resources are immutable).
+ */
+function differs(sent: ResourceMap, selected: ResourceMap, completeSet: boolean): boolean {
+  if (sent === selected) return false;
+  for (const [name, r] of selected) if (sent.get(name)?.version !== r.version) return true;
   // Every selected name is in `sent` with its version; a size difference means `sent` holds a
   // resource the snapshot no longer has, which for LDS/CDS must be sent as its deletion.
   return completeSet && sent.size !== selected.size;
+}
+
+/** Whether every name of `map` is in `names` (then a subscription to `names` selects all of `map`). */
+function coveredBy(map: ResourceMap, names: ReadonlySet<string>): boolean {
+  if (map.size > names.size) return false;
+  for (const name of map.keys()) if (!names.has(name)) return false;
+  return true;
+}
+
+/** Whether two sets of names are equal. */
+function sameNames(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
+  if (a.size !== b.size) return false;
+  for (const name of a) if (!b.has(name)) return false;
+  return true;
 }
 
 /** Refusal log lines per reason per {@link REFUSAL_LOG_WINDOW_MS} (the rest are counted, not logged). */
