@@ -74,3 +74,47 @@ describe('ADS server with a proxy that stops reading', () => {
     assert.ok(inFlight > 64 * 1024 && inFlight < 400 * 1024, `bytes in flight: ${inFlight}`);
   });
 });
+
+describe('ADS server with many proxies that read nothing for longer than the send hold limit', () => {
+  let h: AdsHarness<AdsTestStream, [nodeId?: string]>;
+  const raws: RawAdsStream[] = [];
+  const MAX_IN_FLIGHT = 200_000;
+  const nodeIds = Array.from({ length: 8 }, (_, i) => `6ba7b810-9dad-11d1-80b4-00c04fd4302${i}.sidecar.slow${i}.slow.cluster.local`);
+  // About 85 KB of resources each (a few times the 64 KiB window of a client that does not read).
+  const clusters = (i: number): Record<string, number> => Object.fromEntries(Array.from({ length: 6000 }, (_, k) => [`c${i}-${k}`, 1 + (k % 7)]));
+
+  before(async () => {
+    // Grants go past the hold limit after 50 ms; no unread timeout: the proxies are only slow.
+    h = await startAdsHarness((client, id?: string) => client.openStream(id), undefined, { maxBytesInFlight: MAX_IN_FLIGHT, sendHoldLimitMs: 50, unreadTimeoutMs: 0 });
+    for (const [i, id] of nodeIds.entries()) h.cache.setSnapshot(parseCommonName(id).uuid, snapshot({ clusters: clusters(i) }));
+  });
+  after(async () => {
+    for (const raw of raws) raw.destroy();
+    h.client.close();
+    await h.server.stop(1000);
+  });
+
+  it('holds at most twice the budget of responses, however long they stay unread, and serves every proxy once they read', async () => {
+    const metric = async (name: string): Promise<number> => (await h.registry.getMetricsAsJSON()).find((x) => x.name === name)?.values.reduce((n, v) => n + v.value, 0) ?? 0;
+    for (const id of nodeIds) {
+      const raw = new RawAdsStream(`http://127.0.0.1:${h.port}`, 'StreamAggregatedResources');
+      raw.pause();
+      raw.send({ node: { id }, type_url: CDS });
+      raws.push(raw);
+    }
+    await eventually(async () => (await metric('trellis_xds_send_bytes_overdue')) > 0, 'responses held past the hold limit');
+    await new Promise((r) => setTimeout(r, 500)); // ten hold limits: time for more writes, if the server were to make them
+    const written = await metric('trellis_xds_responses_total');
+    const held = (await metric('trellis_xds_send_bytes_in_flight')) + (await metric('trellis_xds_send_bytes_overdue'));
+    assert.ok(held <= 2 * MAX_IN_FLIGHT, `bytes held: ${held}`);
+    assert.equal(held, await metric('trellis_xds_response_bytes_total'), 'every response written is still held');
+    assert.ok(written >= 2 && written < nodeIds.length, `responses written while nobody reads: ${written}`);
+
+    for (const raw of raws) raw.resume();
+    for (const [i, raw] of raws.entries()) {
+      await raw.until(() => raw.responses.length > 0, `proxy ${i}'s CDS`);
+      assert.equal((raw.responses[0]!.resources as unknown[]).length, 6000);
+    }
+    await eventually(async () => (await metric('trellis_xds_send_bytes_in_flight')) + (await metric('trellis_xds_send_bytes_overdue')) === 0, 'every grant given back');
+  });
+});

@@ -85,7 +85,7 @@ export interface InitialSnapshot {
 export async function startAdsHarness<S, A extends unknown[]>(
   opener: (client: AdsTestClient, ...args: A) => S,
   initial?: InitialSnapshot,
-  serverOptions: Pick<AdsServerOptions, 'maxBytesInFlight' | 'unreadTimeoutMs' | 'logger' | 'maxSubscribedNamesCost'> = {},
+  serverOptions: Pick<AdsServerOptions, 'maxBytesInFlight' | 'sendHoldLimitMs' | 'unreadTimeoutMs' | 'logger' | 'maxSubscribedNamesCost'> = {},
 ): Promise<AdsHarness<S, A>> {
   const cache = new SnapshotCache();
   const registry = new Registry();

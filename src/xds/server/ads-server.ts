@@ -58,7 +58,7 @@ export {
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import { typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ResourceMap } from '../cache/types.js';
-import { DEFAULT_MAX_BYTES_IN_FLIGHT, SendBudget } from './send-budget.js';
+import { DEFAULT_HOLD_LIMIT_MS, DEFAULT_MAX_BYTES_IN_FLIGHT, SendBudget } from './send-budget.js';
 
 /**
  * Largest request message the server accepts, in bytes: 16 MiB (gRPC's default of 4 MiB is too
@@ -85,6 +85,12 @@ export interface AdsServerOptions {
    * wait (default {@link DEFAULT_MAX_BYTES_IN_FLIGHT}, 64 MiB). See {@link SendBudget}.
    */
   readonly maxBytesInFlight?: number;
+  /**
+   * A response unflushed this long, in ms, stops counting in flight and counts as held past the
+   * limit instead, whose bound is `maxBytesInFlight` again (default `DEFAULT_HOLD_LIMIT_MS`, 10 s).
+   * See {@link SendBudget}.
+   */
+  readonly sendHoldLimitMs?: number;
   /**
    * A stream whose response stays unflushed this long, in ms (the proxy stopped reading), is
    * closed and its HTTP/2 stream reset (default {@link DEFAULT_UNREAD_TIMEOUT_MS}, 30 s; 0: never).
@@ -486,7 +492,7 @@ interface Listener {
  * mesh. A response over {@link LARGE_RESPONSE_BYTES} is logged as a warning. Metrics: `trellis_xds_connected_proxies`,
  * `trellis_xds_responses_total{type}`, `trellis_xds_nacks_total{type}`,
  * `trellis_xds_push_duration_seconds`, `trellis_xds_response_bytes_total{type}`,
- * `trellis_xds_requests_total{type}`, `trellis_xds_send_bytes_in_flight`,
+ * `trellis_xds_requests_total{type}`, `trellis_xds_send_bytes_in_flight`, `trellis_xds_send_bytes_overdue`,
  * `trellis_xds_streams_closed_total{reason}`, `trellis_xds_connections_refused_total{reason}`.
  * Responses written and not yet flushed are bounded server-wide by a {@link SendBudget}; a stream
  * holds at most two queued requests per type (newer ones merge into them), at most
@@ -528,7 +534,7 @@ export class AdsServer {
     this.unreadTimeoutMs = options.unreadTimeoutMs ?? DEFAULT_UNREAD_TIMEOUT_MS;
     if (!Number.isFinite(this.unreadTimeoutMs) || this.unreadTimeoutMs < 0) throw new Error(`AdsServer: unreadTimeoutMs must be 0 or more, got ${this.unreadTimeoutMs}`);
     this.logger = options.logger ?? pino({ level: 'silent' });
-    this.sendBudget = new SendBudget(options.maxBytesInFlight ?? DEFAULT_MAX_BYTES_IN_FLIGHT);
+    this.sendBudget = new SendBudget(options.maxBytesInFlight ?? DEFAULT_MAX_BYTES_IN_FLIGHT, options.sendHoldLimitMs ?? DEFAULT_HOLD_LIMIT_MS);
     this.subscribedNames = new SubscribedNamesBudget(options.maxSubscribedNamesCost ?? DEFAULT_MAX_SUBSCRIBED_NAMES_COST);
     const registry = options.metrics ?? new Registry();
     this.metrics = createMetrics(registry);
@@ -539,6 +545,14 @@ export class AdsServer {
       registers: [registry],
       collect() {
         this.set(budget.bytesInFlight);
+      },
+    });
+    new Gauge({
+      name: 'trellis_xds_send_bytes_overdue',
+      help: 'Bytes of DiscoveryResponses written to streams and not flushed within the send hold limit (slow or stuck proxies), all streams together',
+      registers: [registry],
+      collect() {
+        this.set(budget.bytesOverdue);
       },
     });
     this.refusals = new Counter({

@@ -86,6 +86,44 @@ describe('SendBudget', () => {
     assert.equal(budget.bytesInFlight, 10);
   });
 
+  it('keeps counting grants held past the hold limit, up to the budget again: what is held never exceeds twice the budget', async () => {
+    const timers = manualTimers();
+    const budget = new SendBudget(10, 1000, timers);
+    const granted: number[] = [];
+    const releases: Release[] = [];
+    for (let i = 0; i < 6; i++) {
+      void budget.acquire(5).then((r) => {
+        granted.push(i);
+        releases[i] = r;
+      });
+    }
+    await tick();
+    assert.deepEqual(granted, [0, 1], 'the budget in flight');
+    timers.advance(1000); // 0 and 1 held past the limit: 2 and 3 may go
+    await tick();
+    assert.deepEqual(granted, [0, 1, 2, 3]);
+    assert.equal(budget.bytesInFlight, 10);
+    assert.equal(budget.bytesOverdue, 10);
+    timers.advance(1000); // 2 and 3 past the limit too: held past it is full, nothing more goes
+    await tick();
+    assert.deepEqual(granted, [0, 1, 2, 3], 'nothing beyond twice the budget held');
+    assert.equal(budget.bytesInFlight, 0);
+    assert.equal(budget.bytesOverdue, 20);
+    timers.advance(60_000);
+    await tick();
+    assert.deepEqual(granted, [0, 1, 2, 3], 'however long they are held');
+    releases[0]!(); // flushed (or its stream closed): room for one more
+    releases[0]!();
+    await tick();
+    assert.deepEqual(granted, [0, 1, 2, 3, 4]);
+    assert.equal(budget.bytesOverdue, 15);
+    for (const i of [1, 2, 3, 4]) releases[i]!();
+    await tick();
+    assert.deepEqual(granted, [0, 1, 2, 3, 4, 5]);
+    releases[5]!();
+    assert.equal(budget.bytesInFlight + budget.bytesOverdue, 0);
+  });
+
   it('rejects a budget that is not a positive integer', () => {
     assert.throws(() => new SendBudget(0), /positive integer/);
     assert.throws(() => new SendBudget(1.5), /positive integer/);

@@ -6,8 +6,9 @@ export const DEFAULT_MAX_BYTES_IN_FLIGHT = 64 * 1024 * 1024;
 
 /**
  * Default of {@link SendBudget}'s `holdLimitMs`, in ms: a response not flushed after this long
- * (a proxy that stopped reading) stops counting against the budget, so one stuck proxy cannot
- * stall every other stream.
+ * (a proxy that stopped reading, or one too busy to read) stops counting against the budget of
+ * bytes in flight, so one stuck proxy cannot stall every other stream; it still counts against
+ * the budget of bytes held past the limit until it is flushed or its stream ends.
  */
 export const DEFAULT_HOLD_LIMIT_MS = 10_000;
 
@@ -20,13 +21,23 @@ export type Release = () => void;
  * (it writes the next once the previous is flushed); without a shared bound, a push to N proxies
  * still holds N serialized responses in memory until the slowest client reads them (with large
  * configurations, gigabytes). A stream asks before it writes and gives back once the write is
- * flushed; streams wait in FIFO order.
+ * flushed (or its stream ends); streams wait in FIFO order.
  *
- * A request larger than the whole budget is granted when nothing else is in flight (it is never
- * refused). A grant not given back within `holdLimitMs` is given back then.
+ * Two bounds: `maxBytes` in flight, and as many again held past `holdLimitMs`. A grant not given
+ * back within `holdLimitMs` (its proxy reads slowly or not at all) stops counting in flight, so
+ * the other streams go on, but counts as held past the limit until it is given back: the
+ * serialized responses alive at once never exceed `2 × maxBytes` (plus one larger than the
+ * budget, granted alone), however many proxies read slowly during a mass push. When that is full,
+ * writes wait until a held response is flushed or its stream is closed (the server's unread
+ * timeout closes a stream that leaves its response unread).
+ *
+ * A request larger than the whole budget is granted when nothing else is in flight or held (it
+ * is never refused).
  */
 export class SendBudget {
   private inFlight = 0;
+  /** Bytes of grants held past the hold limit and not given back yet. */
+  private overdue = 0;
   private readonly waiting: { bytes: number; grant: (release: Release) => void }[] = [];
   private readonly timers: Timers;
 
@@ -49,6 +60,11 @@ export class SendBudget {
     return this.inFlight;
   }
 
+  /** Bytes granted, held past the hold limit and not given back yet (at most `maxBytes` but for one larger grant). */
+  get bytesOverdue(): number {
+    return this.overdue;
+  }
+
   /** Streams waiting for a grant. */
   get waiters(): number {
     return this.waiting.length;
@@ -69,8 +85,10 @@ export class SendBudget {
   private grantWaiting(): void {
     while (this.waiting.length > 0) {
       const next = this.waiting[0];
-      const fits = this.inFlight + next.bytes <= this.maxBytes || this.inFlight === 0;
-      if (!fits) return;
+      const fitsInFlight = this.inFlight + next.bytes <= this.maxBytes || this.inFlight === 0;
+      const held = this.inFlight + this.overdue;
+      const fitsHeld = held + next.bytes <= 2 * this.maxBytes || held === 0;
+      if (!fitsInFlight || !fitsHeld) return;
       this.waiting.shift();
       this.inFlight += next.bytes;
       next.grant(this.releaser(next.bytes));
@@ -78,16 +96,23 @@ export class SendBudget {
   }
 
   private releaser(bytes: number): Release {
-    let done = false;
-    const timer = this.timers.setTimeout(() => release(), this.holdLimitMs);
-    (timer as { unref?: () => void }).unref?.();
-    const release = (): void => {
-      if (done) return;
-      done = true;
-      this.timers.clearTimeout(timer);
+    let state: 'in flight' | 'overdue' | 'given back' = 'in flight';
+    const timer = this.timers.setTimeout(() => {
+      if (state !== 'in flight') return;
+      state = 'overdue';
       this.inFlight -= bytes;
+      this.overdue += bytes;
+      this.grantWaiting();
+    }, this.holdLimitMs);
+    (timer as { unref?: () => void }).unref?.();
+    return (): void => {
+      if (state === 'given back') return;
+      if (state === 'in flight') {
+        this.timers.clearTimeout(timer);
+        this.inFlight -= bytes;
+      } else this.overdue -= bytes;
+      state = 'given back';
       this.grantWaiting();
     };
-    return release;
   }
 }
