@@ -51,6 +51,20 @@ function shape(r: DiscoveryResponse__Output): { names: string[]; version: string
 
 type Harness = AdsHarness<AdsTestStream, [nodeId?: string]>;
 
+/** Subscribes `s` to CDS (wildcard), EDS (every cluster's name) and LDS (wildcard), ACKs each first response; returns the EDS one. */
+async function subscribeAll(s: AdsTestStream): Promise<DiscoveryResponse__Output> {
+  s.request(CDS);
+  s.request(EDS, clusterNames);
+  s.request(LDS);
+  let eds: DiscoveryResponse__Output | undefined;
+  for (const type of [CDS, EDS, LDS]) {
+    const r = await s.waitFor((x) => x.type_url === type);
+    if (type === EDS) eds = r;
+    s.ack(r);
+  }
+  return eds!;
+}
+
 /** Sets a new listener and returns every response that came before its LDS response (the stream must be subscribed to LDS). */
 async function barrier(h: Harness, s: AdsTestStream, set: (lds: NamedResource[]) => ProxySnapshot, port: number): Promise<DiscoveryResponse__Output[]> {
   const from = s.responses.length;
@@ -112,15 +126,7 @@ describe('SotW EDS by name over shared layers', () => {
     const first = layeredSnapshot(interner, cds1, eds, listener(15000));
     h.cache.setSnapshot(PROXY.uuid, first);
     const s = h.open();
-    s.request(CDS);
-    s.request(EDS, clusterNames);
-    s.request(LDS);
-    const c1 = await s.waitFor((r) => r.type_url === CDS);
-    s.ack(c1);
-    const e1 = await s.waitFor((r) => r.type_url === EDS);
-    s.ack(e1);
-    const l1 = await s.waitFor((r) => r.type_url === LDS);
-    s.ack(l1);
+    const e1 = await subscribeAll(s);
 
     // The same snapshot again, then one with only LDS changed: nothing but LDS goes out.
     h.cache.setSnapshot(PROXY.uuid, first);
@@ -224,15 +230,8 @@ describe('SotW pushes whose maps are the same objects', () => {
   it('neither looks up nor walks the CDS (wildcard) and EDS (every name) maps again', async () => {
     h.cache.setSnapshot(PROXY.uuid, withListener(listener(15000)));
     const s = h.open();
-    s.request(CDS);
-    s.request(EDS, clusterNames);
-    s.request(LDS);
-    const cds = await s.waitFor((r) => r.type_url === CDS);
-    s.ack(cds);
-    const eds = await s.waitFor((r) => r.type_url === EDS);
+    const eds = await subscribeAll(s);
     assert.deepEqual(shape(eds), { names: [...clusterNames].sort(), version: base.versions.get(EDS) });
-    s.ack(eds);
-    s.ack(await s.waitFor((r) => r.type_url === LDS));
     assert.deepEqual(await barrier(h, s, withListener, 15001), []);
 
     cdsMap.calls = 0;
