@@ -254,3 +254,46 @@ describe('egress chains beside a split port', () => {
     assert.ok(chains.some((c) => c.name.startsWith('outbound_http_8080_') && ipsOf(c).includes(clusterIp(5))));
   });
 });
+
+describe('an address shared by HTTP destinations of different buckets on a split port', () => {
+  /** Two service names on 8080 whose buckets differ. */
+  function twoBuckets(prefix: string): [string, string] {
+    const bucket = (name: string) => rds.outboundRouteBucket({ namespace: 'shop', name }, rds.OUTBOUND_ROUTE_SPLIT.buckets);
+    let other = `${prefix}-b`;
+    for (let i = 0; bucket(other) === bucket(`${prefix}-a`); i++) other = `${prefix}-b${i}`;
+    return [`${prefix}-a`, other];
+  }
+
+  /**
+   * Each of `names` dialled at `ip`:8080 by its host name: the chain of the listener matching that
+   * address (its exact range, else one matching the port alone) names a route configuration with
+   * the service's virtual host, as on a port below the threshold (one rds-outbound.8080 routing by Host).
+   */
+  function assertRoutedByHost(objects: KubeObject[], ip: string, names: readonly string[]): void {
+    const { context } = generations(objects);
+    const routes = resources(context, CLIENT, TypeUrl.RouteConfiguration);
+    const chains = chainsOf(resources(context, CLIENT, TypeUrl.Listener)).filter((c) => c.filter_chain_match.destination_port?.value === 8080);
+    const chain = chains.find((c) => ipsOf(c).includes(ip)) ?? chains.find((c) => ipsOf(c).length === 0);
+    assert.ok(chain, `a chain matches ${ip}:8080`);
+    for (const name of names) {
+      assert.ok(
+        routes.get(rdsOf(chain)!)!.decoded.virtual_hosts.some((vh: Decoded) => vh.name === vhostName(name)),
+        `${name} dialled at ${ip}:8080 reaches ${chain.name} → ${rdsOf(chain)}, which has its virtual host`,
+      );
+    }
+  }
+
+  it('two headless services selecting the same pod are both routed by Host, below and above the threshold', () => {
+    const names = twoBuckets('hl');
+    const extra = [...names.map((n) => k8s.service('shop', n, { app: 'hl' }, [{ port: 8080, name: 'http' }], 'None')), k8s.pod('shop', 'hl-0', 'shop', { app: 'hl' }, '10.1.0.50', [8080])];
+    assertRoutedByHost(mesh(10, { extra }), '10.1.0.50', names);
+    assertRoutedByHost(mesh(SERVICES, { extra }), '10.1.0.50', names);
+  });
+
+  it('two services with the same ClusterIP are both routed by Host, below and above the threshold', () => {
+    const names = twoBuckets('dup');
+    const extra = names.map((n) => k8s.service('shop', n, { app: n }, [{ port: 8080, name: 'http' }], '10.99.0.1'));
+    assertRoutedByHost(mesh(10, { extra }), '10.99.0.1', names);
+    assertRoutedByHost(mesh(SERVICES, { extra }), '10.99.0.1', names);
+  });
+});

@@ -65,8 +65,11 @@ export interface OutboundRouteSplit {
  */
 export const OUTBOUND_ROUTE_SPLIT: OutboundRouteSplit = Object.freeze({ threshold: 128, buckets: 32 });
 
+/** The bucket of every headless service on a split port ({@link outboundRouteLayout}). */
+export const HEADLESS_BUCKET = 0;
+
 /**
- * The bucket of a service on a split port: FNV-1a (32 bit) of `<namespace>/<name>` modulo
+ * The bucket of a (not headless) service on a split port: FNV-1a (32 bit) of `<namespace>/<name>` modulo
  * `buckets`. A function of the service's name alone, so a new service never moves another one.
  */
 export function outboundRouteBucket(svc: Pick<MeshService, 'namespace' | 'name'>, buckets: number): number {
@@ -99,7 +102,8 @@ export interface OutboundRouteLayout {
 /**
  * How a view's outbound HTTP routes are laid out: a port with more than `split.threshold` HTTP
  * destinations, each of them with a ClusterIP or headless, is split into `split.buckets`
- * route configurations `rds-outbound.<port>.<b>` by {@link outboundRouteBucket}; any other port
+ * route configurations `rds-outbound.<port>.<b>` by {@link outboundRouteBucket}, every headless
+ * destination in {@link HEADLESS_BUCKET} (pods' IPs, unlike ClusterIPs, may be shared); any other port
  * keeps one `rds-outbound.<port>` (OSM v1.2), and so does a port with a destination without a
  * ClusterIP (its chain matches the port alone, so RDS must route by Host among all of them).
  */
@@ -112,7 +116,10 @@ export function outboundRouteLayout(view: OutboundView, split: OutboundRouteSpli
     if (!svc.headless && svc.clusterIPs.length === 0) unaddressed.add(svc.port);
   }
   const splitPorts = new Set([...counts].filter(([port, n]) => n > split.threshold && !unaddressed.has(port)).map(([port]) => port));
-  const bucketOf = (svc: MeshService): number | undefined => (splitPorts.has(svc.port) ? outboundRouteBucket(svc, split.buckets) : undefined);
+  // Headless services are matched by their pods' IPs, which two of them may share (a pod behind
+  // two headless Services): a chain matches an address once, so they all go to one bucket, whose
+  // route configuration then routes each by Host, as an unsplit port's does.
+  const bucketOf = (svc: MeshService): number | undefined => (splitPorts.has(svc.port) ? (svc.headless ? HEADLESS_BUCKET : outboundRouteBucket(svc, split.buckets)) : undefined);
   return { splitPorts, bucketOf, routeConfigNameOf: (svc) => outboundRouteConfigName(svc.port, bucketOf(svc)) };
 }
 
