@@ -86,6 +86,61 @@ describe('GenerationContext.shared', () => {
   });
 });
 
+describe('the inbound side carried over', () => {
+  const bookstore = proxyProfile(parseCommonName('a0000000-0000-4000-8000-000000000003.sidecar.bookstore.bookstore.cluster.local'));
+  const withCiphers = (objects: ReturnType<typeof bookstoreMesh>) =>
+    objects.map((o) => (o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), sidecar: { cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] } } } : o));
+  const of = (context: GenerationContext) => ({
+    routes: resource(context, TypeUrl.RouteConfiguration, 'rds-inbound.14001', bookstore),
+    listener: resource(context, TypeUrl.Listener, 'inbound-listener', bookstore),
+  });
+
+  it('keeps the inbound routes through a MeshConfig TLS change and the listener through an unrelated TrafficTarget change (SMI)', () => {
+    const store = new ObjectStore();
+    store.replaceAll('test', bookstoreMesh({ permissive: false }));
+    const builder = new MeshSnapshotBuilder();
+    const one = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 1 }).snapshot);
+    const first = of(one);
+    store.replaceAll('test', withCiphers(bookstoreMesh({ permissive: false })));
+    const two = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 2, previous: one.snapshot }).snapshot, one);
+    const second = of(two);
+    assert.equal(second.routes, first.routes, 'the routes read no TLS setting: the same object');
+    assert.notEqual(second.listener, first.listener, 'the listener has the cipher suites');
+    assert.match(JSON.stringify(second.listener), /ECDHE-ECDSA-AES256-GCM-SHA384/);
+    // Another TrafficTarget, towards another identity: every TrafficTarget policy is made anew,
+    // bookstore's with the same content.
+    const extra = k8s.trafficTarget('bookwarehouse', 'thief-access', 'mysql', [{ ns: 'bookthief', sa: 'bookthief' }], [{ kind: 'TCPRoute', name: 'mysql' }]);
+    store.replaceAll('test', [...withCiphers(bookstoreMesh({ permissive: false })), extra]);
+    const three = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 3, previous: two.snapshot }).snapshot, two);
+    assert.notEqual(three.snapshot.trafficTargets, two.snapshot.trafficTargets);
+    assert.deepEqual(of(three), second);
+    assert.equal(of(three).routes, second.routes, 'the same targets towards bookstore: the same routes');
+    assert.equal(of(three).listener, second.listener, 'and the same listener');
+    // A new source towards bookstore: both change.
+    const buyer = k8s.trafficTarget('bookstore', 'thief-access', 'bookstore', [{ ns: 'bookthief', sa: 'bookthief' }], [{ kind: 'HTTPRouteGroup', name: 'bookstore-service-routes', matches: ['buy-a-book'] }]);
+    store.replaceAll('test', [...withCiphers(bookstoreMesh({ permissive: false })), extra, buyer]);
+    const four = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 4, previous: three.snapshot }).snapshot, three);
+    const fourth = of(four);
+    assert.notEqual(fourth.routes, second.routes);
+    assert.notEqual(fourth.listener, second.listener);
+    assert.match(JSON.stringify(fourth.listener), /bookthief/);
+    assert.match(JSON.stringify(fourth.routes), /bookthief/);
+  });
+
+  it('keeps the inbound listener and routes through a MeshConfig change that is not of TLS settings (permissive)', () => {
+    const store = new ObjectStore();
+    store.replaceAll('test', bookstoreMesh({ permissive: true }));
+    const builder = new MeshSnapshotBuilder();
+    const one = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 1 }).snapshot);
+    const first = of(one);
+    store.replaceAll('test', bookstoreMesh({ permissive: true }).map((o) => (o.kind === 'MeshConfig' ? k8s.meshConfig(true, true) : o)));
+    const two = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 2, previous: one.snapshot }).snapshot, one);
+    assert.notEqual(two.snapshot.settings, one.snapshot.settings);
+    assert.equal(of(two).routes, first.routes);
+    assert.equal(of(two).listener, first.listener);
+  });
+});
+
 describe('GenerationContext.outboundView', () => {
   it('is one object for identities that reach the same destinations the same way, numbered for shared names', () => {
     const context = new GenerationContext(snapshotOf(true));
