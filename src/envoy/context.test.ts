@@ -86,6 +86,64 @@ describe('GenerationContext.shared', () => {
   });
 });
 
+describe('the inbound side carried over', () => {
+  const bookstore = proxyProfile(parseCommonName('a0000000-0000-4000-8000-000000000003.sidecar.bookstore.bookstore.cluster.local'));
+  const withCiphers = (objects: ReturnType<typeof bookstoreMesh>) =>
+    objects.map((o) => (o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), sidecar: { cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] } } } : o));
+  /** Successive generations of one store and builder: each call replaces the store's objects and makes the next context. */
+  const generations = () => {
+    const store = new ObjectStore();
+    const builder = new MeshSnapshotBuilder();
+    let context: GenerationContext | undefined;
+    return (objects: ReturnType<typeof bookstoreMesh>): GenerationContext => {
+      store.replaceAll('test', objects);
+      const { snapshot } = builder.build(store, { meshName: 'osm', generation: (context?.snapshot.generation ?? 0) + 1, ...(context ? { previous: context.snapshot } : {}) });
+      return (context = new GenerationContext(snapshot, context));
+    };
+  };
+  const of = (context: GenerationContext) => ({
+    routes: resource(context, TypeUrl.RouteConfiguration, 'rds-inbound.14001', bookstore),
+    listener: resource(context, TypeUrl.Listener, 'inbound-listener', bookstore),
+  });
+
+  it('keeps the inbound routes through a MeshConfig TLS change and the listener through an unrelated TrafficTarget change (SMI)', () => {
+    const next = generations();
+    const one = next(bookstoreMesh({ permissive: false }));
+    const first = of(one);
+    const two = next(withCiphers(bookstoreMesh({ permissive: false })));
+    const second = of(two);
+    assert.equal(second.routes, first.routes, 'the routes read no TLS setting: the same object');
+    assert.notEqual(second.listener, first.listener, 'the listener has the cipher suites');
+    assert.match(JSON.stringify(second.listener), /ECDHE-ECDSA-AES256-GCM-SHA384/);
+    // Another TrafficTarget, towards another identity: every TrafficTarget policy is made anew,
+    // bookstore's with the same content.
+    const extra = k8s.trafficTarget('bookwarehouse', 'thief-access', 'mysql', [{ ns: 'bookthief', sa: 'bookthief' }], [{ kind: 'TCPRoute', name: 'mysql' }]);
+    const three = next([...withCiphers(bookstoreMesh({ permissive: false })), extra]);
+    assert.notEqual(three.snapshot.trafficTargets, two.snapshot.trafficTargets);
+    assert.deepEqual(of(three), second);
+    assert.equal(of(three).routes, second.routes, 'the same targets towards bookstore: the same routes');
+    assert.equal(of(three).listener, second.listener, 'and the same listener');
+    // A new source towards bookstore: both change.
+    const buyer = k8s.trafficTarget('bookstore', 'thief-access', 'bookstore', [{ ns: 'bookthief', sa: 'bookthief' }], [{ kind: 'HTTPRouteGroup', name: 'bookstore-service-routes', matches: ['buy-a-book'] }]);
+    const four = next([...withCiphers(bookstoreMesh({ permissive: false })), extra, buyer]);
+    const fourth = of(four);
+    assert.notEqual(fourth.routes, second.routes);
+    assert.notEqual(fourth.listener, second.listener);
+    assert.match(JSON.stringify(fourth.listener), /bookthief/);
+    assert.match(JSON.stringify(fourth.routes), /bookthief/);
+  });
+
+  it('keeps the inbound listener and routes through a MeshConfig change that is not of TLS settings (permissive)', () => {
+    const next = generations();
+    const one = next(bookstoreMesh({ permissive: true }));
+    const first = of(one);
+    const two = next(bookstoreMesh({ permissive: true }).map((o) => (o.kind === 'MeshConfig' ? k8s.meshConfig(true, true) : o)));
+    assert.notEqual(two.snapshot.settings, one.snapshot.settings);
+    assert.equal(of(two).routes, first.routes);
+    assert.equal(of(two).listener, first.listener);
+  });
+});
+
 describe('GenerationContext.outboundView', () => {
   it('is one object for identities that reach the same destinations the same way, numbered for shared names', () => {
     const context = new GenerationContext(snapshotOf(true));

@@ -14,12 +14,15 @@ import {
 import type { MeshService, MeshSettings } from '../catalog/types.js';
 import { ADS_CONFIG_SOURCE, ExtensionType, typedConfig } from './typed-config.js';
 
+/** The MeshConfig settings the sidecars' TLS parameters are made of ({@link tlsParams}). */
+export type TlsSettings = Pick<MeshSettings, 'tlsMinProtocolVersion' | 'tlsMaxProtocolVersion' | 'cipherSuites' | 'ecdhCurves'>;
+
 /**
  * The TLS parameters of the sidecars' mTLS from MeshConfig: `sidecar.tlsMinProtocolVersion`,
  * `tlsMaxProtocolVersion` (OSM defaults TLS 1.2 to 1.3), `cipherSuites` and `ecdhCurves`
  * (Envoy `extensions.transport_sockets.tls.v3.TlsParameters`).
  */
-export function tlsParams(settings: MeshSettings): TlsParameters {
+export function tlsParams(settings: TlsSettings): TlsParameters {
   return {
     tls_minimum_protocol_version: settings.tlsMinProtocolVersion,
     tls_maximum_protocol_version: settings.tlsMaxProtocolVersion,
@@ -71,7 +74,7 @@ export function upstreamTlsContext(
  * its service certificate (`service-cert`) and `root-cert-for-mtls-inbound:<ns>/<sa>` over SDS, and a client
  * certificate required (Envoy `DownstreamTlsContext.require_client_certificate`).
  */
-export function downstreamTlsContext(identity: ServiceIdentity, settings: MeshSettings): DownstreamTlsContext {
+export function downstreamTlsContext(identity: ServiceIdentity, settings: TlsSettings): DownstreamTlsContext {
   return {
     common_tls_context: {
       tls_params: tlsParams(settings),

@@ -4,11 +4,12 @@ import type { FilterChain } from '../../api/generated/envoy/config/listener/v3/F
 import type { Filter } from '../../api/generated/envoy/config/listener/v3/Filter.js';
 import type { HttpFilter } from '../../api/generated/envoy/extensions/filters/network/http_connection_manager/v3/HttpFilter.js';
 import { clusterName, localClusterName, serviceFqdn } from '../../catalog/names.js';
-import { inboundServices, inboundTrafficTargets, targetCoversPort } from '../../catalog/traffic-policy.js';
-import type { MeshEndpoint, MeshService } from '../../catalog/types.js';
+import { targetCoversPort } from '../../catalog/traffic-policy.js';
+import type { MeshEndpoint, MeshService, TlsVersion } from '../../catalog/types.js';
+import type { ServiceIdentity } from '../../proxy/types.js';
+import { inboundSide, type InboundSide } from '../rds/inbound-side.js';
 import type { GenerationContext, ProxyProfile } from '../context.js';
 import { PASSTHROUGH_OUTBOUND_CLUSTER } from '../cds/cds.js';
-import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, networkLocalRateLimitFilter } from '../rate-limit.js';
 import type { OutboundDestination, OutboundView } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
@@ -203,11 +204,25 @@ function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: E
  * proxy serves no service.
  */
 export function inboundListener(context: GenerationContext, profile: ProxyProfile): Listener | undefined {
-  const { snapshot } = context;
-  const smi = !snapshot.settings.permissiveTrafficPolicyMode;
-  const targets = smi ? inboundTrafficTargets(snapshot, profile.identity) : [];
+  const { identity } = profile;
+  const { settings } = context.snapshot;
+  // The mesh chains from the inbound side, the identity and the TLS settings alone; the
+  // listener from those chains and the ingress chains: the same objects while these are.
+  const tls = [settings.tlsMinProtocolVersion, settings.tlsMaxProtocolVersion, JSON.stringify(settings.cipherSuites), JSON.stringify(settings.ecdhCurves)] as const;
+  const mesh = context.shared('FilterChains', `inbound ${identity}`, [inboundSide(context, identity), identity, ...tls], inboundMeshChains);
+  return context.shared('Listener', `inbound ${identity}`, [mesh, ...ingressFilterChains(context, profile, mesh)], sharedInboundListener).listener;
+}
+
+/**
+ * The inbound listener's mesh chains ({@link inboundListener}) from the proxy's inbound side,
+ * its identity and the sidecar TLS settings (`tlsMinProtocolVersion`, `tlsMaxProtocolVersion`,
+ * and `cipherSuites`, `ecdhCurves` as JSON).
+ */
+function inboundMeshChains(side: InboundSide, identity: ServiceIdentity, tlsMin: TlsVersion, tlsMax: TlsVersion, cipherSuites: string, ecdhCurves: string): readonly FilterChain[] {
+  const tls = { tlsMinProtocolVersion: tlsMin, tlsMaxProtocolVersion: tlsMax, cipherSuites: JSON.parse(cipherSuites) as string[], ecdhCurves: JSON.parse(ecdhCurves) as string[] };
+  const { smi, targets } = side;
   const chains: FilterChain[] = [];
-  for (const svc of inboundServices(snapshot, profile.identity)) {
+  for (const { service: svc, setting } of side.services) {
     const http = isHttpLike(svc);
     const name = `inbound_${clusterName(svc)}_${http ? 'http' : 'tcp'}`;
     const filters: Filter[] = [];
@@ -225,7 +240,6 @@ export function inboundListener(context: GenerationContext, profile: ProxyProfil
         }),
       });
     }
-    const setting = upstreamTrafficSettingFor(snapshot, svc);
     if (setting?.tcpRateLimit) filters.push(networkLocalRateLimitFilter(`${name}_rate_limit`, setting.tcpRateLimit));
     const httpLimits = setting !== undefined && (setting.httpRateLimit !== undefined || setting.httpRoutes.length > 0);
     filters.push(
@@ -236,21 +250,28 @@ export function inboundListener(context: GenerationContext, profile: ProxyProfil
     chains.push({
       name,
       filter_chain_match: { destination_port: { value: svc.targetPort }, server_names: [serviceFqdn(svc)], transport_protocol: 'tls' },
-      transport_socket: tlsTransportSocket(downstreamTlsContext(profile.identity, snapshot.settings), false),
+      transport_socket: tlsTransportSocket(downstreamTlsContext(identity, tls), false),
       filters,
     });
   }
-  chains.push(...ingressFilterChains(context, profile, chains));
-  if (chains.length === 0) return undefined;
+  return Object.freeze(chains);
+}
+
+/** The inbound listener from its mesh chains and its ingress chains (none: no listener), boxed. */
+function sharedInboundListener(mesh: readonly FilterChain[], ...ingress: FilterChain[]): { listener: Listener | undefined } {
+  const chains = [...mesh, ...ingress];
+  if (chains.length === 0) return { listener: undefined };
   return {
-    name: INBOUND_LISTENER.name,
-    address: { socket_address: { address: '0.0.0.0', port_value: INBOUND_LISTENER.port } },
-    traffic_direction: 'INBOUND',
-    listener_filters: [
-      { name: 'envoy.filters.listener.tls_inspector', typed_config: typedConfig(ExtensionType.TlsInspector, {}) },
-      { name: 'envoy.filters.listener.original_dst', typed_config: typedConfig(ExtensionType.OriginalDst, {}) },
-    ],
-    filter_chains: chains,
+    listener: {
+      name: INBOUND_LISTENER.name,
+      address: { socket_address: { address: '0.0.0.0', port_value: INBOUND_LISTENER.port } },
+      traffic_direction: 'INBOUND',
+      listener_filters: [
+        { name: 'envoy.filters.listener.tls_inspector', typed_config: typedConfig(ExtensionType.TlsInspector, {}) },
+        { name: 'envoy.filters.listener.original_dst', typed_config: typedConfig(ExtensionType.OriginalDst, {}) },
+      ],
+      filter_chains: chains,
+    },
   };
 }
 

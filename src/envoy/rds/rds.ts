@@ -4,17 +4,17 @@ import type { RetryPolicy } from '../../api/generated/envoy/config/route/v3/Retr
 import type { HeaderMatcher } from '../../api/generated/envoy/config/route/v3/HeaderMatcher.js';
 import type { VirtualHost } from '../../api/generated/envoy/config/route/v3/VirtualHost.js';
 import { localClusterName, serviceFqdn } from '../../catalog/names.js';
-import { inboundServices, inboundTrafficTargets, meshServicePorts, targetCoversPort } from '../../catalog/traffic-policy.js';
-import type { HttpRouteMatch, MeshService, MeshSnapshot } from '../../catalog/types.js';
+import { targetCoversPort } from '../../catalog/traffic-policy.js';
+import type { HttpRouteMatch, MeshService, MeshSnapshot, TrafficTargetPolicy } from '../../catalog/types.js';
 import { identityParts, type ServiceIdentity } from '../../proxy/types.js';
 import type { GenerationContext, ProxyProfile } from '../context.js';
 import { outboundDestinationKey, type OutboundDestination, type OutboundView, type WeightedCluster } from '../outbound.js';
 import { identityPrincipals } from '../rbac.js';
 import type { NamedResource } from '../resource.js';
 import { durationMs, ExtensionType, typedConfig } from '../typed-config.js';
-import { upstreamTrafficSettingFor } from '../upstream-settings.js';
 import { HTTP_LOCAL_RATE_LIMIT_FILTER, httpLocalRateLimitConfig } from '../rate-limit.js';
 import { serviceHostnames } from './hosts.js';
+import { inboundSide, type InboundSide } from './inbound-side.js';
 import { byKey } from '../../util/order.js';
 import { meshChangeKind, type PushChange } from '../push-change.js';
 
@@ -322,8 +322,8 @@ interface InboundRule {
  */
 const MATCH_ALL_PATH = '.*';
 
-/** The allowed (match, sources) pairs for requests to `svc` on a proxy of `identity` in SMI mode. */
-function inboundRules(snapshot: MeshSnapshot, identity: ServiceIdentity, svc: MeshService): InboundRule[] {
+/** The allowed (match, sources) pairs for requests to `svc` in SMI mode, from the TrafficTargets whose destination is the proxy's identity. */
+function inboundRules(targets: readonly TrafficTargetPolicy[], svc: MeshService): InboundRule[] {
   const rules = new Map<string, InboundRule>();
   const add = (name: string, match: Route['match'], path: string, sources: readonly ServiceIdentity[]): void => {
     const key = JSON.stringify(match);
@@ -331,7 +331,7 @@ function inboundRules(snapshot: MeshSnapshot, identity: ServiceIdentity, svc: Me
     rule.sources.push(...sources);
     rules.set(key, rule);
   };
-  for (const tt of inboundTrafficTargets(snapshot, identity)) {
+  for (const tt of targets) {
     if (!targetCoversPort(tt, svc)) continue;
     for (const m of tt.httpMatches) add(m.name, routeMatch(m), m.pathRegex ?? MATCH_ALL_PATH, tt.sources);
     // A TCPRoute that covers an HTTP port allows every request on it.
@@ -349,27 +349,28 @@ function inboundRules(snapshot: MeshSnapshot, identity: ServiceIdentity, svc: Me
  * every request to the local cluster; in SMI mode there is one route per allowed
  * HTTPRouteGroup match, each with per-route RBAC naming the sources allowed to use it.
  */
-export function generateInboundRouteConfigurations(context: GenerationContext, profile: ProxyProfile): NamedResource<RouteConfiguration>[] {
-  const { snapshot } = context;
-  const permissive = snapshot.settings.permissiveTrafficPolicyMode;
+export function generateInboundRouteConfigurations(context: GenerationContext, profile: ProxyProfile): readonly NamedResource<RouteConfiguration>[] {
+  // From the inbound side alone: one list per identity, the same objects while the side is.
+  return context.shared('RouteConfigurations', `inbound ${profile.identity}`, [inboundSide(context, profile.identity)], inboundRouteConfigurations);
+}
+
+/** {@link generateInboundRouteConfigurations} from the proxy's {@link InboundSide} alone. */
+function inboundRouteConfigurations(side: InboundSide): readonly NamedResource<RouteConfiguration>[] {
   const byPort = new Map<number, VirtualHost[]>();
   const domainsTaken = new Map<number, Set<string>>();
-  for (const svc of inboundServices(snapshot, profile.identity)) {
+  for (const { service: svc, setting, apexes } of side.services) {
     if (!isHttpLike(svc)) continue;
     const taken = domainsTaken.get(svc.targetPort) ?? new Set<string>();
     domainsTaken.set(svc.targetPort, taken);
-    const apexes = snapshot.trafficSplits
-      .filter((s) => s.namespace === svc.namespace && s.backends.some((b) => b.service === svc.name))
-      .flatMap((s) => meshServicePorts(snapshot, s.namespace, s.service).filter((a) => a.port === svc.port));
     const domains = [...serviceHostnames(svc, svc.namespace), ...apexes.flatMap((a) => serviceHostnames(a, a.namespace))].filter(
       (d) => !taken.has(d) && (taken.add(d), true),
     );
     if (domains.length === 0) continue;
     const cluster = localClusterName(svc);
     // Each route with its OSM path, which UpstreamTrafficSetting httpRoutes are matched against.
-    const routes: { route: Route; path: string }[] = permissive
+    const routes: { route: Route; path: string }[] = !side.smi
       ? [{ route: { name: `inbound_route|${serviceFqdn(svc)}`, match: { prefix: '/' }, route: { cluster } }, path: MATCH_ALL_PATH }]
-      : inboundRules(snapshot, profile.identity, svc).map((rule) => ({
+      : inboundRules(side.targets, svc).map((rule) => ({
           path: rule.path,
           route: {
             name: rule.name,
@@ -387,7 +388,6 @@ export function generateInboundRouteConfigurations(context: GenerationContext, p
             },
           },
         }));
-    const setting = upstreamTrafficSettingFor(snapshot, svc);
     const statPrefix = `inbound_${localClusterName(svc)}`;
     for (const { route, path } of routes) {
       // A route whose OSM path is exactly an httpRoutes path gets that route's own limit
@@ -411,12 +411,14 @@ export function generateInboundRouteConfigurations(context: GenerationContext, p
     });
     byPort.set(svc.targetPort, hosts);
   }
-  return [...byPort.entries()]
-    .sort(([a], [b]) => a - b)
-    .map(([port, hosts]) => {
-      const name = inboundRouteConfigName(port);
-      return { name, resource: { name, virtual_hosts: sortByName(hosts), validate_clusters: { value: false } } };
-    });
+  return Object.freeze(
+    [...byPort.entries()]
+      .sort(([a], [b]) => a - b)
+      .map(([port, hosts]) => {
+        const name = inboundRouteConfigName(port);
+        return { name, resource: { name, virtual_hosts: sortByName(hosts), validate_clusters: { value: false } } };
+      }),
+  );
 }
 
 /** RDS for one proxy: its outbound and inbound route configurations, sorted by name. */
