@@ -14,20 +14,12 @@ import type { ProxySnapshot } from '../src/xds/cache/types.js';
 import { TEST_NODE_ID } from './helpers/ads-client.js';
 import { PROXY, snapshot, startAdsHarness, type Spec } from './helpers/ads-harness.js';
 import { openDeltaTestStream, type DeltaTestStream } from './helpers/delta-client.js';
+import { mulberry32 } from './helpers/seeded-random.js';
 
 const { Cluster: CDS, ClusterLoadAssignment: EDS, Listener: LDS, Secret: SDS } = TypeUrl;
 const TYPES = [CDS, LDS, EDS, SDS] as const;
 const NAMES = ['a', 'b', 'c', 'd'];
 
-function mulberry32(seed: number): () => number {
-  return () => {
-    seed |= 0;
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 it('a delta stream holds what its subscription covers of the current snapshot after random steps (the same map objects set again)', async () => {
   const h = await startAdsHarness((client, resumeFrom?: DeltaTestStream) => openDeltaTestStream(client, TEST_NODE_ID, resumeFrom));

@@ -33,18 +33,10 @@ import { bookstoreMesh, k8s } from './fixtures/mesh.js';
 import { summarize, meshJson, type Summary } from './helpers/snapshot-summary.js';
 import { diff, ideal } from './helpers/incremental-harness.js';
 import { freshController } from './helpers/fresh-controller.js';
+import { mulberry32 } from './helpers/seeded-random.js';
 
 type O = any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-function mulberry32(seed: number) {
-  return () => {
-    seed |= 0;
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const PROXIES: { cn: string; grpc?: boolean }[] = [
   { cn: '11111111-1111-4111-8111-111111111111.sidecar.bookbuyer.bookbuyer.cluster.local' },

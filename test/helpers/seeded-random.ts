@@ -1,0 +1,13 @@
+/**
+ * A seeded pseudo-random generator (mulberry32) for reproducible property tests: the same seed gives
+ * the same sequence of numbers in [0, 1).
+ */
+export function mulberry32(seed: number): () => number {
+  return () => {
+    seed |= 0;
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
