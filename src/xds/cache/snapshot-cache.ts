@@ -111,9 +111,7 @@ export class ResourceInterner {
     const key = replacements.map((r) => `${r.name}\0${r.version}`).sort().join('\0');
     let map = byKey.get(key);
     if (!map) {
-      const next = new Map(shared);
-      for (const r of replacements) next.set(r.name, r);
-      map = new SharedResourceMap(shared.typeUrl, next.values());
+      map = new SharedResourceMap(shared.typeUrl, withReplacements(shared, replacements).values());
       // Bounded: a map is replaced by few distinct sets (one per push that changes it).
       if (byKey.size >= MAX_REPLACED_PER_MAP) byKey.delete(byKey.keys().next().value!);
       byKey.set(key, map);
@@ -167,14 +165,9 @@ export function buildProxySnapshot(
     }
     const layer = shared?.get(typeUrl);
     const map = layer === undefined ? byName : interner.sharedMap(typeUrl, layer);
-    if (map instanceof SharedResourceMap && byName.size > 0) {
-      const layered = new LayeredResourceMap(map, byName);
-      resources.set(typeUrl, layered);
-      versions.set(typeUrl, layered.version());
-    } else {
-      resources.set(typeUrl, map);
-      versions.set(typeUrl, map instanceof SharedResourceMap ? map.version : typeVersion(byName.values()));
-    }
+    const typeMap = map instanceof SharedResourceMap && byName.size > 0 ? new LayeredResourceMap(map, byName) : map;
+    resources.set(typeUrl, typeMap);
+    versions.set(typeUrl, mapVersion(typeMap));
   }
   return Object.freeze({ resources, versions });
 }
@@ -196,14 +189,14 @@ function replacedMap(map: ResourceMap, replacements: readonly CachedResource[], 
   if (map instanceof LayeredResourceMap) {
     const inShared = replacements.filter((r) => map.shared.has(r.name));
     const inOwn = replacements.filter((r) => !map.shared.has(r.name));
-    let own = map.own;
-    if (inOwn.length > 0) {
-      const copy = new Map(map.own);
-      for (const r of inOwn) copy.set(r.name, r);
-      own = copy;
-    }
+    const own = inOwn.length > 0 ? withReplacements(map.own, inOwn) : map.own;
     return new LayeredResourceMap(inShared.length > 0 ? interner.replacedShared(map.shared, inShared) : map.shared, own);
   }
+  return withReplacements(map, replacements);
+}
+
+/** A copy of `map` with each of `replacements` set under its name. */
+function withReplacements(map: ResourceMap, replacements: readonly CachedResource[]): Map<string, CachedResource> {
   const copy = new Map(map);
   for (const r of replacements) copy.set(r.name, r);
   return copy;
