@@ -4,11 +4,12 @@
 # No controller-manager, scheduler or kubelet: objects are stored, validated, defaulted and sent
 # through admission (webhooks included), but nothing acts on them (pods stay Pending).
 #
-# Usage: scripts/kube/start.sh [--dir DIR] [--port PORT] [--etcd-port PORT] [--timeout SECONDS]
+# Usage: scripts/kube/start.sh [--dir DIR] [--port PORT] [--etcd-port PORT] [--timeout SECONDS] [--apiserver-arg ARG]...
 #   --dir DIR         state: pki/, etcd-data/, logs, pid files, kubeconfig (default /tmp/trellis-kube)
 #   --port PORT       kube-apiserver's secure port on 127.0.0.1 (default 16443)
 #   --etcd-port PORT  etcd's client port on 127.0.0.1 (default 12379; its peer port is PORT+1)
 #   --timeout S       how long to wait for /readyz (default 120)
+#   --apiserver-arg A one more kube-apiserver flag (repeatable), e.g. --apiserver-arg=--watch-cache-sizes=services#0
 # Prints `export KUBECONFIG=DIR/kubeconfig` on success; stop with scripts/kube/stop.sh --dir DIR.
 # Writes DIR/etcd.pid and DIR/kube-apiserver.pid; on a failure it stops what it started, prints the
 # end of the failing log and exits 1. Refuses a DIR where a server it started is still running.
@@ -22,12 +23,15 @@ dir=/tmp/trellis-kube
 port=16443
 etcd_port=12379
 timeout=120
+extra_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --etcd-port) etcd_port=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
+    --apiserver-arg) extra_args+=("$2"); shift 2 ;;
+    --apiserver-arg=*) extra_args+=("${1#--apiserver-arg=}"); shift ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "start.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
@@ -156,6 +160,7 @@ HTTPS_PROXY=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 NO_PROXY=127.0.0.1,
   --authorization-mode=RBAC \
   --enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
   --endpoint-reconciler-type=none --allow-privileged=true --profiling=false \
+  ${extra_args[@]+"${extra_args[@]}"} \
   >"$dir/kube-apiserver.log" 2>&1 </dev/null &
 started+=($!)
 started_names+=(kube-apiserver)
