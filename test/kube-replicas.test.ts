@@ -5,6 +5,7 @@ import { loadOrCreateCaSecret, secretApiFor } from '../src/certificate/secret-st
 import { LeaderElector, leaseApiFor, leaseTime } from '../src/controller/leader-election.js';
 import type { Timers } from '../src/messaging/debouncer.js';
 import { FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
+import { findRealKubeApiServer, RealKubeApiServer } from './helpers/kube-real-apiserver.js';
 
 /** A clock the test moves by hand; timers are never fired (the test calls tryAcquireOrRenew). */
 class ManualClock implements Timers {
@@ -18,25 +19,32 @@ class ManualClock implements Timers {
   clearTimeout(): void {}
 }
 
-describe('shared CA Secret and leader Lease against a fake API server', () => {
-  const server = new FakeKubeApiServer();
+const real = findRealKubeApiServer();
+
+// Against the fake, and a real kube-apiserver (skipped without its binaries, which .ci/run installs);
+// what only the fake can do (record requests, fail them) is checked against the fake only.
+for (const target of ['fake', 'real'] as const) describe(`shared CA Secret and leader Lease against a ${target} API server`, { skip: target === 'real' && real.skip }, () => {
+  const fake = target === 'fake' ? new FakeKubeApiServer() : undefined;
+  let server: FakeKubeApiServer | RealKubeApiServer;
   let kubeConfig: KubeConfig;
   before(async () => {
-    await server.start();
+    server = fake ? await fake.start() : await RealKubeApiServer.start({ name: 'replicas', crds: false });
     kubeConfig = new KubeConfig();
     kubeConfig.loadFromString(server.kubeconfigYaml('osm-system'));
-    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'osm-system' } });
+    await server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'osm-system' } });
   });
-  after(() => server.stop());
+  after(() => (server instanceof RealKubeApiServer ? server.shutdown() : server?.stop()));
 
   it('creates the CA Secret once when several replicas start at once, and all use that root', async () => {
     const api = secretApiFor(kubeConfig);
     const results = await Promise.all([1, 2, 3].map(() => loadOrCreateCaSecret({ api, namespace: 'osm-system', name: 'race-ca' })));
     assert.equal(results.filter((r) => r.created).length, 1, 'exactly one replica created it');
     assert.equal(new Set(results.map((r) => r.ca.caPem)).size, 1, 'every replica has the same root');
-    const posts = server.requests.filter((r) => r.method === 'POST' && r.url.includes('/secrets'));
-    assert.deepEqual(posts.map((r) => r.status).sort(), [201, 409, 409]);
-    const secret = server.get('Secret', 'osm-system', 'race-ca')!;
+    if (fake) {
+      const posts = fake.requests.filter((r) => r.method === 'POST' && r.url.includes('/secrets'));
+      assert.deepEqual(posts.map((r) => r.status).sort(), [201, 409, 409]);
+    }
+    const secret = (await server.get('Secret', 'osm-system', 'race-ca'))!;
     const data = secret.data as Record<string, string>;
     assert.equal(Buffer.from(data['ca.pem'], 'base64').toString(), results[0].ca.caPem);
     assert.match(Buffer.from(data['ca-key.pem'], 'base64').toString(), /BEGIN PRIVATE KEY/);
@@ -47,7 +55,7 @@ describe('shared CA Secret and leader Lease against a fake API server', () => {
   });
 
   it('refuses a Secret that does not hold a CA, and never overwrites it', async () => {
-    server.apply({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'broken-ca', namespace: 'osm-system' }, data: { 'ca.pem': Buffer.from('nope').toString('base64') } });
+    await server.apply({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'broken-ca', namespace: 'osm-system' }, data: { 'ca.pem': Buffer.from('nope').toString('base64') } });
     await assert.rejects(loadOrCreateCaSecret({ api: secretApiFor(kubeConfig), namespace: 'osm-system', name: 'broken-ca' }), /secret osm-system\/broken-ca.*ca-key\.pem/);
   });
 
@@ -72,7 +80,7 @@ describe('shared CA Secret and leader Lease against a fake API server', () => {
     const [wonA, wonB] = await Promise.all([a.tryAcquireOrRenew(), b.tryAcquireOrRenew()]);
     assert.equal(Number(wonA) + Number(wonB), 1, 'one holder');
     const [leader, follower] = wonA ? [a, b] : [b, a];
-    let lease = server.get('Lease', 'osm-system', 'election')!;
+    let lease = (await server.get('Lease', 'osm-system', 'election'))!;
     const spec = lease.spec as Record<string, unknown>;
     assert.equal(spec.holderIdentity, leader.identity);
     assert.equal(spec.leaseDurationSeconds, 15);
@@ -94,7 +102,7 @@ describe('shared CA Secret and leader Lease against a fake API server', () => {
     assert.equal(await follower.tryAcquireOrRenew(), false, 'not yet expired');
     clock.t += 6_000;
     assert.equal(await follower.tryAcquireOrRenew(), true, 'expired: taken over');
-    lease = server.get('Lease', 'osm-system', 'election')!;
+    lease = (await server.get('Lease', 'osm-system', 'election'))!;
     assert.equal((lease.spec as Record<string, unknown>).holderIdentity, follower.identity);
     assert.equal((lease.spec as Record<string, unknown>).leaseTransitions, 1);
     // The old leader comes back: it sees another holder and steps down.
@@ -104,7 +112,7 @@ describe('shared CA Secret and leader Lease against a fake API server', () => {
     // The new leader stops (shutdown): it releases, and the other takes over at its next attempt.
     follower.start();
     await follower.stop();
-    assert.equal((server.get('Lease', 'osm-system', 'election')!.spec as Record<string, unknown>).holderIdentity, undefined);
+    assert.equal(((await server.get('Lease', 'osm-system', 'election'))!.spec as Record<string, unknown>).holderIdentity, undefined);
     clock.t += 1_000;
     assert.equal(await leader.tryAcquireOrRenew(), true, 'a released Lease is taken at once');
     assert.deepEqual(events, [`${leader.identity} leads`, `${follower.identity} leads`, `${leader.identity} stops`, `${follower.identity} stops`, `${leader.identity} leads`]);
@@ -114,11 +122,14 @@ describe('shared CA Secret and leader Lease against a fake API server', () => {
     const clock = new ManualClock();
     const a = new LeaderElector({ api: leaseApiFor(kubeConfig), namespace: 'osm-system', name: 'flaky', identity: 'a', timers: clock });
     assert.equal(await a.tryAcquireOrRenew(), true);
-    server.failNext(100, 503, (_method, url) => url.includes('/leases'));
+    // The fake answers 503; the real server becomes unreachable (connection refused).
+    if (fake) fake.failNext(100, 503, (_method, url) => url.includes('/leases'));
+    else await server.stop();
     clock.t += 5_000;
     assert.equal(await a.tryAcquireOrRenew(), true, 'one failed renewal is tolerated');
     clock.t += 5_000;
     assert.equal(await a.tryAcquireOrRenew(), false, '10 s without renewal: stepped down');
-    server.failNext(0);
+    if (fake) fake.failNext(0);
+    else await server.start();
   });
 });
