@@ -4,7 +4,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { after, afterEach, before, describe, it } from 'node:test';
+import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import pino from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { runController, type RunningController } from '../src/main.js';
@@ -13,6 +13,7 @@ import { ObjectStore } from '../src/store/object-store.js';
 import type { KubeObject, ObjectKind } from '../src/store/objects.js';
 import { AdsTestClient } from './helpers/ads-client.js';
 import { DEFAULT_RESOURCE_TYPES, FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
+import { findRealKubeApiServer, RealKubeApiServer } from './helpers/kube-real-apiserver.js';
 import { Kubectl, findKubectl } from './helpers/kubectl.js';
 import { SimulatedSidecar } from './helpers/sidecar.js';
 import { eventually } from './helpers/wait.js';
@@ -44,138 +45,179 @@ function service(namespace: string, name: string, port = 80): Record<string, unk
   return { apiVersion: 'v1', kind: 'Service', metadata: { name, namespace }, spec: { ports: [{ name: 'http', port }], selector: { app: name } } };
 }
 
-describe('Kubernetes source against the fake API server', () => {
+const real = findRealKubeApiServer();
+
+// Against a new fake per test, and against one real kube-apiserver for the file (skipped without
+// its binaries, which .ci/run installs), each test in its own namespaces there. The real server
+// sends Service watches to etcd (no watch cache for them) so that an etcd compaction gives the
+// 410 a resumed watch gets; other kinds go through its watch cache, which sends a bookmark 2 s
+// before a watch's timeout (hence the short watches). What only the fake can do (count and drop
+// watches, fail requests, serve without a CRD) is tested against the fake only.
+for (const target of ['fake', 'real'] as const) describe(`Kubernetes source against the ${target} API server`, { skip: target === 'real' && real.skip }, () => {
   let dir: string;
+  let realServer: RealKubeApiServer | undefined;
   const cleanups: (() => Promise<void>)[] = [];
+  const options = target === 'fake' ? FAST : { ...FAST, watchTimeoutSeconds: 5 };
+  let tests = 0;
+  /** A namespace name of this test: `base` on a fake (a new server per test), unique on the real server. */
+  let ns = (base: string) => base;
 
   before(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-kube-source-'));
+    if (target === 'real') realServer = await RealKubeApiServer.start({ name: 'source', apiserverArgs: ['--watch-cache-sizes=services#0'] });
+  });
+  beforeEach(() => {
+    const n = ++tests;
+    if (target === 'real') ns = (base) => `${base}-${n}`;
   });
   afterEach(async () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
   after(async () => {
+    await realServer?.shutdown();
     await rm(dir, { recursive: true, force: true });
   });
 
-  async function setUp(server: FakeKubeApiServer): Promise<{ store: ObjectStore; source: KubernetesSource }> {
+  /** The server of one test: a new fake, or the file's real server. */
+  const serverFor = (fakeOptions: ConstructorParameters<typeof FakeKubeApiServer>[0] = {}) => realServer ?? new FakeKubeApiServer(fakeOptions);
+
+  /** Creates namespace {@link ns}(`base`) (a real server refuses objects in a missing one) and returns its name. */
+  async function namespace(server: FakeKubeApiServer | RealKubeApiServer, base: string): Promise<string> {
+    await server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns(base) } });
+    return ns(base);
+  }
+
+  async function setUp(server: FakeKubeApiServer | RealKubeApiServer): Promise<{ store: ObjectStore; source: KubernetesSource }> {
     if (!server.running) await server.start();
     cleanups.push(() => server.stop());
     const kubeconfig = await server.writeKubeconfig(path.join(dir, randomUUID()));
     const store = new ObjectStore();
-    const source = new KubernetesSource({ store, kubeConfig: loadKubeConfig(kubeconfig), meshName: 'osm', logger: silent, ...FAST });
+    const source = new KubernetesSource({ store, kubeConfig: loadKubeConfig(kubeconfig), meshName: 'osm', logger: silent, ...options });
     cleanups.push(() => source.stop());
     source.start();
     return { store, source };
   }
 
-  it('refuses to start without any kubeconfig instead of trying http://localhost:8080', () => {
-    const saved = { KUBECONFIG: process.env.KUBECONFIG, KUBERNETES_SERVICE_HOST: process.env.KUBERNETES_SERVICE_HOST };
-    process.env.KUBECONFIG = path.join(os.tmpdir(), `${randomUUID()}-missing`);
-    delete process.env.KUBERNETES_SERVICE_HOST; // not in a pod, even if the tests run in one
-    try {
-      assert.throws(() => loadKubeConfig(), /no kubeconfig: not in a pod, and no file of \$KUBECONFIG/);
-    } finally {
-      for (const [name, value] of Object.entries(saved)) {
-        if (value === undefined) delete process.env[name];
-        else process.env[name] = value;
+  if (target === 'fake') {
+    it('refuses to start without any kubeconfig instead of trying http://localhost:8080', () => {
+      const saved = { KUBECONFIG: process.env.KUBECONFIG, KUBERNETES_SERVICE_HOST: process.env.KUBERNETES_SERVICE_HOST };
+      process.env.KUBECONFIG = path.join(os.tmpdir(), `${randomUUID()}-missing`);
+      delete process.env.KUBERNETES_SERVICE_HOST; // not in a pod, even if the tests run in one
+      try {
+        assert.throws(() => loadKubeConfig(), /no kubeconfig: not in a pod, and no file of \$KUBECONFIG/);
+      } finally {
+        for (const [name, value] of Object.entries(saved)) {
+          if (value === undefined) delete process.env[name];
+          else process.env[name] = value;
+        }
       }
-    }
-  });
+    });
+  }
 
   it('lists and watches every kind into the store, normalised to one shape', async () => {
-    const server = new FakeKubeApiServer({ bookmarkIntervalMs: 100 });
-    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'app', labels: { 'openservicemesh.io/monitored-by': 'osm' } } });
-    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'elsewhere' } });
-    server.apply({ ...service('app', 'listed'), metadata: { name: 'listed', namespace: 'app', managedFields: [{ manager: 'kubectl' }] } });
+    const server = serverFor({ bookmarkIntervalMs: 100 });
+    const [app, elsewhere] = [ns('app'), ns('elsewhere')];
+    const mine = (store: ObjectStore) => names(store, 'Namespace').filter((n) => n === app || n === elsewhere);
+    await server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: app, labels: { 'openservicemesh.io/monitored-by': 'osm' } } });
+    await server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: elsewhere } });
+    await server.apply({ ...service(app, 'listed'), metadata: { name: 'listed', namespace: app, managedFields: [{ manager: 'kubectl' }] } });
     const { store, source } = await setUp(server);
     await source.whenSynced();
     assert.ok(source.synced);
-    assert.deepEqual(names(store, 'Namespace'), ['app'], 'only monitored namespaces');
-    server.apply({ ...service('app', 'watched'), metadata: { name: 'watched', namespace: 'app', managedFields: [{ manager: 'kubectl' }] } });
-    await until(() => store.get('Service', 'app', 'watched') !== undefined, 'the watched service');
+    assert.deepEqual(mine(store), [app], 'only monitored namespaces');
+    await server.apply({ ...service(app, 'watched'), metadata: { name: 'watched', namespace: app, managedFields: [{ manager: 'kubectl' }] } });
+    await until(() => store.get('Service', app, 'watched') !== undefined, 'the watched service');
     for (const name of ['listed', 'watched']) {
-      const object = store.get<KubeObject>('Service', 'app', name)!;
+      const object = store.get<KubeObject>('Service', app, name)!;
       assert.equal(object.apiVersion, 'v1');
       assert.equal(object.kind, 'Service');
       assert.equal((object.metadata as unknown as Record<string, unknown>).managedFields, undefined);
       assert.equal(typeof (object.metadata as unknown as Record<string, unknown>).creationTimestamp, 'string');
     }
     // A namespace that gets the label joins the mesh; one that loses it leaves.
-    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'elsewhere', labels: { 'openservicemesh.io/monitored-by': 'osm' } } });
-    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'app' } });
-    await until(() => names(store, 'Namespace').join() === 'elsewhere', 'namespace label changes');
+    await server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: elsewhere, labels: { 'openservicemesh.io/monitored-by': 'osm' } } });
+    await server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: app } });
+    await until(() => mine(store).join() === elsewhere, 'namespace label changes');
     // Bookmarks advance the resourceVersion without changes to the kind.
     const reflector = source.reflector('TrafficSplit')!;
     const before = Number(reflector.resourceVersion);
-    await until(() => Number(reflector.resourceVersion) > before, 'a bookmark to advance the resourceVersion');
+    await until(() => Number(reflector.resourceVersion) > before, 'a bookmark to advance the resourceVersion', target === 'real' ? 30_000 : 10_000);
   });
 
   it('recovers a dropped watch with nothing missed, including changes made while the server was down', async () => {
-    const server = new FakeKubeApiServer();
-    server.apply(service('app', 'a'));
-    server.apply(service('app', 'b'));
+    const server = serverFor();
+    const app = await namespace(server, 'app');
+    const services = (store: ObjectStore) => names(store, 'Service', app).join();
+    await server.apply(service(app, 'a'));
+    await server.apply(service(app, 'b'));
     const { store, source } = await setUp(server);
     await source.whenSynced();
     const lists = source.reflector('Service')!.stats.lists;
     const kinds = DEFAULT_RESOURCE_TYPES.length - 3; // not secrets, configmaps, leases
-    await until(() => server.activeWatches === kinds, 'every watch open');
-    assert.equal(server.dropWatches(), kinds);
-    server.apply(service('app', 'c'));
-    server.remove('Service', 'app', 'a');
-    await until(() => names(store, 'Service').join() === 'app/b,app/c', 'changes made right after the drop');
-    await until(() => server.activeWatches === kinds, 'every watch re-opened');
+    if (server instanceof FakeKubeApiServer) {
+      await until(() => server.activeWatches === kinds, 'every watch open');
+      assert.equal(server.dropWatches(), kinds);
+    } else {
+      assert.ok(server.dropConnections() > 0, 'connections cut');
+    }
+    await server.apply(service(app, 'c'));
+    await server.remove('Service', app, 'a');
+    await until(() => services(store) === 'b,c', 'changes made right after the drop');
+    if (server instanceof FakeKubeApiServer) await until(() => server.activeWatches === kinds, 'every watch re-opened');
     await server.stop();
-    server.apply(service('app', 'd', 8080));
-    server.apply(service('app', 'b', 9090));
-    server.remove('Service', 'app', 'c');
-    assert.deepEqual(names(store, 'Service'), ['app/b', 'app/c'], 'the store keeps its objects while the server is down');
+    await server.apply(service(app, 'd', 8080));
+    await server.apply(service(app, 'b', 9090));
+    await server.remove('Service', app, 'c');
+    assert.deepEqual(names(store, 'Service', app), ['b', 'c'], 'the store keeps its objects while the server is down');
     await server.start();
-    await until(() => names(store, 'Service').join() === 'app/b,app/d', 'changes made while the server was down');
-    assert.equal((store.get<KubeObject>('Service', 'app', 'b')!.spec as { ports: { port: number }[] }).ports[0].port, 9090);
+    await until(() => services(store) === 'b,d', 'changes made while the server was down');
+    assert.equal((store.get<KubeObject>('Service', app, 'b')!.spec as { ports: { port: number }[] }).ports[0].port, 9090);
     assert.equal(source.reflector('Service')!.stats.lists, lists, 'resumed from the resourceVersion, no relist');
     assert.ok(source.reflector('Service')!.stats.failures > 0);
   });
 
-  for (const expiredWatch of ['error-event', 'http-410'] as const) {
+  for (const expiredWatch of target === 'fake' ? (['error-event', 'http-410'] as const) : (['etcd compaction'] as const)) {
     it(`relists on 410 (${expiredWatch}) and reconciles deletions made meanwhile`, async () => {
-      const server = new FakeKubeApiServer({ expiredWatch });
-      server.apply(service('app', 'kept'));
-      server.apply(service('app', 'deleted'));
+      const server = expiredWatch === 'etcd compaction' ? serverFor() : new FakeKubeApiServer({ expiredWatch });
+      const app = await namespace(server, 'app');
+      await server.apply(service(app, 'kept'));
+      await server.apply(service(app, 'deleted'));
       const { store, source } = await setUp(server);
       await source.whenSynced();
       await server.stop();
-      server.remove('Service', 'app', 'deleted');
-      server.apply(service('app', 'added'));
-      server.compact();
+      await server.remove('Service', app, 'deleted');
+      await server.apply(service(app, 'added'));
+      await server.compact();
       await server.start();
-      await until(() => names(store, 'Service').join() === 'app/added,app/kept', 'the relist');
+      await until(() => names(store, 'Service', app).join() === 'added,kept', 'the relist');
       const reflector = source.reflector('Service')!;
       assert.ok(reflector.stats.expired >= 1, 'a 410 was seen');
       assert.ok(reflector.stats.lists >= 2, 'relisted');
     });
   }
 
-  it('retries a list that fails with 5xx, with backoff, until it succeeds', async () => {
-    const server = new FakeKubeApiServer();
-    server.apply(service('app', 'a'));
-    server.failNext(6, 500, (method, url) => method === 'GET' && url.startsWith('/api/v1/services') && !url.includes('watch='));
-    await server.start();
-    const { store, source } = await setUp(server);
-    await source.whenSynced();
-    assert.deepEqual(names(store, 'Service'), ['app/a']);
-    const serviceLists = server.requests.filter((r) => r.url.startsWith('/api/v1/services') && !r.watch);
-    assert.deepEqual(serviceLists.map((r) => r.status), [500, 500, 500, 500, 500, 500, 200]);
-    assert.equal(source.reflector('Service')!.stats.failures, 6);
-  });
+  if (target === 'fake') {
+    it('retries a list that fails with 5xx, with backoff, until it succeeds', async () => {
+      const server = new FakeKubeApiServer();
+      server.apply(service('app', 'a'));
+      server.failNext(6, 500, (method, url) => method === 'GET' && url.startsWith('/api/v1/services') && !url.includes('watch='));
+      await server.start();
+      const { store, source } = await setUp(server);
+      await source.whenSynced();
+      assert.deepEqual(names(store, 'Service'), ['app/a']);
+      const serviceLists = server.requests.filter((r) => r.url.startsWith('/api/v1/services') && !r.watch);
+      assert.deepEqual(serviceLists.map((r) => r.status), [500, 500, 500, 500, 500, 500, 200]);
+      assert.equal(source.reflector('Service')!.stats.failures, 6);
+    });
 
-  it('treats a kind whose CRD is not installed as empty, without blocking readiness', async () => {
-    const server = new FakeKubeApiServer({ resources: DEFAULT_RESOURCE_TYPES.filter((r) => r.kind !== 'TrafficSplit' && r.kind !== 'Retry') });
-    const { source } = await setUp(server);
-    await source.whenSynced();
-    const missing = source.status().filter((s) => s.missing).map((s) => s.kind).sort();
-    assert.deepEqual(missing, ['Retry', 'TrafficSplit']);
-  });
+    it('treats a kind whose CRD is not installed as empty, without blocking readiness', async () => {
+      const server = new FakeKubeApiServer({ resources: DEFAULT_RESOURCE_TYPES.filter((r) => r.kind !== 'TrafficSplit' && r.kind !== 'Retry') });
+      const { source } = await setUp(server);
+      await source.whenSynced();
+      const missing = source.status().filter((s) => s.missing).map((s) => s.kind).sort();
+      assert.deepEqual(missing, ['Retry', 'TrafficSplit']);
+    });
+  }
 });
 
 // Each test is skipped on its own when kubectl is missing (a skipped suite would not count its tests as skipped).
