@@ -14,6 +14,7 @@ import { bookstoreMesh, k8s } from './fixtures/mesh.js';
 import { AdsTestClient, type AdsTestStream } from './helpers/ads-client.js';
 import { connectLikeEnvoy } from './helpers/envoy-like-tls.js';
 import { FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
+import { findRealKubeApiServer, RealKubeApiServer } from './helpers/kube-real-apiserver.js';
 import { eventually } from './helpers/wait.js';
 
 const BUYER_UUID = '11111111-1111-4111-8111-111111111111';
@@ -32,8 +33,13 @@ function collect(): { write(text: string): void; text: string } {
   return out;
 }
 
-describe('two controller replicas against one fake API server', () => {
-  const server = new FakeKubeApiServer({ bookmarkIntervalMs: 200 });
+const real = findRealKubeApiServer();
+
+// Against the fake, and a real kube-apiserver (skipped without its binaries, which .ci/run
+// installs); what only the fake records (requests) is checked against the fake only.
+for (const target of ['fake', 'real'] as const) describe(`two controller replicas against one ${target} API server`, { skip: target === 'real' && real.skip }, () => {
+  const fake = target === 'fake' ? new FakeKubeApiServer({ bookmarkIntervalMs: 200 }) : undefined;
+  let server: FakeKubeApiServer | RealKubeApiServer;
   let dir: string;
   let kubeconfig: string;
   let kubeConfig: KubeConfig;
@@ -41,16 +47,20 @@ describe('two controller replicas against one fake API server', () => {
   const clients: AdsTestClient[] = [];
 
   before(async () => {
-    await server.start();
+    server = fake ? await fake.start() : await RealKubeApiServer.start({ name: 'multi-replica' });
     dir = await mkdtemp(path.join(tmpdir(), 'trellis-replicas-'));
     kubeconfig = await server.writeKubeconfig(dir);
     kubeConfig = new KubeConfig();
     kubeConfig.loadFromFile(kubeconfig);
-    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'osm-system' } });
-    for (const object of bookstoreMesh()) server.apply(object);
-    server.apply(k8s.pod('bookbuyer', 'bookbuyer-proxied', 'bookbuyer', { app: 'bookbuyer', [PROXY_UUID_LABEL]: BUYER_UUID }, '10.244.1.77'));
+    await server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'osm-system' } });
+    if (fake) for (const object of bookstoreMesh()) fake.apply(object);
+    else {
+      await (server as RealKubeApiServer).applyAll(bookstoreMesh());
+      await server.apply(k8s.serviceAccount('bookbuyer', 'bookthief')); // a real server admits no pod without its service account
+    }
+    await server.apply(k8s.pod('bookbuyer', 'bookbuyer-proxied', 'bookbuyer', { app: 'bookbuyer', [PROXY_UUID_LABEL]: BUYER_UUID }, '10.244.1.77'));
     // A pod that claims a UUID but runs as another service account than its proxy's certificate.
-    server.apply(k8s.pod('bookbuyer', 'bookbuyer-wrong-sa', 'bookthief', { app: 'other', [PROXY_UUID_LABEL]: '33333333-3333-4333-8333-333333333333' }, '10.244.1.78'));
+    await server.apply(k8s.pod('bookbuyer', 'bookbuyer-wrong-sa', 'bookthief', { app: 'other', [PROXY_UUID_LABEL]: '33333333-3333-4333-8333-333333333333' }, '10.244.1.78'));
 
     // Both replicas start at once: the CA Secret is created by one of them only.
     const start = (identity: string) =>
@@ -76,7 +86,7 @@ describe('two controller replicas against one fake API server', () => {
   after(async () => {
     for (const c of clients) c.close();
     await Promise.all(replicas.map((r) => r.stop()));
-    await server.stop();
+    await (server instanceof RealKubeApiServer ? server.shutdown() : server?.stop());
     await rm(dir, { recursive: true, force: true });
   });
 
@@ -88,11 +98,13 @@ describe('two controller replicas against one fake API server', () => {
     return stream;
   }
 
-  it('share one CA root, created once', () => {
-    const posts = server.requests.filter((r) => r.method === 'POST' && r.url.includes('/namespaces/osm-system/secrets'));
-    assert.equal(posts.filter((r) => r.status === 201).length, 1, 'one create succeeded');
-    assert.ok(posts.every((r) => r.status === 201 || r.status === 409), 'the loser got 409 AlreadyExists');
-    assert.equal(server.objects('Secret', 'osm-system').length, 1);
+  it('share one CA root, created once', async () => {
+    if (fake) {
+      const posts = fake.requests.filter((r) => r.method === 'POST' && r.url.includes('/namespaces/osm-system/secrets'));
+      assert.equal(posts.filter((r) => r.status === 201).length, 1, 'one create succeeded');
+      assert.ok(posts.every((r) => r.status === 201 || r.status === 409), 'the loser got 409 AlreadyExists');
+    }
+    assert.deepEqual((await server.objects('Secret', 'osm-system')).map((s) => s.metadata.name), ['trellis-ca']);
     assert.equal(replicas[0].replica!.ca.caPem, replicas[1].replica!.ca.caPem);
   });
 
@@ -141,11 +153,13 @@ describe('two controller replicas against one fake API server', () => {
   });
 
   it('`trellis namespace add|list|remove` change the monitoring label', async () => {
-    server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'newcomer' } });
+    await server.apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'newcomer' } });
     await namespaceAdd(kubeConfig, ['newcomer'], 'osm', collect());
-    assert.equal(server.get('Namespace', undefined, 'newcomer')!.metadata.labels?.['openservicemesh.io/monitored-by'], 'osm');
-    const patches = server.requests.filter((r) => r.method === 'PATCH' && r.url.includes('/namespaces/newcomer'));
-    assert.equal(patches.at(-1)?.contentType, 'application/merge-patch+json');
+    assert.equal((await server.get('Namespace', undefined, 'newcomer'))!.metadata.labels?.['openservicemesh.io/monitored-by'], 'osm');
+    if (fake) {
+      const patches = fake.requests.filter((r) => r.method === 'PATCH' && r.url.includes('/namespaces/newcomer'));
+      assert.equal(patches.at(-1)?.contentType, 'application/merge-patch+json');
+    }
     const listed = collect();
     await namespaceList(kubeConfig, 'osm', listed);
     assert.match(listed.text, /^NAMESPACE\s+MESH\n/);
@@ -153,7 +167,7 @@ describe('two controller replicas against one fake API server', () => {
     assert.match(listed.text, /\nbookbuyer\s+osm\n/);
     await assert.rejects(namespaceAdd(kubeConfig, ['newcomer'], 'other-mesh', collect()), /already part of mesh osm/);
     await namespaceRemove(kubeConfig, ['newcomer'], 'osm', collect());
-    assert.equal(server.get('Namespace', undefined, 'newcomer')!.metadata.labels?.['openservicemesh.io/monitored-by'], undefined);
+    assert.equal((await server.get('Namespace', undefined, 'newcomer'))!.metadata.labels?.['openservicemesh.io/monitored-by'], undefined);
     const after = collect();
     await namespaceList(kubeConfig, 'osm', after);
     assert.doesNotMatch(after.text, /newcomer/);
@@ -165,12 +179,12 @@ describe('two controller replicas against one fake API server', () => {
     assert.equal(replicas.filter((r) => r.replica!.elector.isLeader).length, 1, 'one holder');
     const leader = replicas.find((r) => r.replica!.elector.isLeader)!;
     const other = replicas.find((r) => r !== leader)!;
-    const holder = () => (server.get('Lease', 'osm-system', 'trellis-controller-leader')?.spec as { holderIdentity?: string } | undefined)?.holderIdentity;
-    assert.equal(holder(), leader.replica!.elector.identity);
+    const holder = async () => ((await server.get('Lease', 'osm-system', 'trellis-controller-leader'))?.spec as { holderIdentity?: string } | undefined)?.holderIdentity;
+    assert.equal(await holder(), leader.replica!.elector.identity);
     await leader.stop();
     replicas.splice(replicas.indexOf(leader), 1);
     // Released on shutdown: the other replica takes it at its next attempt (every 5 s).
     await until(() => other.replica!.elector.isLeader, 'the other replica to take over', 15_000);
-    assert.equal(holder(), other.replica!.elector.identity);
+    assert.equal(await holder(), other.replica!.elector.identity);
   });
 });
