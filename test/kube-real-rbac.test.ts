@@ -70,6 +70,7 @@ describe('deploy/ RBAC against a real kube-apiserver: the controller with its Se
       child.kill('SIGTERM');
       await exited;
     }
+    if (process.env.S8_DUMP) await (await import('node:fs/promises')).writeFile(process.env.S8_DUMP, controller?.output() ?? '');
     await server?.shutdown();
     if (dir) await rm(dir, { recursive: true, force: true });
   });

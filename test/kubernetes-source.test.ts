@@ -13,7 +13,7 @@ import { ObjectStore } from '../src/store/object-store.js';
 import type { KubeObject, ObjectKind } from '../src/store/objects.js';
 import { AdsTestClient } from './helpers/ads-client.js';
 import { DEFAULT_RESOURCE_TYPES, FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
-import { findRealKubeApiServer, RealKubeApiServer } from './helpers/kube-real-apiserver.js';
+import { findRealKubeApiServer, RealKubeApiServer, statusOf } from './helpers/kube-real-apiserver.js';
 import { Kubectl, findKubectl } from './helpers/kubectl.js';
 import { SimulatedSidecar } from './helpers/sidecar.js';
 import { eventually } from './helpers/wait.js';
@@ -217,13 +217,31 @@ for (const target of ['fake', 'real'] as const) describe(`Kubernetes source agai
       const missing = source.status().filter((s) => s.missing).map((s) => s.kind).sort();
       assert.deepEqual(missing, ['Retry', 'TrafficSplit']);
     });
+  } else {
+    // Last: it deletes two CRDs of the file's server (and installs them again).
+    it('treats a kind whose CRD is not installed as empty, without blocking readiness, and watches it once installed', async () => {
+      const server = realServer!;
+      const crds = ['trafficsplits.split.smi-spec.io', 'retries.policy.openservicemesh.io'];
+      for (const name of crds) await server.objectsApi.delete({ apiVersion: 'apiextensions.k8s.io/v1', kind: 'CustomResourceDefinition', metadata: { name } });
+      await until(async () => (await server.objects('TrafficSplit').then(() => false, (err: unknown) => statusOf(err) === 404)), 'the TrafficSplit CRD gone', 30_000);
+      const { store, source } = await setUp(server);
+      await source.whenSynced();
+      const missing = source.status().filter((s) => s.missing).map((s) => s.kind).sort();
+      assert.deepEqual(missing, ['Retry', 'TrafficSplit']);
+      const app = await namespace(server, 'app');
+      await server.installCrds();
+      await server.apply({ apiVersion: 'split.smi-spec.io/v1alpha2', kind: 'TrafficSplit', metadata: { name: 'late', namespace: app }, spec: { service: 'a', backends: [{ service: 'b', weight: 1 }] } });
+      await until(() => store.get('TrafficSplit', app, 'late') !== undefined, 'a TrafficSplit of the CRD installed after the start', 30_000);
+      assert.equal(source.reflector('TrafficSplit')!.missing, false);
+    });
   }
 });
 
 // Each test is skipped on its own when kubectl is missing (a skipped suite would not count its tests as skipped).
-describe('controller with --kubernetes, driven by a real kubectl', () => {
+// Against a fake, and a real kube-apiserver (skipped without its binaries, which .ci/run installs).
+for (const target of ['fake', 'real'] as const) describe(`controller with --kubernetes, driven by a real kubectl, against the ${target} API server`, { skip: target === 'real' && real.skip }, () => {
   let dir: string;
-  let server: FakeKubeApiServer;
+  let server: FakeKubeApiServer | RealKubeApiServer;
   let k: Kubectl;
   let running: RunningController;
   let starting: Promise<RunningController>;
@@ -235,8 +253,11 @@ describe('controller with --kubernetes, driven by a real kubectl', () => {
   before(async () => {
     if (kubectl.skip) return;
     dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-kube-e2e-'));
-    server = new FakeKubeApiServer({ bookmarkIntervalMs: 200 });
-    await server.start();
+    if (target === 'fake') server = await new FakeKubeApiServer({ bookmarkIntervalMs: 200 }).start();
+    else {
+      server = await RealKubeApiServer.start({ name: 'kubectl' });
+      await server.applyFile(path.join(import.meta.dirname, '../deploy/00-namespace.yaml')); // the controller's namespace, for its CA Secret
+    }
     k = await Kubectl.for(server, kubectl.path ?? '', dir);
     await server.stop(); // unreachable when the controller starts
     httpPort = await freePort();
@@ -262,7 +283,7 @@ describe('controller with --kubernetes, driven by a real kubectl', () => {
     for (const c of clients) c.close();
     await server?.start();
     await (running ?? (await starting.catch(() => undefined)))?.stop();
-    await server?.stop();
+    await (server instanceof RealKubeApiServer ? server.shutdown() : server?.stop());
     await rm(dir, { recursive: true, force: true });
   });
 
@@ -304,9 +325,13 @@ describe('controller with --kubernetes, driven by a real kubectl', () => {
   });
 
   it('serves proxies what kubectl applies: the bookstore example, then a split changed to 100/0', { skip: kubectl.skip }, async () => {
+    // A real server refuses objects in a namespace not created yet (the directory's files are applied in name order).
+    if (server instanceof RealKubeApiServer) await k.apply(path.join(EXAMPLE, 'namespaces.yaml'));
     await k.apply(EXAMPLE);
     // The proxy's pod, as the sidecar injector labels it (the controller checks proxy identities against pods).
     await k.ok(['label', 'pod', '-n', 'bookbuyer', '--all', `osm-proxy-uuid=${buyerUuid}`]);
+    // No kubelet there: the pods' status (Running, their IP), which a create drops, is written as the manifests say.
+    if (server instanceof RealKubeApiServer) await server.writePodStatuses(EXAMPLE);
     const buyer = connect('bookbuyer', 'bookbuyer');
     await buyer.until((s) => bookstoreSplit(s) !== undefined, 'the bookstore split for bookbuyer');
     assert.deepEqual(bookstoreSplit(buyer), [

@@ -133,6 +133,23 @@ function apiVersionOf(kind: string): string {
   return type.group ? `${type.group}/${type.version}` : type.version;
 }
 
+/** The objects of every document of a YAML file, or of each `.yaml` file of a directory (by name). */
+async function readManifests(file: string): Promise<Record<string, unknown>[]> {
+  const files =
+    (await readdir(file, { withFileTypes: true }).catch(() => undefined))
+      ?.filter((e) => e.isFile() && e.name.endsWith('.yaml'))
+      .map((e) => path.join(file, e.name))
+      .sort() ?? [file];
+  const objects: Record<string, unknown>[] = [];
+  for (const f of files) {
+    for (const doc of parseAllDocuments(await readFile(f, 'utf8'))) {
+      const o = doc.toJS() as Record<string, unknown> | null;
+      if (o) objects.push(o);
+    }
+  }
+  return objects;
+}
+
 /** The HTTP status of a client-node error, or undefined. */
 export function statusOf(err: unknown): number | undefined {
   const code = (err as { code?: unknown }).code;
@@ -326,19 +343,23 @@ export class RealKubeApiServer {
 
   /** Applies every document of a YAML file, or of each `.yaml` file of a directory (sorted). */
   async applyFile(file: string): Promise<Record<string, unknown>[]> {
-    const files = (await readdir(file, { withFileTypes: true }).catch(() => undefined))
-      ?.filter((e) => e.isFile() && e.name.endsWith('.yaml'))
-      .map((e) => path.join(file, e.name))
-      .sort() ?? [file];
-    const objects: Record<string, unknown>[] = [];
-    for (const f of files) {
-      for (const doc of parseAllDocuments(await readFile(f, 'utf8'))) {
-        const o = doc.toJS() as Record<string, unknown> | null;
-        if (o) objects.push(o);
-      }
-    }
+    const objects = await readManifests(file);
     await this.applyAll(objects);
     return objects;
+  }
+
+  /**
+   * Writes the `status` of each Pod of a YAML file or directory (e.g. Running, its IP) through
+   * the status subresource, as a kubelet would: `kubectl apply` drops a Pod's status.
+   */
+  async writePodStatuses(file: string): Promise<void> {
+    for (const pod of (await readManifests(file)) as FakeObject[]) {
+      if (pod.kind !== 'Pod' || !pod.status) continue;
+      await this.core.patchNamespacedPodStatus(
+        { namespace: pod.metadata.namespace ?? 'default', name: pod.metadata.name, body: { status: pod.status } },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
+    }
   }
 
   /** Deletes an object as the admin. @returns whether it existed. */

@@ -39,8 +39,8 @@ export class Kubectl {
     readonly cacheDir: string,
   ) {}
 
-  /** Writes a kubeconfig for `server` into a new temporary directory (or `dir`). */
-  static async for(server: FakeKubeApiServer, binary: string, dir?: string): Promise<Kubectl> {
+  /** Writes a kubeconfig for `server` (a fake, or a real one of kube-real-apiserver.ts) into a new temporary directory (or `dir`). */
+  static async for(server: Pick<FakeKubeApiServer, 'writeKubeconfig'>, binary: string, dir?: string): Promise<Kubectl> {
     const base = dir ?? (await mkdtemp(path.join(os.tmpdir(), 'trellis-kubectl-')));
     const kubeconfig = await server.writeKubeconfig(base);
     return new Kubectl(binary, kubeconfig, path.join(base, 'cache'));
