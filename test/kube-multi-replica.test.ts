@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import pino from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
@@ -14,7 +14,7 @@ import { bookstoreMesh, k8s } from './fixtures/mesh.js';
 import { AdsTestClient, type AdsTestStream } from './helpers/ads-client.js';
 import { connectLikeEnvoy } from './helpers/envoy-like-tls.js';
 import { FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
-import { findRealKubeApiServer, RealKubeApiServer } from './helpers/kube-real-apiserver.js';
+import { describeOn, RealKubeApiServer } from './helpers/kube-real-apiserver.js';
 import { eventually } from './helpers/wait.js';
 
 const BUYER_UUID = '11111111-1111-4111-8111-111111111111';
@@ -33,11 +33,9 @@ function collect(): { write(text: string): void; text: string } {
   return out;
 }
 
-const real = findRealKubeApiServer();
-
 // Against the fake, and a real kube-apiserver (skipped without its binaries, which .ci/run
 // installs); what only the fake records (requests) is checked against the fake only.
-for (const target of ['fake', 'real'] as const) describe(`two controller replicas against one ${target} API server`, { skip: target === 'real' && real.skip }, () => {
+for (const target of ['fake', 'real'] as const) describeOn(target, `two controller replicas against one ${target} API server`, () => {
   const fake = target === 'fake' ? new FakeKubeApiServer({ bookmarkIntervalMs: 200 }) : undefined;
   let server: FakeKubeApiServer | RealKubeApiServer;
   let dir: string;

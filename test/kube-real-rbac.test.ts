@@ -10,24 +10,23 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { PROXY_UUID_LABEL } from '../src/proxy/pod-check.js';
 import { bookstoreMesh, k8s as objects } from './fixtures/mesh.js';
 import { AdsTestClient } from './helpers/ads-client.js';
 import { watchController, type WatchedController } from './helpers/controller-process.js';
-import { findRealKubeApiServer, RealKubeApiServer, statusOf } from './helpers/kube-real-apiserver.js';
+import { describeOn, RealKubeApiServer, statusOf } from './helpers/kube-real-apiserver.js';
 import { SimulatedSidecar } from './helpers/sidecar.js';
 import { eventually } from './helpers/wait.js';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
-const real = findRealKubeApiServer();
 const BUYER_UUID = '44444444-4444-4444-8444-444444444444';
 const BUYER_CN = `${BUYER_UUID}.sidecar.bookbuyer.bookbuyer.cluster.local`;
 const until = (cond: () => boolean | Promise<boolean>, what: string, timeoutMs = 30_000) => eventually(cond, what, timeoutMs, 50);
 
-describe('deploy/ RBAC against a real kube-apiserver: the controller with its ServiceAccount token', { skip: real.skip }, () => {
+describeOn('real', 'deploy/ RBAC against a real kube-apiserver: the controller with its ServiceAccount token', () => {
   let server: RealKubeApiServer;
   let dir: string;
   let child: ChildProcess;
@@ -70,7 +69,6 @@ describe('deploy/ RBAC against a real kube-apiserver: the controller with its Se
       child.kill('SIGTERM');
       await exited;
     }
-    if (process.env.S8_DUMP) await (await import('node:fs/promises')).writeFile(process.env.S8_DUMP, controller?.output() ?? '');
     await server?.shutdown();
     if (dir) await rm(dir, { recursive: true, force: true });
   });

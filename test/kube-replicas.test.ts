@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import { loadOrCreateCaSecret, secretApiFor } from '../src/certificate/secret-store.js';
 import { LeaderElector, leaseApiFor, leaseTime } from '../src/controller/leader-election.js';
 import type { Timers } from '../src/messaging/debouncer.js';
 import { FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
-import { findRealKubeApiServer, RealKubeApiServer } from './helpers/kube-real-apiserver.js';
+import { describeOn, RealKubeApiServer } from './helpers/kube-real-apiserver.js';
 
 /** A clock the test moves by hand; timers are never fired (the test calls tryAcquireOrRenew). */
 class ManualClock implements Timers {
@@ -19,11 +19,9 @@ class ManualClock implements Timers {
   clearTimeout(): void {}
 }
 
-const real = findRealKubeApiServer();
-
 // Against the fake, and a real kube-apiserver (skipped without its binaries, which .ci/run installs);
 // what only the fake can do (record requests, fail them) is checked against the fake only.
-for (const target of ['fake', 'real'] as const) describe(`shared CA Secret and leader Lease against a ${target} API server`, { skip: target === 'real' && real.skip }, () => {
+for (const target of ['fake', 'real'] as const) describeOn(target, `shared CA Secret and leader Lease against a ${target} API server`, () => {
   const fake = target === 'fake' ? new FakeKubeApiServer() : undefined;
   let server: FakeKubeApiServer | RealKubeApiServer;
   let kubeConfig: KubeConfig;

@@ -4,7 +4,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
+import { after, afterEach, before, beforeEach, it } from 'node:test';
 import pino from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { runController, type RunningController } from '../src/main.js';
@@ -13,7 +13,7 @@ import { ObjectStore } from '../src/store/object-store.js';
 import type { KubeObject, ObjectKind } from '../src/store/objects.js';
 import { AdsTestClient } from './helpers/ads-client.js';
 import { DEFAULT_RESOURCE_TYPES, FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
-import { findRealKubeApiServer, RealKubeApiServer, statusOf } from './helpers/kube-real-apiserver.js';
+import { describeOn, RealKubeApiServer, statusOf } from './helpers/kube-real-apiserver.js';
 import { Kubectl, findKubectl } from './helpers/kubectl.js';
 import { SimulatedSidecar } from './helpers/sidecar.js';
 import { eventually } from './helpers/wait.js';
@@ -45,7 +45,12 @@ function service(namespace: string, name: string, port = 80): Record<string, unk
   return { apiVersion: 'v1', kind: 'Service', metadata: { name, namespace }, spec: { ports: [{ name: 'http', port }], selector: { app: name } } };
 }
 
-const real = findRealKubeApiServer();
+/** The file's real kube-apiserver, started by the first suite that needs it, stopped when the file ends. */
+let realServerStarting: Promise<RealKubeApiServer> | undefined;
+const realServerOfFile = () => (realServerStarting ??= RealKubeApiServer.start({ name: 'source', apiserverArgs: ['--watch-cache-sizes=services#0'] }));
+after(async () => {
+  await (await realServerStarting?.catch(() => undefined))?.shutdown();
+});
 
 // Against a new fake per test, and against one real kube-apiserver for the file (skipped without
 // its binaries, which .ci/run installs), each test in its own namespaces there. The real server
@@ -53,7 +58,7 @@ const real = findRealKubeApiServer();
 // 410 a resumed watch gets; other kinds go through its watch cache, which sends a bookmark 2 s
 // before a watch's timeout (hence the short watches). What only the fake can do (count and drop
 // watches, fail requests, serve without a CRD) is tested against the fake only.
-for (const target of ['fake', 'real'] as const) describe(`Kubernetes source against the ${target} API server`, { skip: target === 'real' && real.skip }, () => {
+for (const target of ['fake', 'real'] as const) describeOn(target, `Kubernetes source against the ${target} API server`, () => {
   let dir: string;
   let realServer: RealKubeApiServer | undefined;
   const cleanups: (() => Promise<void>)[] = [];
@@ -64,7 +69,7 @@ for (const target of ['fake', 'real'] as const) describe(`Kubernetes source agai
 
   before(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-kube-source-'));
-    if (target === 'real') realServer = await RealKubeApiServer.start({ name: 'source', apiserverArgs: ['--watch-cache-sizes=services#0'] });
+    if (target === 'real') realServer = await realServerOfFile();
   });
   beforeEach(() => {
     const n = ++tests;
@@ -74,7 +79,6 @@ for (const target of ['fake', 'real'] as const) describe(`Kubernetes source agai
     for (const c of cleanups.splice(0).reverse()) await c();
   });
   after(async () => {
-    await realServer?.shutdown();
     await rm(dir, { recursive: true, force: true });
   });
 
@@ -239,7 +243,7 @@ for (const target of ['fake', 'real'] as const) describe(`Kubernetes source agai
 
 // Each test is skipped on its own when kubectl is missing (a skipped suite would not count its tests as skipped).
 // Against a fake, and a real kube-apiserver (skipped without its binaries, which .ci/run installs).
-for (const target of ['fake', 'real'] as const) describe(`controller with --kubernetes, driven by a real kubectl, against the ${target} API server`, { skip: target === 'real' && real.skip }, () => {
+for (const target of ['fake', 'real'] as const) describeOn(target, `controller with --kubernetes, driven by a real kubectl, against the ${target} API server`, () => {
   let dir: string;
   let server: FakeKubeApiServer | RealKubeApiServer;
   let k: Kubectl;
@@ -255,7 +259,7 @@ for (const target of ['fake', 'real'] as const) describe(`controller with --kube
     dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-kube-e2e-'));
     if (target === 'fake') server = await new FakeKubeApiServer({ bookmarkIntervalMs: 200 }).start();
     else {
-      server = await RealKubeApiServer.start({ name: 'kubectl' });
+      server = await realServerOfFile();
       await server.applyFile(path.join(import.meta.dirname, '../deploy/00-namespace.yaml')); // the controller's namespace, for its CA Secret
     }
     k = await Kubectl.for(server, kubectl.path ?? '', dir);
@@ -283,7 +287,7 @@ for (const target of ['fake', 'real'] as const) describe(`controller with --kube
     for (const c of clients) c.close();
     await server?.start();
     await (running ?? (await starting.catch(() => undefined)))?.stop();
-    await (server instanceof RealKubeApiServer ? server.shutdown() : server?.stop());
+    await server?.stop();
     await rm(dir, { recursive: true, force: true });
   });
 

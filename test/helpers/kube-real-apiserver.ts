@@ -20,6 +20,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
+import { describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { DEFAULT_RESOURCE_TYPES, type FakeObject } from './fake-kube-apiserver.js';
 import { eventually } from './wait.js';
@@ -46,6 +47,17 @@ export function findRealKubeApiServer(): { skip?: string } {
   const message = `real kube-apiserver tests need ${missing.join(' and ')} in ${KUBE_BIN}: run .ci/run, or bash scripts/kube/install.sh (a cold build takes 4-10 min)`;
   if (process.env.CI) throw new Error(message);
   return { skip: message };
+}
+
+/**
+ * `describe(name, body)`, or, when `target` is `'real'` and the real server cannot run
+ * ({@link findRealKubeApiServer}), a suite of one skipped test that says why (a skipped suite's
+ * tests are not counted as skipped in the summary).
+ */
+export function describeOn(target: 'fake' | 'real', name: string, body: () => void): void {
+  const skip = target === 'real' ? findRealKubeApiServer().skip : undefined;
+  if (skip) describe(name, () => it('needs a real kube-apiserver', { skip }, () => undefined));
+  else describe(name, body);
 }
 
 /** Options of {@link RealKubeApiServer.start}. */
