@@ -92,27 +92,27 @@ function inUse(port: number): Promise<boolean> {
 /** A loopback TCP forwarder to `target` that can be closed (cutting every connection) and re-opened on its port. */
 class FrontDoor {
   #server: net.Server | undefined;
-  readonly #sockets = new Set<net.Socket>();
+  /** Each client connection, with its connection to the API server. */
+  readonly #pairs = new Map<net.Socket, net.Socket>();
   constructor(
     readonly port: number,
     private readonly target: number,
   ) {}
 
+  /** Whether it listens. */
   get open(): boolean {
     return this.#server !== undefined;
   }
 
+  /** Listens on {@link port} (again); a no-op while open. */
   async listen(): Promise<void> {
     if (this.#server) return;
     const server = net.createServer((client) => {
       const upstream = net.connect({ host: '127.0.0.1', port: this.target });
-      for (const s of [client, upstream]) {
-        this.#sockets.add(s);
-        s.on('close', () => this.#sockets.delete(s));
-        s.on('error', () => undefined);
-      }
+      this.#pairs.set(client, upstream);
+      for (const s of [client, upstream]) s.on('error', () => undefined);
       client.pipe(upstream).pipe(client);
-      client.on('close', () => upstream.destroy());
+      client.on('close', () => (this.#pairs.delete(client), upstream.destroy()));
       upstream.on('close', () => client.destroy());
     });
     await new Promise<void>((resolve, reject) => {
@@ -124,11 +124,16 @@ class FrontDoor {
 
   /** Cuts every connection through the door; it stays open. @returns how many client connections were cut. */
   cut(): number {
-    const n = this.#sockets.size / 2;
-    for (const s of this.#sockets) s.destroy();
+    const n = this.#pairs.size;
+    for (const [client, upstream] of this.#pairs) {
+      client.destroy();
+      upstream.destroy();
+    }
+    this.#pairs.clear();
     return n;
   }
 
+  /** Stops listening and cuts every connection. */
   async close(): Promise<void> {
     const server = this.#server;
     if (!server) return;
