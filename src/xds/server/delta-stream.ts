@@ -1,5 +1,5 @@
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
-import { typeVersion } from '../cache/snapshot-cache.js';
+import { LayeredResourceMap, sharedLayerChanges, sharedLayerOf, typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ProxySnapshot, ResourceMap } from '../cache/types.js';
 import type { DeltaDiscoveryRequest__Output, DeltaDiscoveryResponse } from './discovery-types.js';
 import { StreamBase, isCompleteSetType, type DeltaAdsCall, type StreamContext, type TypeStateBase } from './stream-common.js';
@@ -396,6 +396,23 @@ function planType(type: TypeUrl, st: DeltaTypeState, resources: ResourceMap, war
   const consider = (r: CachedResource): void => {
     if (st.resendAll || st.pending.has(r.name) || warm.has(r.name) || st.known.get(r.name) !== r.version) updates.push(r);
   };
+  const removals: string[] = [];
+  const candidates = namesToReconsider(st, resources);
+  if (candidates) {
+    // Only what differs from the map last planned (the client holds exactly that map's covered
+    // resources), and the clusters just sent (EDS).
+    for (const name of candidates) {
+      const r = resources.get(name);
+      if (r) {
+        if (st.wildcard || st.names.has(name)) consider(r);
+      } else if (st.known.has(name)) removals.push(name);
+    }
+    for (const name of warm) {
+      const r = candidates.has(name) ? undefined : resources.get(name);
+      if (r && (st.wildcard || st.names.has(name))) consider(r);
+    }
+    return { type, st, updates, removals, force: st.needsAnswer && st.wildcard };
+  }
   if (st.wildcard) for (const r of resources.values()) consider(r);
   else {
     for (const name of st.names) {
@@ -403,8 +420,26 @@ function planType(type: TypeUrl, st: DeltaTypeState, resources: ResourceMap, war
       if (r) consider(r);
     }
   }
-  const removals: string[] = [];
   for (const name of st.known.keys()) if (!resources.has(name)) removals.push(name);
   for (const name of st.pending) if (!resources.has(name) && !st.known.has(name)) removals.push(name);
   return { type, st, updates, removals, force: st.needsAnswer && st.wildcard };
+}
+
+/**
+ * The names whose resource may differ between the map `st` was last brought up to date with
+ * (`st.planned`) and `resources`, when both have a shared layer and nothing since asks for
+ * more (no subscription change, no `*` to answer again): the shared layers' changes
+ * (`sharedLayerChanges`, one walk per pair of layers for every stream) and the own resources of
+ * both. The client then holds exactly what `st.planned` had of its subscription, so every other
+ * name is unchanged for it. Undefined when the whole map must be walked.
+ */
+function namesToReconsider(st: DeltaTypeState, resources: ResourceMap): Set<string> | undefined {
+  if (!st.planned || st.resendAll || st.pending.size > 0) return undefined;
+  const [before, after] = [sharedLayerOf(st.planned), sharedLayerOf(resources)];
+  if (!before || !after) return undefined;
+  const { changed, removed } = sharedLayerChanges(before, after);
+  const names = new Set<string>(removed);
+  for (const r of changed) names.add(r.name);
+  for (const map of [st.planned, resources]) if (map instanceof LayeredResourceMap) for (const name of map.own.keys()) names.add(name);
+  return names;
 }
