@@ -51,9 +51,10 @@ export interface LayeredResources {
 
 /**
  * {@link generateProxyResources} in layers ({@link LayeredResources}): a sidecar's upstream
- * Clusters, its ClusterLoadAssignments, its outbound listener (without Egress policies of its
- * own) and its outbound route configurations (without Retry policies of its own; one layer per
- * view and client namespace) are its outbound view's layers (built once per view and
+ * Clusters, its ClusterLoadAssignments and, in permissive mode (where every identity has the one
+ * view), its outbound listener (without Egress policies of its own) and its outbound route
+ * configurations (without Retry policies of its own; one layer per client namespace) are its
+ * outbound view's layers (built once per view and
  * generation, whatever number of proxies has the view); the rest is its own. A proxyless
  * client's resources, and a type whose own part would take a name of the layer, are all own.
  */
@@ -76,9 +77,13 @@ export function generateLayeredResources(context: GenerationContext, profile: Pr
     shared.set(TypeUrl.ClusterLoadAssignment, context.layer('ClusterLoadAssignment', view, () => generateClusterLoadAssignments(context, profile)));
     own.set(TypeUrl.ClusterLoadAssignment, []);
   }
+  // In permissive mode every identity has the one view, so its listener and route layers are
+  // everyone's; in SMI mode a view is mostly one identity's, whose proxies share one
+  // configuration already: a layer there is work without sharing.
+  const viewWide = context.snapshot.settings.permissiveTrafficPolicyMode;
   if (wanted(TypeUrl.Listener)) {
     // The outbound listener of a proxy without Egress policies of its own is its view's.
-    if (outboundListenerShareable(context, profile)) {
+    if (viewWide && outboundListenerShareable(context, profile)) {
       shared.set(TypeUrl.Listener, context.layer('Listener', `outbound ${view}`, () => generateOutboundListeners(context, profile)));
       own.set(TypeUrl.Listener, generateInboundListeners(context, profile));
     } else own.set(TypeUrl.Listener, generateListeners(context, profile));
@@ -86,7 +91,7 @@ export function generateLayeredResources(context: GenerationContext, profile: Pr
   if (wanted(TypeUrl.RouteConfiguration)) {
     // The outbound route configurations of a proxy without Retry policies of its own are its
     // view's and its namespace's (short host names): one layer per view and namespace.
-    if (outboundRoutesShareable(context.snapshot, profile.identity)) {
+    if (viewWide && outboundRoutesShareable(context.snapshot, profile.identity)) {
       const namespace = identityParts(profile.identity).namespace;
       const layer = context.layer('RouteConfiguration', `outbound ${namespace} ${view}`, () => generateOutboundRouteConfigurations(context, profile));
       const mine = [...generateInboundRouteConfigurations(context, profile), ...generateIngressRouteConfigurations(context, profile), ...generateEgressRouteConfigurations(context, profile)];
