@@ -22,6 +22,15 @@ const NAMES = ['a', 'b', 'c', 'd'];
 
 
 it('a delta stream holds what its subscription covers of the current snapshot after random steps (the same map objects set again)', async () => {
+  await deltaModel(false);
+});
+
+it('the same with shared layers: each type in a shared layer and the proxy’s own, names moving between them (a stream then walks only what differs from the layer it planned)', async () => {
+  await deltaModel(true);
+});
+
+/** The property test, with snapshots in flat maps, or (`layered`) most of them with a random part of each type in a shared layer. */
+async function deltaModel(layered: boolean): Promise<void> {
   const h = await startAdsHarness((client, resumeFrom?: DeltaTestStream) => openDeltaTestStream(client, TEST_NODE_ID, resumeFrom));
   const failures: string[] = [];
   try {
@@ -32,11 +41,13 @@ it('a delta stream holds what its subscription covers of the current snapshot af
         const m = () => Object.fromEntries(NAMES.filter(() => r() < 0.6).map((n) => [n, 1 + Math.floor(r() * 3)]));
         return { clusters: m(), endpoints: m(), listeners: m(), secrets: m() };
       };
-      const pool: ProxySnapshot[] = [snapshot(randomSpec())];
+      // Layered: a snapshot in five is flat; the others put each resource in the layer or not at random.
+      const make = (spec: Spec): ProxySnapshot => (layered && r() < 0.8 ? snapshot(spec, () => r() < 0.7) : snapshot(spec));
+      const pool: ProxySnapshot[] = [make(randomSpec())];
       /** An earlier snapshot with one type's map replaced: its other maps are the same objects. */
       const derive = (): ProxySnapshot => {
         const base = pick(pool);
-        const other = snapshot(randomSpec());
+        const other = make(randomSpec());
         const type = pick(TYPES);
         const s = Object.freeze({ resources: new Map(base.resources).set(type, other.resources.get(type)!), versions: new Map(base.versions).set(type, other.versions.get(type)!) });
         pool.push(s);
@@ -144,4 +155,4 @@ it('a delta stream holds what its subscription covers of the current snapshot af
     await h.server.stop(100);
   }
   assert.deepEqual(failures, []);
-});
+}

@@ -115,6 +115,35 @@ describe('permissive mode in the controller: one shared layer of upstream Cluste
     }
   });
 
+  it('the outbound listener is one shared layer for every proxy of the view, and the outbound route configurations one per client namespace; a new service makes one new layer of each for all', async () => {
+    const STORE_V2 = '44444444-4444-4444-8444-444444444444.sidecar.bookstore-v2.bookstore.cluster.local';
+    const h = await harness(bookstoreMesh({ permissive: true }));
+    try {
+      const proxies = [await h.open(BUYER), await h.open(THIEF), await h.open(STORE), await h.open(STORE_V2)];
+      const layers = (type: TypeUrl) => proxies.map((p) => sharedLayerOf(h.cache.getSnapshot(p.uuid)!.resources.get(type)!));
+      const check = (when: string) => {
+        const listeners = layers(TypeUrl.Listener);
+        assert.ok(listeners[0], `${when}: a shared Listener layer`);
+        assert.ok(listeners.every((l) => l === listeners[0]), `${when}: one Listener layer object for every identity`);
+        assert.deepEqual([...listeners[0]!.keys()], ['outbound-listener'], `${when}: the inbound listener is each proxy's own`);
+        const routes = layers(TypeUrl.RouteConfiguration);
+        assert.ok(routes.every((r) => r !== undefined && [...r.keys()].every((n) => n.startsWith('rds-outbound.'))), `${when}: the outbound route configurations are shared`);
+        assert.equal(routes[2], routes[3], `${when}: one RouteConfiguration layer for the clients of one namespace`);
+        assert.notEqual(routes[0], routes[2], `${when}: another for another namespace (short host names)`);
+        return { listener: listeners[0], routes: routes[2] };
+      };
+      assert.deepEqual(await h.check(), [], 'names, resources and type versions: those of a full flat generation');
+      const before = check('before');
+      await h.set([...bookstoreMesh({ permissive: true }), ...INVENTORY]);
+      assert.deepEqual(await h.check(), []);
+      const after = check('after a new service');
+      assert.notEqual(after.listener, before.listener, 'a new Listener layer');
+      assert.ok(after.routes!.has('rds-outbound.14001'), 'the new port has its route configuration');
+    } finally {
+      h.stop();
+    }
+  });
+
   it('a change of endpoints replaces the shared layer once: every proxy then holds the same new map', async () => {
     const h = await harness(bookstoreMesh({ permissive: true }));
     try {

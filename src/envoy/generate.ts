@@ -2,8 +2,9 @@ import { TypeUrl } from '../api/type-urls.js';
 import { clustersNeedPush, generateClusters, generateOwnClusters, generateUpstreamClusters } from './cds/cds.js';
 import type { GenerationContext, ProxyProfile, ResourceLayer } from './context.js';
 import { clusterLoadAssignmentsChangedBy, clusterLoadAssignmentsNeedPush, generateClusterLoadAssignments } from './eds/eds.js';
-import { generateListeners, listenersNeedPush } from './lds/lds.js';
-import { generateRouteConfigurations, routeConfigurationsNeedPush } from './rds/rds.js';
+import { generateInboundListeners, generateListeners, generateOutboundListeners, listenersNeedPush, outboundListenerShareable } from './lds/lds.js';
+import { generateInboundRouteConfigurations, generateOutboundRouteConfigurations, generateRouteConfigurations, outboundRoutesShareable, routeConfigurationsNeedPush } from './rds/rds.js';
+import { identityParts } from '../proxy/types.js';
 import { generateEgressRouteConfigurations } from './rds/egress.js';
 import { generateIngressRouteConfigurations } from './rds/ingress.js';
 import { generateProxylessResources, generateProxylessRouteConfigurations, proxylessResourcesNeedPush } from './proxyless.js';
@@ -50,8 +51,11 @@ export interface LayeredResources {
 
 /**
  * {@link generateProxyResources} in layers ({@link LayeredResources}): a sidecar's upstream
- * Clusters and its ClusterLoadAssignments are its outbound view's layers (built once per view
- * and generation, whatever number of proxies has the view); the rest is its own. A proxyless
+ * Clusters, its ClusterLoadAssignments and, in permissive mode (where every identity has the one
+ * view), its outbound listener (without Egress policies of its own) and its outbound route
+ * configurations (without Retry policies of its own; one layer per client namespace) are its
+ * outbound view's layers (built once per view and
+ * generation, whatever number of proxies has the view); the rest is its own. A proxyless
  * client's resources, and a type whose own part would take a name of the layer, are all own.
  */
 export function generateLayeredResources(context: GenerationContext, profile: ProxyProfile, certs: ProxyCertificates, types?: ReadonlySet<TypeUrl>): LayeredResources {
@@ -73,8 +77,31 @@ export function generateLayeredResources(context: GenerationContext, profile: Pr
     shared.set(TypeUrl.ClusterLoadAssignment, context.layer('ClusterLoadAssignment', view, () => generateClusterLoadAssignments(context, profile)));
     own.set(TypeUrl.ClusterLoadAssignment, []);
   }
-  if (wanted(TypeUrl.Listener)) own.set(TypeUrl.Listener, generateListeners(context, profile));
-  if (wanted(TypeUrl.RouteConfiguration)) own.set(TypeUrl.RouteConfiguration, generateProxyRouteConfigurations(context, profile));
+  // In permissive mode every identity has the one view, so its listener and route layers are
+  // everyone's; in SMI mode a view is mostly one identity's, whose proxies share one
+  // configuration already: a layer there is work without sharing.
+  const viewWide = context.snapshot.settings.permissiveTrafficPolicyMode;
+  if (wanted(TypeUrl.Listener)) {
+    // The outbound listener of a proxy without Egress policies of its own is its view's.
+    if (viewWide && outboundListenerShareable(context, profile)) {
+      shared.set(TypeUrl.Listener, context.layer('Listener', `outbound ${view}`, () => generateOutboundListeners(context, profile)));
+      own.set(TypeUrl.Listener, generateInboundListeners(context, profile));
+    } else own.set(TypeUrl.Listener, generateListeners(context, profile));
+  }
+  if (wanted(TypeUrl.RouteConfiguration)) {
+    // The outbound route configurations of a proxy without Retry policies of its own are its
+    // view's and its namespace's (short host names): one layer per view and namespace.
+    if (viewWide && outboundRoutesShareable(context.snapshot, profile.identity)) {
+      const namespace = identityParts(profile.identity).namespace;
+      const layer = context.layer('RouteConfiguration', `outbound ${namespace} ${view}`, () => generateOutboundRouteConfigurations(context, profile));
+      const mine = [...generateInboundRouteConfigurations(context, profile), ...generateIngressRouteConfigurations(context, profile), ...generateEgressRouteConfigurations(context, profile)];
+      if (mine.some((r) => layer.names.has(r.name))) own.set(TypeUrl.RouteConfiguration, generateProxyRouteConfigurations(context, profile));
+      else {
+        shared.set(TypeUrl.RouteConfiguration, layer);
+        own.set(TypeUrl.RouteConfiguration, mine);
+      }
+    } else own.set(TypeUrl.RouteConfiguration, generateProxyRouteConfigurations(context, profile));
+  }
   if (wanted(TypeUrl.Secret)) own.set(TypeUrl.Secret, generateSecrets(context, profile, certs));
   return { shared, own };
 }

@@ -22,12 +22,15 @@ export interface Spec {
   secrets?: Record<string, number>;
 }
 
-/** A proxy snapshot of small but real (encodable) resources, as `spec` says. */
-export function snapshot(spec: Spec): ProxySnapshot {
+/**
+ * A proxy snapshot of small but real (encodable) resources, as `spec` says. With `shared`, a type
+ * it names has those of its resources that `shared` picks in a shared layer (as the controller's
+ * snapshots have, `buildProxySnapshot`'s `shared`), the others as the proxy's own.
+ */
+export function snapshot(spec: Spec, shared?: (typeUrl: TypeUrl, name: string) => boolean): ProxySnapshot {
   const make = (typeUrl: string, m: Record<string, number> | undefined, build: (name: string, n: number) => object): NamedResource[] =>
     Object.entries(m ?? {}).map(([name, n]) => ({ name, resource: encodeAny(typeUrl, build(name, n)) }));
-  return buildProxySnapshot(
-    new Map([
+  const all = new Map([
       [CDS, make(CDS, spec.clusters, (name, n) => ({ name, connect_timeout: { seconds: n } }))],
       [
         EDS,
@@ -39,8 +42,11 @@ export function snapshot(spec: Spec): ProxySnapshot {
       [LDS, make(LDS, spec.listeners, (name, n) => ({ name, address: { socket_address: { address: '0.0.0.0', port_value: 15000 + n } } }))],
       [RDS, make(RDS, spec.routes, (name, n) => ({ name, virtual_hosts: [{ name: `vh${n}`, domains: ['*'] }] }))],
       [SDS, make(SDS, spec.secrets, (name, n) => ({ name, validation_context: { trust_chain_verification: n } }))],
-    ]), new ResourceInterner(),
-  );
+  ] as const);
+  if (!shared) return buildProxySnapshot(all, new ResourceInterner());
+  const layers = new Map([...all].map(([type, list]) => [type, list.filter((r) => shared(type, r.name))] as const));
+  const own = new Map([...all].map(([type, list]) => [type, list.filter((r) => !layers.get(type)!.includes(r))] as const));
+  return buildProxySnapshot(own, new ResourceInterner(), layers);
 }
 
 /**

@@ -277,17 +277,33 @@ function sharedInboundListener(mesh: readonly FilterChain[], ...ingress: FilterC
 
 /** LDS for one proxy: its outbound and inbound listeners (each only when it has filter chains). */
 export function generateListeners(context: GenerationContext, profile: ProxyProfile): NamedResource<Listener>[] {
-  const { snapshot } = context;
-  const out: NamedResource<Listener>[] = [];
+  return [...generateInboundListeners(context, profile), ...generateOutboundListeners(context, profile)];
+}
+
+/** The proxy's inbound listener ({@link inboundListener}), when it serves something: a list of zero or one. */
+export function generateInboundListeners(context: GenerationContext, profile: ProxyProfile): NamedResource<Listener>[] {
   const inbound = inboundListener(context, profile);
-  if (inbound) out.push({ name: INBOUND_LISTENER.name, resource: inbound });
+  return inbound ? [{ name: INBOUND_LISTENER.name, resource: inbound }] : [];
+}
+
+/**
+ * Whether the proxy's outbound listener is its outbound view's alone: it has no Egress policies of
+ * its own (the listener then depends only on the view, `enableEgress` and the endpoints of the
+ * view's headless destinations), so every proxy of the view in one generation gets the same object.
+ */
+export function outboundListenerShareable(context: GenerationContext, profile: ProxyProfile): boolean {
+  return proxyEgressPolicies(context, profile).length === 0;
+}
+
+/** The proxy's outbound listener ({@link outboundListener}), when it may reach something: a list of zero or one. */
+export function generateOutboundListeners(context: GenerationContext, profile: ProxyProfile): NamedResource<Listener>[] {
+  const { snapshot } = context;
   // Without Egress policies of its own, a proxy's outbound listener depends only on its view,
   // whether egress is on, and the endpoints of its headless destinations (their chains match
   // pod IPs): identities with the same view (all of them in permissive mode) share one object,
   // and so do snapshots that change none of these (a MeshConfig change of TLS settings).
   const view = context.outboundView(profile.identity);
-  const shareable = proxyEgressPolicies(context, profile).length === 0;
-  const outbound = shareable
+  const outbound = outboundListenerShareable(context, profile)
     ? context.shared(
         'Listener',
         `${OUTBOUND_LISTENER.name} ${context.outboundViewId(view)}`,
@@ -295,8 +311,7 @@ export function generateListeners(context: GenerationContext, profile: ProxyProf
         sharedOutboundListener,
       ).listener
     : outboundListener(context, profile);
-  if (outbound) out.push({ name: OUTBOUND_LISTENER.name, resource: outbound });
-  return out;
+  return outbound ? [{ name: OUTBOUND_LISTENER.name, resource: outbound }] : [];
 }
 
 /**

@@ -182,15 +182,27 @@ export function generateOutboundRouteConfigurations(context: GenerationContext, 
   // sharing both share the objects, and so do snapshots that keep the view. Each route
   // configuration is shared on its own as well, from its destinations alone: a new service
   // changes the view, and the configurations of the buckets it is not in stay the same objects.
-  if (!snapshot.retryPolicies.some((r) => r.source === profile.identity)) {
-    const { groups } = context.shared('RouteConfigurationGroups', `outbound ${clientNamespace} ${context.outboundViewId(view)}`, [view, clientNamespace], sharedOutboundRouteGroups);
+  if (outboundRoutesShareable(snapshot, profile.identity)) {
+    // The grouping is the view's alone (one per view, whatever the client's namespace).
+    const { groups } = context.shared('RouteConfigurationGroups', `outbound ${context.outboundViewId(view)}`, [view], sharedOutboundRouteGroups);
     // Named by content: identities of different views (SMI) that hold the same destinations in
     // a route configuration share it, and one view's does not evict another's.
-    return groups.map((group) => context.shared('RouteConfiguration', `outbound ${clientNamespace} ${group.key}`, group.inputs, sharedOutboundRouteConfiguration));
+    return groups.map((group) =>
+      context.shared('RouteConfiguration', `outbound ${clientNamespace} ${group.key}`, [clientNamespace, ...group.inputs], sharedOutboundRouteConfiguration),
+    );
   }
   return outboundRouteGroups(view).map((group) =>
     outboundRouteConfiguration(group.name, group.destinations, clientNamespace, (svc) => retryPolicyFor(snapshot, profile.identity, svc)),
   );
+}
+
+/**
+ * Whether the outbound route configurations of proxies of `identity` are their outbound view's
+ * and client namespace's alone: no Retry policy names `identity` as its source (its retry
+ * policies are in the routes), so every proxy of one view and namespace gets the same objects.
+ */
+export function outboundRoutesShareable(snapshot: MeshSnapshot, identity: ServiceIdentity): boolean {
+  return !snapshot.retryPolicies.some((r) => r.source === identity);
 }
 
 /** The HTTP destinations of one outbound route configuration, in view order. */
@@ -220,14 +232,15 @@ function outboundRouteGroups(view: OutboundView): OutboundRouteGroup[] {
 }
 
 /**
- * The inputs of a shared route configuration: the client's namespace, the configuration's name,
- * then per destination its service, its number of targets, and each target's cluster and weight.
+ * The inputs of a shared route configuration but the client's namespace (which comes first): the
+ * configuration's name, then per destination its service, its number of targets, and each
+ * target's cluster and weight.
  */
-type RouteConfigurationInputs = [clientNamespace: string, name: string, ...destinations: unknown[]];
+type RouteConfigurationInputs = [name: string, ...destinations: unknown[]];
 
 /** The {@link RouteConfigurationInputs} of a group of destinations. */
-function routeConfigurationInputs(clientNamespace: string, name: string, destinations: readonly OutboundDestination[]): RouteConfigurationInputs {
-  const out: RouteConfigurationInputs = [clientNamespace, name];
+function routeConfigurationInputs(name: string, destinations: readonly OutboundDestination[]): RouteConfigurationInputs {
+  const out: RouteConfigurationInputs = [name];
   for (const d of destinations) {
     out.push(d.service, d.targets.length);
     for (const t of d.targets) out.push(t.cluster, t.weight);
@@ -250,17 +263,17 @@ function destinationsOf(inputs: readonly unknown[]): OutboundDestination[] {
 }
 
 /**
- * The route configuration groups of a view for clients of `clientNamespace`, each with a key of
- * its content (its name, size and a hash of its {@link outboundDestinationKey}s) and the inputs
- * of its shared route configuration ({@link routeConfigurationInputs}), boxed.
+ * The route configuration groups of a view, each with a key of its content (its name, size and
+ * a hash of its {@link outboundDestinationKey}s) and the inputs of its shared route
+ * configuration but the client's namespace ({@link routeConfigurationInputs}), boxed.
  */
-function sharedOutboundRouteGroups(view: OutboundView, clientNamespace: string): { groups: { key: string; inputs: RouteConfigurationInputs }[] } {
+function sharedOutboundRouteGroups(view: OutboundView): { groups: { key: string; inputs: RouteConfigurationInputs }[] } {
   return {
     // A hash, not the text, keeps the names short; two groups whose hashes collide only take turns
     // in one entry (its inputs are compared), never share an object.
     groups: outboundRouteGroups(view).map((g) => ({
       key: `${g.name} ${g.destinations.length} ${fnv1a(g.destinations.map(outboundDestinationKey).join(';')).toString(36)}`,
-      inputs: routeConfigurationInputs(clientNamespace, g.name, g.destinations),
+      inputs: routeConfigurationInputs(g.name, g.destinations),
     })),
   };
 }

@@ -1,5 +1,5 @@
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
-import { typeVersion } from '../cache/snapshot-cache.js';
+import { LayeredResourceMap, sharedLayerChanges, sharedLayerOf, typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ProxySnapshot, ResourceMap } from '../cache/types.js';
 import type { DeltaDiscoveryRequest__Output, DeltaDiscoveryResponse } from './discovery-types.js';
 import { StreamBase, isCompleteSetType, type DeltaAdsCall, type StreamContext, type TypeStateBase } from './stream-common.js';
@@ -37,8 +37,10 @@ interface DeltaTypeState extends TypeStateBase {
   outstanding: Map<string, string>;
   /**
    * The resource map of the type the stream was last brought up to date with (planned and
-   * sent): while the snapshot's map is this same object and the subscription did not change
-   * since, there is nothing to send and the type is not walked again. `undefined`: plan it.
+   * sent): while the snapshot's map is this same object and no name was subscribed since (an
+   * unsubscribe sends nothing), there is nothing to send and the type is not walked again; and
+   * when both maps have a shared layer, only what differs between them is (`namesToReconsider`).
+   * `undefined`: plan it in full (a first request).
    */
   planned?: ResourceMap;
 }
@@ -237,8 +239,11 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
     const subscribe = req.resource_names_subscribe ?? [];
     const unsubscribe = req.resource_names_unsubscribe ?? [];
     const wildcardType = isCompleteSetType(type);
-    // What the stream covers or holds may change: the next sync walks the type again.
-    if (first || subscribe.length > 0 || unsubscribe.length > 0) st.planned = undefined;
+    // A first request (what the client holds is what it says): the next sync walks the type again.
+    // Later ones keep what was planned: a name subscribed is pending (sent, or removed, next), one
+    // unsubscribed leaves `known` with what the stream covers, so the client still holds exactly
+    // what `planned` has of its subscription.
+    if (first) st.planned = undefined;
     if (first && subscribe.length === 0 && wildcardType) st.wildcard = true; // legacy wildcard
     for (const name of subscribe) {
       if (name === '*') {
@@ -396,6 +401,23 @@ function planType(type: TypeUrl, st: DeltaTypeState, resources: ResourceMap, war
   const consider = (r: CachedResource): void => {
     if (st.resendAll || st.pending.has(r.name) || warm.has(r.name) || st.known.get(r.name) !== r.version) updates.push(r);
   };
+  const removals: string[] = [];
+  const candidates = namesToReconsider(st, resources);
+  if (candidates) {
+    // Only what differs from the map last planned (the client holds exactly that map's covered
+    // resources), and the clusters just sent (EDS).
+    for (const name of candidates) {
+      const r = resources.get(name);
+      if (r) {
+        if (st.wildcard || st.names.has(name)) consider(r);
+      } else if (st.known.has(name) || st.pending.has(name)) removals.push(name);
+    }
+    for (const name of warm) {
+      const r = candidates.has(name) ? undefined : resources.get(name);
+      if (r && (st.wildcard || st.names.has(name))) consider(r);
+    }
+    return { type, st, updates, removals, force: st.needsAnswer && st.wildcard };
+  }
   if (st.wildcard) for (const r of resources.values()) consider(r);
   else {
     for (const name of st.names) {
@@ -403,8 +425,27 @@ function planType(type: TypeUrl, st: DeltaTypeState, resources: ResourceMap, war
       if (r) consider(r);
     }
   }
-  const removals: string[] = [];
   for (const name of st.known.keys()) if (!resources.has(name)) removals.push(name);
   for (const name of st.pending) if (!resources.has(name) && !st.known.has(name)) removals.push(name);
   return { type, st, updates, removals, force: st.needsAnswer && st.wildcard };
+}
+
+/**
+ * The names whose resource may differ for the client between the map `st` was last brought up to
+ * date with (`st.planned`) and `resources`, when both have a shared layer and no `*` is to be
+ * answered again: the names subscribed since (pending), the shared layers' changes
+ * (`sharedLayerChanges`, one walk per pair of layers for every stream) and the own resources of
+ * both. The client holds exactly what `st.planned` has of its subscription (unsubscribes take
+ * their names out of `known`), so every other name is unchanged for it. Undefined when the whole
+ * map must be walked.
+ */
+function namesToReconsider(st: DeltaTypeState, resources: ResourceMap): Set<string> | undefined {
+  if (!st.planned || st.resendAll) return undefined;
+  const [before, after] = [sharedLayerOf(st.planned), sharedLayerOf(resources)];
+  if (!before || !after) return undefined;
+  const { changed, removed } = sharedLayerChanges(before, after);
+  const names = new Set<string>([...removed, ...st.pending]);
+  for (const r of changed) names.add(r.name);
+  for (const map of [st.planned, resources]) if (map instanceof LayeredResourceMap) for (const name of map.own.keys()) names.add(name);
+  return names;
 }
