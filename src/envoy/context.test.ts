@@ -133,6 +133,23 @@ describe('the inbound side carried over', () => {
     assert.match(JSON.stringify(fourth.routes), /bookthief/);
   });
 
+  it('makes new inbound chains around the same matches and filters on a MeshConfig TLS change, one transport socket per listener (SMI)', () => {
+    const next = generations();
+    type Chain = { name: string; filter_chain_match: object; filters: object; transport_socket: object };
+    const chainsOf = (context: GenerationContext) => (of(context).listener as { filter_chains: Chain[] }).filter_chains.filter((c) => c.name.startsWith('inbound_'));
+    const first = chainsOf(next(bookstoreMesh({ permissive: false })));
+    const second = chainsOf(next(withCiphers(bookstoreMesh({ permissive: false }))));
+    assert.ok(first.length > 0);
+    assert.equal(second.length, first.length);
+    for (const [i, chain] of second.entries()) {
+      assert.notEqual(chain, first[i], 'the chain has the new TLS context');
+      assert.equal(chain.filter_chain_match, first[i]!.filter_chain_match, `${chain.name}: the same match`);
+      assert.equal(chain.filters, first[i]!.filters, `${chain.name}: the same filters`);
+    }
+    assert.equal(new Set(second.map((c) => c.transport_socket)).size, 1, 'one transport socket object for the identity');
+    assert.match(JSON.stringify(second[0]!.transport_socket), /ECDHE-ECDSA-AES256-GCM-SHA384/);
+  });
+
   it('keeps the inbound listener and routes through a MeshConfig change that is not of TLS settings (permissive)', () => {
     const next = generations();
     const one = next(bookstoreMesh({ permissive: true }));
