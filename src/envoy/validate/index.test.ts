@@ -6,6 +6,7 @@ import { ObjectStore } from '../../store/object-store.js';
 import { parseCommonName, type Proxy } from '../../proxy/types.js';
 import { bookstoreMesh, k8s } from '../../../test/fixtures/mesh.js';
 import { memoryStore } from '../../../test/helpers/memory-store.js';
+import { mulberry32 } from '../../../test/helpers/seeded-random.js';
 import { GenerationContext, proxyProfile } from '../context.js';
 import { generateProxyResources, type ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
@@ -567,13 +568,8 @@ describe('ResourceCheckCache: a new version of a resource that keeps parts of th
   });
 
   it('finds what a fresh cache finds, when a mutant keeps every other part of a resource checked before (random mutations)', () => {
-    let seed = 7;
-    const random = (n: number): number => {
-      seed = (seed + 0x6d2b79f5) | 0;
-      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-      return Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * n);
-    };
+    const next = mulberry32(7);
+    const random = (n: number): number => Math.floor(next() * n);
     const STRINGS = ['', 'x'.repeat(300), 'a\nb', '*.bad domain', '0.0.0.0', 'UNKNOWN_ENUM', 'ok-name', '(?=x)'];
     const NUMBERS = [0, -1, 1, 2 ** 32, 1.5, 65536];
     const paths = (v: unknown, path: (string | number)[], out: (string | number)[][]): void => {
