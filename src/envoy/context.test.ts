@@ -115,8 +115,8 @@ describe('the inbound side carried over', () => {
     assert.equal(second.routes, first.routes, 'the routes read no TLS setting: the same object');
     assert.notEqual(second.listener, first.listener, 'the listener has the cipher suites');
     assert.match(JSON.stringify(second.listener), /ECDHE-ECDSA-AES256-GCM-SHA384/);
-    // Another TrafficTarget, towards another identity: every TrafficTarget policy is made anew,
-    // bookstore's with the same content.
+    // Another TrafficTarget, towards another identity: the TrafficTargets are resolved again,
+    // and bookstore's keep their policy objects (the same content).
     const extra = k8s.trafficTarget('bookwarehouse', 'thief-access', 'mysql', [{ ns: 'bookthief', sa: 'bookthief' }], [{ kind: 'TCPRoute', name: 'mysql' }]);
     const three = next([...withCiphers(bookstoreMesh({ permissive: false })), extra]);
     assert.notEqual(three.snapshot.trafficTargets, two.snapshot.trafficTargets);
