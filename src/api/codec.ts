@@ -57,7 +57,8 @@ export const PROTO_LOADER_OPTIONS = {
 
 /**
  * The loaded protos, and what is looked up in them over and over. The one piece of module
- * state here: loaded once (a pure function of {@link PROTO_FILES}), never changed after; the
+ * state here (with the {@link AnyMemo} of an encoding under way, which lives only during
+ * that call): loaded once (a pure function of {@link PROTO_FILES}), never changed after; the
  * lookup memo holds only types found in it (at most one entry per message type and way of
  * naming it), so it is bounded by the protos.
  */
@@ -98,6 +99,7 @@ function protos(): LoadedProtos {
   r.resolveAll();
   freezeNames(r);
   cacheAnyLookups(r);
+  memoizeAnyConversions(r);
   loaded = {
     root: r,
     types: new Map(),
@@ -140,6 +142,70 @@ function cacheAnyLookups(r: protobuf.Root): void {
     if (looked !== null) found.set(path, looked);
     return looked;
   };
+}
+
+/**
+ * What an {@link AnyMemo} of the encoding under way is, while one runs (set and reset around
+ * each synchronous `fromObject` call of {@link encodeMessage} and {@link encodeChecked}; never
+ * held past the call, so no caller sees it).
+ */
+let activeAnyMemo: AnyMemo | undefined;
+
+/**
+ * The `google.protobuf.Any` values (`{'@type': url, ...fields}`, the `typed_config` of filters
+ * and transport sockets) already converted to protobufjs messages, by the identity of their
+ * object form: the converted `Any` holds its payload encoded, so a typed config many resources
+ * share, or a resource carries over from a push before, is converted and encoded once. Only
+ * for objects never mutated after their first encoding (generated resources: see
+ * `ResourceCheckCache`). Held weakly. Pass one to {@link encodeMessage} or {@link encodeChecked}.
+ */
+export class AnyMemo {
+  private readonly messages = new WeakMap<object, protobuf.Message>();
+  private count = 0;
+
+  /** How many `Any` values were converted (not found here) so far. */
+  get converted(): number {
+    return this.count;
+  }
+
+  /** The message of `object`, found or made by `convert` (and then kept). */
+  message(object: object, convert: () => protobuf.Message): protobuf.Message {
+    let found = this.messages.get(object);
+    if (found === undefined) {
+      found = convert();
+      this.count++;
+      this.messages.set(object, found);
+    }
+    return found;
+  }
+}
+
+/**
+ * Makes the `Any` type's `fromObject` (the wrapper that converts `{'@type', ...}` and encodes
+ * the payload) consult {@link activeAnyMemo} while an encoding with a memo runs. The generated
+ * `fromObject` of every message with an `Any` field calls it through the type object, so this
+ * one wrapper covers every nesting.
+ */
+function memoizeAnyConversions(r: protobuf.Root): void {
+  const any = r.lookupType('google.protobuf.Any').setup();
+  const convert = any.fromObject.bind(any) as (object: Record<string, unknown>, depth?: number) => protobuf.Message;
+  (any as { fromObject: unknown }).fromObject = (object: Record<string, unknown>, depth?: number): protobuf.Message => {
+    const memo = activeAnyMemo;
+    if (memo === undefined || object === null || typeof object !== 'object') return convert(object, depth);
+    return memo.message(object, () => convert(object, depth));
+  };
+}
+
+/** `type.fromObject(object)` with `memo` as the {@link activeAnyMemo} (none: every `Any` converted anew). */
+function fromObjectWith(type: protobuf.Type, object: object, memo: AnyMemo | undefined): protobuf.Message {
+  if (memo === undefined) return type.fromObject(object);
+  const outer = activeAnyMemo;
+  activeAnyMemo = memo;
+  try {
+    return type.fromObject(object);
+  } finally {
+    activeAnyMemo = outer;
+  }
 }
 
 /**
@@ -266,12 +332,13 @@ export function fitsField(fieldType: string, value: number): boolean {
  * as the message named by `typeUrl`.
  * @param knownFields true when `object` is known to pass {@link assertKnownFields} (it is alike
  *   one that did: `validLike`), so that walk is skipped.
+ * @param anyMemo the `Any` values converted before, to reuse and add to (see {@link AnyMemo}).
  * @returns the protobuf wire bytes.
  * @throws Error when a field is unknown, a nested `@type` is not loaded, or a value does not fit its field.
  */
-export function encodeMessage(typeUrl: string, object: object, knownFields = false): Buffer {
+export function encodeMessage(typeUrl: string, object: object, knownFields = false, anyMemo?: AnyMemo): Buffer {
   const type = messageType(typeUrl);
-  return encodeWith(type, type.fromObject(knownFields ? object : checked(type, object)));
+  return encodeWith(type, fromObjectWith(type, knownFields ? object : checked(type, object), anyMemo));
 }
 
 /** `object` once {@link assertKnownFields} found nothing wrong with it. */
@@ -310,11 +377,12 @@ export interface EncodedMessage {
  * `decode` is the inverse of its `encode`, so both give the same object, and the parse costs
  * as much as the encode. (`fromObject` already coerces every value to its field's type, so
  * protobufjs' `verify` pass would find nothing and is not run.)
+ * @param anyMemo as {@link encodeMessage}'s.
  * @throws Error as {@link encodeMessage}.
  */
-export function encodeChecked(typeUrl: string, object: object): EncodedMessage {
+export function encodeChecked(typeUrl: string, object: object, anyMemo?: AnyMemo): EncodedMessage {
   const type = messageType(typeUrl);
-  const message = type.fromObject(checked(type, object));
+  const message = fromObjectWith(type, checked(type, object), anyMemo);
   return { encoded: encodeWith(type, message), decoded: type.toObject(message, DECODED_FORM) as Record<string, unknown> };
 }
 

@@ -349,6 +349,20 @@ describe('MeshSnapshotBuilder on a changing ObjectStore (what a rebuild reuses)'
     assert.deepEqual(change !== 'all' && [...change.services], ['bookwarehouse/bookwarehouse'], 'the re-ported service');
   });
 
+  it('keeps the policy objects of TrafficTargets whose content did not change when another TrafficTarget changes', () => {
+    const extra = (sources: { ns: string; sa: string }[]) => k8s.trafficTarget('bookwarehouse', 'extra', 'bookwarehouse', sources, [{ kind: 'TCPRoute', name: 'mysql' }]);
+    const store = storeWith([...bookstoreMesh(), extra([{ ns: 'bookstore', sa: 'bookstore' }])]);
+    const first = builder.build(store, { meshName: 'osm', generation: 1 }).snapshot;
+    store.replaceAll(SOURCE, [...bookstoreMesh(), extra([{ ns: 'bookthief', sa: 'bookthief' }])]);
+    const second = rebuild(store, first, 2).snapshot;
+    assert.notEqual(second.trafficTargets, first.trafficTargets);
+    for (const tt of second.trafficTargets) {
+      const before = first.trafficTargets.find((t) => t.name === tt.name)!;
+      if (tt.name === 'bookwarehouse/extra') assert.notEqual(tt, before, 'the changed one is new');
+      else assert.equal(tt, before, `${tt.name}: the same object`);
+    }
+  });
+
   it('keeps nothing outside a builder: one-off builds of one store, and two builders, share no object', () => {
     const store = storeWith(bookstoreMesh());
     const options = { meshName: 'osm', generation: 1 };

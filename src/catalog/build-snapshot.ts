@@ -602,11 +602,11 @@ export class MeshSnapshotBuilder {
       for (const key of previousPartial) if (key.startsWith('TrafficTarget ')) partial.add(key);
     } else {
       trafficTargetProblems = [];
-      trafficTargets = kept(keepLastGood('TrafficTarget', resolveTrafficTargets(store, namespaces, trafficTargetProblems), prev?.trafficTargets, previousPartial, names('TrafficTarget'), (name) => {
+      trafficTargets = samePolicies(prev?.trafficTargets, kept(keepLastGood('TrafficTarget', resolveTrafficTargets(store, namespaces, trafficTargetProblems), prev?.trafficTargets, previousPartial, names('TrafficTarget'), (name) => {
         const [ns, n] = name.split('/');
         const tt = store.get<TrafficTarget>('TrafficTarget', ns, n);
         return (tt?.spec.rules ?? []).map((r) => `${r.kind} ${ns}/${r.name}`);
-      }, trafficTargetProblems));
+      }, trafficTargetProblems)));
     }
     problems.push(...trafficTargetProblems);
     const serviceNames = new Set(services.map(serviceKey));
@@ -714,6 +714,21 @@ function unknownServiceAccounts(
     for (const source of new Set(tt.sources)) warn('spec.sources', source, 'source');
   }
   return out;
+}
+
+/**
+ * `current` with each policy that has the same name and content (JSON) as one of `previous`
+ * replaced by that previous object: resolving again (after any TrafficTarget, HTTPRouteGroup or
+ * TCPRoute changed) makes every policy anew, and what is derived from one policy (an identity's
+ * inbound side) is shared by its identity.
+ */
+function samePolicies<T extends { readonly name: string }>(previous: readonly T[] | undefined, current: T[]): T[] {
+  if (previous === undefined || previous.length === 0) return current;
+  const byName = new Map(previous.map((p) => [p.name, p]));
+  return current.map((c) => {
+    const p = byName.get(c.name);
+    return p !== undefined && p !== c && JSON.stringify(p) === JSON.stringify(c) ? p : c;
+  });
 }
 
 /** `previous` when it has the same content as `current` (JSON), else `current`. */

@@ -94,10 +94,12 @@ export function inboundServices(snapshot: MeshSnapshot, identity: ServiceIdentit
     .sort((a, b) => index.order.get(a)! - index.order.get(b)!);
 }
 
-/** The TrafficTargets whose destination is `identity` (the inbound side of SMI access control). */
-export function inboundTrafficTargets(snapshot: MeshSnapshot, identity: ServiceIdentity): TrafficTargetPolicy[] {
-  return [...(indexOf(snapshot).targetsByDestination.get(identity) ?? [])];
+/** The TrafficTargets whose destination is `identity` (the inbound side of SMI access control): the index's own list, not a copy. */
+export function inboundTrafficTargets(snapshot: MeshSnapshot, identity: ServiceIdentity): readonly TrafficTargetPolicy[] {
+  return indexOf(snapshot).targetsByDestination.get(identity) ?? NO_TARGETS;
 }
+
+const NO_TARGETS: readonly TrafficTargetPolicy[] = Object.freeze([]);
 
 /** The TrafficSplit whose apex is `svc`, if any. */
 export function trafficSplitFor(snapshot: MeshSnapshot, svc: { namespace: string; name: string }): TrafficSplitPolicy | undefined {

@@ -115,8 +115,8 @@ describe('the inbound side carried over', () => {
     assert.equal(second.routes, first.routes, 'the routes read no TLS setting: the same object');
     assert.notEqual(second.listener, first.listener, 'the listener has the cipher suites');
     assert.match(JSON.stringify(second.listener), /ECDHE-ECDSA-AES256-GCM-SHA384/);
-    // Another TrafficTarget, towards another identity: every TrafficTarget policy is made anew,
-    // bookstore's with the same content.
+    // Another TrafficTarget, towards another identity: the TrafficTargets are resolved again,
+    // and bookstore's keep their policy objects (the same content).
     const extra = k8s.trafficTarget('bookwarehouse', 'thief-access', 'mysql', [{ ns: 'bookthief', sa: 'bookthief' }], [{ kind: 'TCPRoute', name: 'mysql' }]);
     const three = next([...withCiphers(bookstoreMesh({ permissive: false })), extra]);
     assert.notEqual(three.snapshot.trafficTargets, two.snapshot.trafficTargets);
@@ -131,6 +131,23 @@ describe('the inbound side carried over', () => {
     assert.notEqual(fourth.listener, second.listener);
     assert.match(JSON.stringify(fourth.listener), /bookthief/);
     assert.match(JSON.stringify(fourth.routes), /bookthief/);
+  });
+
+  it('makes new inbound chains around the same matches and filters on a MeshConfig TLS change, one transport socket per listener (SMI)', () => {
+    const next = generations();
+    type Chain = { name: string; filter_chain_match: object; filters: object; transport_socket: object };
+    const chainsOf = (context: GenerationContext) => (of(context).listener as { filter_chains: Chain[] }).filter_chains.filter((c) => c.name.startsWith('inbound_'));
+    const first = chainsOf(next(bookstoreMesh({ permissive: false })));
+    const second = chainsOf(next(withCiphers(bookstoreMesh({ permissive: false }))));
+    assert.ok(first.length > 0);
+    assert.equal(second.length, first.length);
+    for (const [i, chain] of second.entries()) {
+      assert.notEqual(chain, first[i], 'the chain has the new TLS context');
+      assert.equal(chain.filter_chain_match, first[i]!.filter_chain_match, `${chain.name}: the same match`);
+      assert.equal(chain.filters, first[i]!.filters, `${chain.name}: the same filters`);
+    }
+    assert.equal(new Set(second.map((c) => c.transport_socket)).size, 1, 'one transport socket object for the identity');
+    assert.match(JSON.stringify(second[0]!.transport_socket), /ECDHE-ECDSA-AES256-GCM-SHA384/);
   });
 
   it('keeps the inbound listener and routes through a MeshConfig change that is not of TLS settings (permissive)', () => {

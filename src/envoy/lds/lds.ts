@@ -206,22 +206,28 @@ function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: E
 export function inboundListener(context: GenerationContext, profile: ProxyProfile): Listener | undefined {
   const { identity } = profile;
   const { settings } = context.snapshot;
-  // The mesh chains from the inbound side, the identity and the TLS settings alone; the
-  // listener from those chains and the ingress chains: the same objects while these are.
+  // The chains' matches and filters from the inbound side alone; the mesh chains from those,
+  // the identity and the TLS settings; the listener from those chains and the ingress chains:
+  // the same objects while these are. A MeshConfig TLS change makes new chains around the same
+  // matches and filters, whose checks and encodings (their typed configs) then carry over.
   const tls = [settings.tlsMinProtocolVersion, settings.tlsMaxProtocolVersion, JSON.stringify(settings.cipherSuites), JSON.stringify(settings.ecdhCurves)] as const;
-  const mesh = context.shared('FilterChains', `inbound ${identity}`, [inboundSide(context, identity), identity, ...tls], inboundMeshChains);
+  const side = inboundSide(context, identity);
+  const bodies = context.shared('InboundChainBodies', `inbound ${identity}`, [side], inboundChainBodies);
+  const mesh = context.shared('FilterChains', `inbound ${identity}`, [bodies, identity, ...tls], inboundMeshChains);
   return context.shared('Listener', `inbound ${identity}`, [mesh, ...ingressFilterChains(context, profile, mesh)], sharedInboundListener).listener;
 }
 
+/** A mesh chain of the inbound listener but its transport socket: what the inbound side alone decides. */
+type InboundChainBody = Readonly<Required<Pick<FilterChain, 'name' | 'filter_chain_match' | 'filters'>>>;
+
 /**
- * The inbound listener's mesh chains ({@link inboundListener}) from the proxy's inbound side,
- * its identity and the sidecar TLS settings (`tlsMinProtocolVersion`, `tlsMaxProtocolVersion`,
- * and `cipherSuites`, `ecdhCurves` as JSON).
+ * The inbound listener's mesh chains ({@link inboundListener}) but their transport sockets,
+ * from the proxy's inbound side: per service port served, the chain's name, its match and its
+ * filters (network RBAC in SMI mode, the TCP rate limit, then the HCM or `tcp_proxy`).
  */
-function inboundMeshChains(side: InboundSide, identity: ServiceIdentity, tlsMin: TlsVersion, tlsMax: TlsVersion, cipherSuites: string, ecdhCurves: string): readonly FilterChain[] {
-  const tls = { tlsMinProtocolVersion: tlsMin, tlsMaxProtocolVersion: tlsMax, cipherSuites: JSON.parse(cipherSuites) as string[], ecdhCurves: JSON.parse(ecdhCurves) as string[] };
+function inboundChainBodies(side: InboundSide): readonly InboundChainBody[] {
   const { smi, targets } = side;
-  const chains: FilterChain[] = [];
+  const bodies: InboundChainBody[] = [];
   for (const { service: svc, setting } of side.services) {
     const http = isHttpLike(svc);
     const name = `inbound_${clusterName(svc)}_${http ? 'http' : 'tcp'}`;
@@ -247,15 +253,29 @@ function inboundMeshChains(side: InboundSide, identity: ServiceIdentity, tlsMin:
         ? httpConnectionManager(name, inboundRouteConfigName(svc.targetPort), smi, httpLimits)
         : tcpProxy(name, { targets: [{ cluster: localClusterName(svc), weight: 1 }] }),
     );
-    chains.push({
-      name,
-      filter_chain_match: { destination_port: { value: svc.targetPort }, server_names: [serviceFqdn(svc)], transport_protocol: 'tls' },
-      transport_socket: tlsTransportSocket(downstreamTlsContext(identity, tls), false),
-      filters,
-    });
+    bodies.push({ name, filter_chain_match: { destination_port: { value: svc.targetPort }, server_names: [serviceFqdn(svc)], transport_protocol: 'tls' }, filters });
   }
-  return Object.freeze(chains);
+  return Object.freeze(bodies);
 }
+
+/**
+ * The inbound listener's mesh chains ({@link inboundListener}): `bodies` ({@link inboundChainBodies})
+ * each with the transport socket of the proxy's identity and the sidecar TLS settings
+ * (`tlsMinProtocolVersion`, `tlsMaxProtocolVersion`, and `cipherSuites`, `ecdhCurves` as JSON):
+ * one DownstreamTlsContext, the same object in every chain.
+ */
+function inboundMeshChains(bodies: readonly InboundChainBody[], identity: ServiceIdentity, tlsMin: TlsVersion, tlsMax: TlsVersion, cipherSuites: string, ecdhCurves: string): readonly FilterChain[] {
+  if (bodies.length === 0) return Object.freeze([]);
+  const tls = { tlsMinProtocolVersion: tlsMin, tlsMaxProtocolVersion: tlsMax, cipherSuites: JSON.parse(cipherSuites) as string[], ecdhCurves: JSON.parse(ecdhCurves) as string[] };
+  const transportSocket = tlsTransportSocket(downstreamTlsContext(identity, tls), false);
+  return Object.freeze(bodies.map((b): FilterChain => ({ name: b.name, filter_chain_match: b.filter_chain_match, transport_socket: transportSocket, filters: b.filters })));
+}
+
+/** The inbound listener's listener filters (the same objects in every listener: their typed configs are encoded once). */
+const INBOUND_LISTENER_FILTERS: readonly ListenerFilter[] = Object.freeze([
+  Object.freeze({ name: 'envoy.filters.listener.tls_inspector', typed_config: Object.freeze(typedConfig(ExtensionType.TlsInspector, {})) }),
+  Object.freeze({ name: 'envoy.filters.listener.original_dst', typed_config: Object.freeze(typedConfig(ExtensionType.OriginalDst, {})) }),
+]);
 
 /** The inbound listener from its mesh chains and its ingress chains (none: no listener), boxed. */
 function sharedInboundListener(mesh: readonly FilterChain[], ...ingress: FilterChain[]): { listener: Listener | undefined } {
@@ -266,10 +286,7 @@ function sharedInboundListener(mesh: readonly FilterChain[], ...ingress: FilterC
       name: INBOUND_LISTENER.name,
       address: { socket_address: { address: '0.0.0.0', port_value: INBOUND_LISTENER.port } },
       traffic_direction: 'INBOUND',
-      listener_filters: [
-        { name: 'envoy.filters.listener.tls_inspector', typed_config: typedConfig(ExtensionType.TlsInspector, {}) },
-        { name: 'envoy.filters.listener.original_dst', typed_config: typedConfig(ExtensionType.OriginalDst, {}) },
-      ],
+      listener_filters: INBOUND_LISTENER_FILTERS as ListenerFilter[],
       filter_chains: chains,
     },
   };

@@ -40,10 +40,9 @@ export function inboundSide(context: GenerationContext, identity: ServiceIdentit
   const smi = !snapshot.settings.permissiveTrafficPolicyMode;
   const targets = smi ? inboundTrafficTargets(snapshot, identity) : [];
   // Flat, for `shared` to compare element by element: SMI, the targets' count and the targets
-  // (as JSON: a rebuild after any TrafficTarget, HTTPRouteGroup or TCPRoute changed makes every
-  // TrafficTarget policy anew, equal ones too), then per service: the service, its setting,
-  // its apexes' count and the apexes.
-  const inputs: unknown[] = [smi, targets.length, ...targets.map((tt) => JSON.stringify(tt))];
+  // (objects: a rebuild keeps a TrafficTarget policy whose content did not change), then per
+  // service: the service, its setting, its apexes' count and the apexes.
+  const inputs: unknown[] = [smi, targets.length, ...targets];
   for (const svc of inboundServices(snapshot, identity)) {
     const apexes = snapshot.trafficSplits
       .filter((s) => s.namespace === svc.namespace && s.backends.some((b) => b.service === svc.name))
@@ -57,7 +56,7 @@ export function inboundSide(context: GenerationContext, identity: ServiceIdentit
 function inboundSideOf(...inputs: unknown[]): InboundSide {
   const smi = inputs[0] as boolean;
   const count = inputs[1] as number;
-  const targets = (inputs.slice(2, 2 + count) as string[]).map((json) => JSON.parse(json) as TrafficTargetPolicy);
+  const targets = inputs.slice(2, 2 + count) as TrafficTargetPolicy[];
   const services: InboundService[] = [];
   for (let i = 2 + count; i < inputs.length; ) {
     const apexCount = inputs[i + 2] as number;

@@ -75,3 +75,33 @@ describe('validLike with the rules a caller keeps', () => {
     }
   });
 });
+
+describe('validLike with the messages a caller knows valid', () => {
+  const LISTENER = TypeUrl.Listener;
+  const DOWNSTREAM_TLS = 'type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext';
+  const ADS = { ads: {}, resource_api_version: 'V3' };
+  const tcp = (extra: Obj): Obj => ({ name: 'envoy.filters.network.tcp_proxy', typed_config: { '@type': TCP_PROXY, stat_prefix: 's', ...extra } });
+  const socket = (root: string, ciphers?: string[]): Obj => ({
+    name: 'envoy.transport_sockets.tls',
+    typed_config: {
+      '@type': DOWNSTREAM_TLS,
+      common_tls_context: { ...(ciphers ? { tls_params: { cipher_suites: ciphers } } : {}), validation_context_sds_secret_config: { name: root, sds_config: ADS } },
+    },
+  });
+  const listener = (filter: Obj, transport: Obj): Obj => ({ name: 'inbound-listener', filter_chains: [{ filters: [filter], transport_socket: transport }] });
+
+  it('takes a nested message found alike before as valid, wherever it is met again, and nothing else', () => {
+    const known = new WeakMap();
+    const pgv = new PgvRules();
+    const mine = tcp({ cluster: 'mine' });
+    // Two identities' listeners: mine is found alike the other's, and its filter known valid.
+    assert.equal(validLike(LISTENER, listener(tcp({ cluster: 'theirs' }), socket('root-a')), listener(mine, socket('root-b')), pgv, known), true);
+    // Cipher suites set (a field more in every TLS context): my new listener keeps its filter,
+    // and is compared with another identity's new one, whose filter splits traffic.
+    const theirs = listener(tcp({ weighted_clusters: { clusters: [{ name: 'a', weight: 1 }, { name: 'b', weight: 1 }] } }), socket('root-c', ['X']));
+    assert.equal(validLike(LISTENER, theirs, listener(mine, socket('root-b', ['X'])), pgv), false, 'unlike by shape without what is known');
+    assert.equal(validLike(LISTENER, theirs, listener(mine, socket('root-b', ['X'])), pgv, known), true, 'the filter known valid');
+    assert.equal(validLike(LISTENER, theirs, listener(tcp({ cluster: 'mine' }), socket('root-b', ['X'])), pgv, known), false, 'an equal filter that is another object is compared');
+    assert.equal(validLike(LISTENER, theirs, listener(mine, socket('', ['X'])), pgv, known), false, 'what differs beside it is still compared');
+  });
+});

@@ -18,6 +18,23 @@ import { anyType, isSet, meetsScalarRules, NUMERIC_KINDS, PgvRules, UNSTRUCTURED
 type Obj = Record<string, unknown>;
 
 /**
+ * Message objects (in the object form the codec encodes) found alike a valid message of a type
+ * by {@link validLike}, so breaking no rule as one of that type, by object: a later comparison
+ * that meets one of them again (a typed config carried over from a push before, shared by many
+ * resources) takes it as valid without walking it. Whether a message breaks a rule depends only
+ * on the message (rules are per field of its type, a oneof's or the message's own), not on
+ * where it sits. Only for objects never mutated after they were compared (generated
+ * resources); held weakly. The caller owns it (`ResourceCheckCache` keeps one).
+ */
+export type KnownValidMessages = WeakMap<object, protobuf.Type>;
+
+/** What a comparison reads and adds to: the rules read so far, and the messages known valid. */
+interface Comparing {
+  readonly pgv: PgvRules;
+  readonly known: KnownValidMessages | undefined;
+}
+
+/**
  * True when `candidate`, a message of `typeNameOrUrl` in the object form the codec encodes,
  * breaks no rule, given that `valid` (of the same type) breaks none: the two are alike where a
  * rule could tell them apart. Decided conservatively, without running the rules: they set the
@@ -33,26 +50,41 @@ type Obj = Record<string, unknown>;
  * listeners whose RBAC policies name different principals. False whenever unsure. When true,
  * `candidate` also has only known fields, as `valid` has (`encodeMessage`'s `knownFields`).
  * @param pgv the rules read so far (a fresh set by default; pass the one you keep).
+ * @param known messages known valid (see {@link KnownValidMessages}): `candidate`'s nested
+ *   messages found there are taken as valid, and those found alike here are added (the
+ *   top-level message is neither).
  * @throws Error when the type is not in the loaded protos.
  */
-export function validLike(typeNameOrUrl: string, valid: object, candidate: object, pgv: PgvRules = new PgvRules()): boolean {
-  return sameOutcome(pgv, messageType(typeNameOrUrl), valid as Obj, candidate as Obj);
+export function validLike(typeNameOrUrl: string, valid: object, candidate: object, pgv: PgvRules = new PgvRules(), known?: KnownValidMessages): boolean {
+  // The top level is not looked up nor added in `known`: it may be a part (`NamedResource.parts`),
+  // valid by fewer rules than a whole message (nested messages are checked whole either way).
+  if (valid === candidate) return true;
+  return plainObjects(valid, candidate) && compareMessages({ pgv, known }, messageType(typeNameOrUrl), valid as Obj, candidate as Obj);
 }
 
-function sameOutcome(pgv: PgvRules, type: protobuf.Type, a: Obj, b: Obj): boolean {
+/** Two nested messages of `type`: alike, or `b` known valid (and then added to the known ones). */
+function sameOutcome(cx: Comparing, type: protobuf.Type, a: Obj, b: Obj): boolean {
   if (a === b) return true;
   if (!plainObjects(a, b)) return false;
+  if (cx.known?.get(b) === type) return true;
+  const alike = compareMessages(cx, type, a, b);
+  if (alike) cx.known?.set(b, type);
+  return alike;
+}
+
+/** {@link sameOutcome} of two different plain objects. */
+function compareMessages(cx: Comparing, type: protobuf.Type, a: Obj, b: Obj): boolean {
   const full = type.fullName; // a plain property once the protos are loaded (`loadEnvoyRoot` pins it)
   if (full === '.google.protobuf.Any') {
     const at = a['@type'];
     const inner = typeof at === 'string' && at === b['@type'] ? anyType(at) : undefined;
-    return inner !== undefined && sameFields(pgv, inner, a, b, true);
+    return inner !== undefined && sameFields(cx, inner, a, b, true);
   }
   if (UNSTRUCTURED.has(full) || WRAPPER_KIND[full]) return exactlyEqual(a, b);
-  return sameFields(pgv, type, a, b, false);
+  return sameFields(cx, type, a, b, false);
 }
 
-function sameFields(pgv: PgvRules, type: protobuf.Type, a: Obj, b: Obj, any: boolean): boolean {
+function sameFields(cx: Comparing, type: protobuf.Type, a: Obj, b: Obj, any: boolean): boolean {
   let keys = 0;
   for (const key in a) {
     if (any && key === '@type') continue;
@@ -63,11 +95,11 @@ function sameFields(pgv: PgvRules, type: protobuf.Type, a: Obj, b: Obj, any: boo
     const vb = b[key];
     if (va === vb) continue;
     if (!isSet(va) || !isSet(vb)) return false;
-    const rules = pgv.fieldRules(field);
+    const rules = cx.pgv.fieldRules(field);
     const rt = field.resolvedType;
     const message = rt instanceof protobuf.Type ? rt : undefined;
     if (field.map) {
-      if (rules ? !exactlyEqual(va, vb) : !sameEntries(pgv, field, message, va, vb)) return false;
+      if (rules ? !exactlyEqual(va, vb) : !sameEntries(cx, field, message, va, vb)) return false;
     } else if (field.repeated) {
       const items = rules ? itemRules(rules) : null;
       if (items === undefined) {
@@ -77,9 +109,9 @@ function sameFields(pgv: PgvRules, type: protobuf.Type, a: Obj, b: Obj, any: boo
       if (!Array.isArray(va) || !Array.isArray(vb) || va.length !== vb.length) return false;
       for (let i = 0; i < va.length; i++) {
         if (va[i] === vb[i]) continue;
-        if (!alikeValues(pgv, field, message, items, va[i], vb[i])) return false;
+        if (!alikeValues(cx, field, message, items, va[i], vb[i])) return false;
       }
-    } else if (!alikeValues(pgv, field, message, rules, va, vb)) {
+    } else if (!alikeValues(cx, field, message, rules, va, vb)) {
       return false;
     }
   }
@@ -99,14 +131,14 @@ function plainObjects(a: unknown, b: unknown): boolean {
 }
 
 /** Two entry lists of a map field with no rules, paired in order: values alike, keys free. */
-function sameEntries(pgv: PgvRules, field: protobuf.Field, message: protobuf.Type | undefined, a: unknown, b: unknown): boolean {
+function sameEntries(cx: Comparing, field: protobuf.Field, message: protobuf.Type | undefined, a: unknown, b: unknown): boolean {
   if (!plainObjects(a, b)) return false;
   const ea = Object.values(a as Obj);
   const eb = Object.values(b as Obj);
   if (ea.length !== eb.length) return false;
   for (let i = 0; i < ea.length; i++) {
     if (ea[i] === eb[i]) continue;
-    if (!isSet(ea[i]) || !isSet(eb[i]) || !alikeValues(pgv, field, message, null, ea[i], eb[i])) return false;
+    if (!isSet(ea[i]) || !isSet(eb[i]) || !alikeValues(cx, field, message, null, ea[i], eb[i])) return false;
   }
   return true;
 }
@@ -116,10 +148,10 @@ function sameEntries(pgv: PgvRules, field: protobuf.Field, message: protobuf.Typ
  * messages compared alike when their only rule is `message.required` (both are present),
  * exactly equal when they carry other rules; scalars as {@link alikeScalars}.
  */
-function alikeValues(pgv: PgvRules, field: protobuf.Field, message: protobuf.Type | undefined, rules: FieldRules | null, a: unknown, b: unknown): boolean {
+function alikeValues(cx: Comparing, field: protobuf.Field, message: protobuf.Type | undefined, rules: FieldRules | null, a: unknown, b: unknown): boolean {
   if (!message) return alikeScalars(field, rules, a, b);
   if (rules && !onlyRequired(rules)) return exactlyEqual(a, b);
-  return sameOutcome(pgv, message, a as Obj, b as Obj);
+  return sameOutcome(cx, message, a as Obj, b as Obj);
 }
 
 /**

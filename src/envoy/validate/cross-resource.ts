@@ -254,12 +254,14 @@ export interface ResourceFacts {
  */
 export class ResourceFactsCache {
   private readonly byObject = new WeakMap<object, ResourceFacts>();
+  /** What resources have in common below their top level, walked once (see {@link NestedFacts}). */
+  private readonly nested: NestedFacts = { barren: new WeakSet(), matchKeys: new WeakMap() };
 
   /** The facts of `decoded`, a resource of `typeUrl`: found once per object. */
   of(typeUrl: TypeUrl, decoded: Record<string, unknown>): ResourceFacts {
     let found = this.byObject.get(decoded);
     if (!found) {
-      found = resourceFacts(typeUrl, decoded);
+      found = resourceFacts(typeUrl, decoded, this.nested);
       this.byObject.set(decoded, found);
     }
     return found;
@@ -273,11 +275,23 @@ export class ResourceFactsCache {
   }
 }
 
-function resourceFacts(typeUrl: TypeUrl, decoded: Record<string, unknown>): ResourceFacts {
+/**
+ * Facts of nested objects that hold wherever the object sits, kept by object (generated objects
+ * are never mutated; a typed config carried over from a push before, or shared by many
+ * resources, is then walked once). Held weakly.
+ */
+interface NestedFacts {
+  /** Objects whose walk (`walkNested`, collecting secret references) found nothing, and which have no `regex` of their own (whose check reads where the object sits). */
+  readonly barren: WeakSet<object>;
+  /** By `filter_chain_match` object: its `canonicalJson`. */
+  readonly matchKeys: WeakMap<object, string>;
+}
+
+function resourceFacts(typeUrl: TypeUrl, decoded: Record<string, unknown>, nested: NestedFacts): ResourceFacts {
   const violations: { path: string; rule: string; message: string }[] = [];
   const add: Add = (path, rule, message) => void violations.push({ path, rule, message });
   if (typeUrl === TypeUrl.Listener) {
-    checkFilterChainMatches(decoded, add);
+    checkFilterChainMatches(decoded, add, nested.matchKeys);
     for (const [tc, at] of networkFilters(decoded)) {
       if (tc['@type'] === TCP_PROXY) checkWeights(obj(tc['weighted_clusters']), `${at}<TcpProxy>.weighted_clusters`, false, add);
       if (tc['@type'] === HCM && obj(tc['route_config'])) checkRouteConfiguration(obj(tc['route_config'])!, `${at}<HttpConnectionManager>.route_config.`, add);
@@ -291,7 +305,8 @@ function resourceFacts(typeUrl: TypeUrl, decoded: Record<string, unknown>): Reso
   }
   const references = findReferences(typeUrl, decoded);
   // One walk of the whole resource for the secrets it names (not a Secret's own) and its regexes.
-  walkNested(decoded, [], '', typeUrl === TypeUrl.Secret ? undefined : references, add);
+  const walk: NestedWalk = typeUrl === TypeUrl.Secret ? { refs: undefined, add, barren: undefined, found: 0 } : { refs: references, add, barren: nested.barren, found: 0 };
+  walkNested(decoded, [], '', walk);
   return { references, violations };
 }
 
@@ -309,10 +324,15 @@ function typeName(typeUrl: TypeUrl): string {
   return typeUrl.slice(typeUrl.lastIndexOf('.') + 1);
 }
 
-function checkFilterChainMatches(listener: Obj, add: Add): void {
+function checkFilterChainMatches(listener: Obj, add: Add, keys: WeakMap<object, string>): void {
   const seen = new Map<string, number>();
   arr(listener['filter_chains']).forEach((c, i) => {
-    const key = canonicalJson(obj(c)?.['filter_chain_match'] ?? {});
+    const match = obj(obj(c)?.['filter_chain_match']);
+    let key = match && keys.get(match);
+    if (key === undefined) {
+      key = canonicalJson(match ?? {});
+      if (match) keys.set(match, key);
+    }
     const first = seen.get(key);
     if (first !== undefined) {
       add(`filter_chains[${i}].filter_chain_match`, 'listener.unique_filter_chain_match', `is the same as filter_chains[${first}]'s: ${key}`);
@@ -390,35 +410,54 @@ function formatSteps(steps: readonly Step[], last: string): string {
   return s;
 }
 
+/** What one `walkNested` walk adds to, and the objects it may skip. */
+interface NestedWalk {
+  /** The secret references found; undefined: none collected (a Secret's own walk). */
+  readonly refs: ResourceReference[] | undefined;
+  readonly add: Add;
+  /** {@link NestedFacts.barren}, when `refs` are collected (what is barren is so for such a walk). */
+  readonly barren: WeakSet<object> | undefined;
+  /** How many references and violations this walk found so far. */
+  found: number;
+}
+
 /**
- * Walks every nested object and `Any` of `value`: adds to `refs` (unless undefined) every
+ * Walks every nested object and `Any` of `value`: adds to `walk.refs` (unless undefined) every
  * `SdsSecretConfig` fetched over ADS (the secrets the resource names; not walked further), and
- * reports regexes (`safe_regex`, `pattern`, `google_re2`) that RE2 rejects.
+ * reports regexes (`safe_regex`, `pattern`, `google_re2`) that RE2 rejects. An object in
+ * `walk.barren` is skipped; one whose walk found nothing (and that has no `regex` of its own) is added to it.
  * `steps` is the path so far (restored on return).
  */
-function walkNested(value: unknown, steps: Step[], parentKey: string, refs: ResourceReference[] | undefined, add: Add): void {
+function walkNested(value: unknown, steps: Step[], parentKey: string, walk: NestedWalk): void {
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
       steps.push(i);
-      walkNested(value[i], steps, parentKey, refs, add);
+      walkNested(value[i], steps, parentKey, walk);
       steps.pop();
     }
     return;
   }
   const o = obj(value);
   if (!o) return;
+  const { refs, barren } = walk;
+  if (barren?.has(o)) return;
   if (refs) {
     const name = str(o['name']);
     if (name !== undefined && 'sds_config' in o && isAds(o['sds_config'])) {
       refs.push({ typeUrl: TypeUrl.Secret, name, path: formatSteps(steps, 'name') });
+      walk.found++;
       return;
     }
   }
+  const found = walk.found;
   const regex = o['regex'];
   if (typeof regex === 'string' && (parentKey === 'safe_regex' || parentKey === 'pattern' || 'google_re2' in o) && regex !== '') {
     const at = formatSteps(steps, 'regex');
     const problem = re2Problem(regex);
-    if (problem) add(at, RE2_UNSUPPORTED.test(regex) ? 'regex.re2_unsupported' : 'regex.compile', problem);
+    if (problem) {
+      walk.add(at, RE2_UNSUPPORTED.test(regex) ? 'regex.re2_unsupported' : 'regex.compile', problem);
+      walk.found++;
+    }
   }
   const suffix = anySuffix(o);
   if (suffix) steps.push(suffix);
@@ -426,8 +465,9 @@ function walkNested(value: unknown, steps: Step[], parentKey: string, refs: Reso
     const v = o[k];
     if (!v || typeof v !== 'object') continue;
     steps.push(k);
-    walkNested(v, steps, k, refs, add);
+    walkNested(v, steps, k, walk);
     steps.pop();
   }
   if (suffix) steps.pop();
+  if (barren && walk.found === found && typeof regex !== 'string') barren.add(o);
 }

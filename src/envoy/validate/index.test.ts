@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { TypeUrl } from '../../api/type-urls.js';
-import { buildMeshSnapshot } from '../../catalog/build-snapshot.js';
+import { buildMeshSnapshot, MeshSnapshotBuilder } from '../../catalog/build-snapshot.js';
+import { ObjectStore } from '../../store/object-store.js';
 import { parseCommonName, type Proxy } from '../../proxy/types.js';
 import { bookstoreMesh, k8s } from '../../../test/fixtures/mesh.js';
 import { memoryStore } from '../../../test/helpers/memory-store.js';
+import { mulberry32 } from '../../../test/helpers/seeded-random.js';
 import { GenerationContext, proxyProfile } from '../context.js';
 import { generateProxyResources, type ProxyResources } from '../generate.js';
 import type { NamedResource } from '../resource.js';
@@ -525,5 +527,111 @@ describe('ResourceCheckCache: values JSON cannot tell apart', () => {
     const { after, alone } = both(cluster(), cluster({ toString: 'x' }));
     assert.match(outcome(alone), /unknown field "toString"/);
     assert.equal(outcome(after), outcome(alone));
+  });
+});
+
+describe('ResourceCheckCache: a new version of a resource that keeps parts of the one before', () => {
+  const certs = { certChainPem: 'CERT', privateKeyPem: 'KEY', caPem: 'ROOT' };
+  const withCiphers = (objects: ReturnType<typeof bookstoreMesh>, cipherSuites: string[]) =>
+    objects.map((o) => (o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), sidecar: { cipherSuites } } } : o));
+  /** Every identity's resources of one MeshSnapshot, generated in `context`. */
+  const resources = (context: GenerationContext): [TypeUrl, NamedResource][] => {
+    const out: [TypeUrl, NamedResource][] = [];
+    for (const identity of context.snapshot.servicesByIdentity.keys()) {
+      const [ns, sa] = identity.split('/') as [string, string];
+      const proxy = parseCommonName(`6ba7b810-9dad-11d1-80b4-00c04fd430c8.sidecar.${sa}.${ns}.cluster.local`);
+      for (const [typeUrl, list] of generateProxyResources(context, proxyProfile(proxy), certs)) for (const r of list) out.push([typeUrl, r]);
+    }
+    return out;
+  };
+
+  it('encodes, after a MeshConfig TLS change, one typed config per inbound listener: its TLS context (SMI)', () => {
+    const store = new ObjectStore();
+    const builder = new MeshSnapshotBuilder();
+    store.replaceAll('test', bookstoreMesh({ permissive: false }));
+    const one = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 1 }).snapshot);
+    const cache = new ResourceCheckCache();
+    const inbound = (context: GenerationContext) => resources(context).filter(([type, r]) => type === TypeUrl.Listener && r.name === 'inbound-listener');
+    for (const [type, r] of inbound(one)) assert.deepEqual(cache.check(type, r.resource, r.parts, r.name).violations, [], r.name);
+    store.replaceAll('test', withCiphers(bookstoreMesh({ permissive: false }), ['ECDHE-ECDSA-AES256-GCM-SHA384']));
+    const two = new GenerationContext(builder.build(store, { meshName: 'osm', generation: 2, previous: one.snapshot }).snapshot, one);
+    const listeners = inbound(two);
+    assert.ok(listeners.length >= 3, `${listeners.length} inbound listeners`);
+    const before = cache.typedConfigsEncoded;
+    for (const [type, r] of listeners) {
+      const checked = cache.check(type, r.resource, r.parts, r.name);
+      assert.deepEqual(checked.violations, [], r.name);
+      assert.deepEqual(checked.encoded, encodeMessage(type, r.resource), `${r.name}: the bytes of encoding it whole`);
+    }
+    // Their RBAC, HCM and listener filters' typed configs were encoded in the generation before.
+    assert.equal(cache.typedConfigsEncoded - before, listeners.length);
+  });
+
+  it('finds what a fresh cache finds, when a mutant keeps every other part of a resource checked before (random mutations)', () => {
+    const next = mulberry32(7);
+    const random = (n: number): number => Math.floor(next() * n);
+    const STRINGS = ['', 'x'.repeat(300), 'a\nb', '*.bad domain', '0.0.0.0', 'UNKNOWN_ENUM', 'ok-name', '(?=x)'];
+    const NUMBERS = [0, -1, 1, 2 ** 32, 1.5, 65536];
+    const paths = (v: unknown, path: (string | number)[], out: (string | number)[][]): void => {
+      if (Array.isArray(v)) v.forEach((x, i) => paths(x, [...path, i], out));
+      else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) paths(x, [...path, k], out);
+      if (path.length > 0) out.push(path);
+    };
+    /** `value` with the leaf at `path` changed: new objects along the path, every other object the very one of `value`. */
+    const mutateAt = (value: unknown, path: readonly (string | number)[]): unknown => {
+      const copy = (Array.isArray(value) ? [...value] : { ...(value as Obj) }) as Obj;
+      const [step, ...rest] = path as [string | number, ...(string | number)[]];
+      if (rest.length > 0) {
+        copy[step] = mutateAt(copy[step], rest);
+        return copy;
+      }
+      const old = copy[step];
+      const choice = random(3);
+      if (choice === 0) {
+        if (Array.isArray(copy)) copy.splice(step as number, 1);
+        else delete copy[step];
+      } else if (typeof old === 'string') copy[step] = STRINGS[random(STRINGS.length)];
+      else if (typeof old === 'number') copy[step] = NUMBERS[random(NUMBERS.length)];
+      else if (typeof old === 'boolean') copy[step] = !old;
+      else if (old && typeof old === 'object') copy[step] = Array.isArray(old) ? [] : {};
+      else copy[step] = 'ok-name';
+      return copy;
+    };
+    let carried = 0;
+    let invalid = 0;
+    for (const permissive of [false, true]) {
+      const all = resources(new GenerationContext(buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive })), { meshName: 'osm', generation: 1 }).snapshot));
+      // One cache for every round: the encodings, known-valid messages and facts of the parts
+      // a mutant keeps are those found before.
+      const cache = new ResourceCheckCache();
+      for (let round = 0; round < 8; round++) {
+        // By type and name: the resource checked last (another identity's, found alike the one before it).
+        const last = new Map<string, object>();
+        for (const [typeUrl, r] of all) {
+          assert.deepEqual(cache.check(typeUrl, r.resource, undefined, r.name).violations, [], r.name);
+          // A mutant of the one checked before this one (its parts known valid when it was found
+          // alike), compared with this one: what the mutant keeps is not this one's.
+          const key = `${typeUrl} ${r.name}`;
+          const base = last.get(key) ?? r.resource;
+          last.set(key, r.resource);
+          const found: (string | number)[][] = [];
+          paths(base, [], found);
+          const mutant = mutateAt(base, found[random(found.length)]!) as Obj;
+          const encodedBefore = cache.typedConfigsEncoded;
+          const after = cache.check(typeUrl, mutant, undefined, r.name);
+          const alone = new ResourceCheckCache().check(typeUrl, mutant, undefined, r.name);
+          const what = `${r.name}: ${JSON.stringify(mutant).slice(0, 300)}`;
+          assert.deepEqual(after.violations, alone.violations, what);
+          assert.equal(after.error, alone.error, what);
+          assert.deepEqual(after.encoded, alone.encoded, what);
+          assert.deepEqual(cache.facts.of(typeUrl, mutant), new ResourceCheckCache().facts.of(typeUrl, mutant), `facts of ${what}`);
+          if (alone.violations.length > 0 || alone.error) invalid++;
+          else if (JSON.stringify(mutant).includes('"@type"') && cache.typedConfigsEncoded - encodedBefore < (JSON.stringify(mutant).match(/"@type"/g) ?? []).length) carried++;
+        }
+      }
+    }
+    // Both ways were taken: valid mutants whose other typed configs carried over, and invalid ones.
+    assert.ok(carried > 100, `${carried} valid mutants with typed configs carried over`);
+    assert.ok(invalid > 100, `${invalid} invalid mutants`);
   });
 });

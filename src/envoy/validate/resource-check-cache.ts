@@ -6,10 +6,10 @@
  *
  * Pure: no I/O; everything it remembers is in the instance the caller owns.
  */
-import { encodeChecked, encodeMessage, joinEncodedParts } from '../../api/codec.js';
+import { AnyMemo, encodeChecked, encodeMessage, joinEncodedParts } from '../../api/codec.js';
 import type { TypeUrl } from '../../api/type-urls.js';
 import { getOrCreate } from '../../util/maps.js';
-import { validLike } from './alike.js';
+import { validLike, type KnownValidMessages } from './alike.js';
 import type { ResourceLayer } from '../context.js';
 import type { NamedResource } from '../resource.js';
 import { ResourceFactsCache, servedAsNamed, type ResourceFacts, type ResourceReference } from './cross-resource.js';
@@ -79,6 +79,10 @@ export class ResourceCheckCache {
   private readonly referencesByMaker = new WeakMap<object, ReadonlyMap<TypeUrl, readonly ResourceReference[]>>();
   /** By what makes them (a resource object, a layer), then the layer resolving them, then type: the references the layer lacks. */
   private readonly unresolvedByMaker = new WeakMap<object, WeakMap<object, Map<TypeUrl, readonly ResourceReference[]>>>();
+  /** The `Any` values (typed configs) converted so far, by object: one shared by many resources, or carried over from a push before, is encoded once. */
+  private readonly anyMemo = new AnyMemo();
+  /** Nested messages found alike valid ones (`validLike`): one carried over, or shared, is taken as valid without a walk. */
+  private readonly knownValid: KnownValidMessages = new WeakMap();
   private readonly encodedLayers = new WeakMap<ResourceLayer, readonly { readonly name: string; readonly resource: { readonly type_url: string; readonly value: Buffer } }[]>();
 
   /** @param maxNames how many names to keep a sibling for, the least recently checked going first (default 20 000). */
@@ -182,6 +186,11 @@ export class ResourceCheckCache {
     return found;
   }
 
+  /** How many typed configs (`Any` values) were converted and encoded (not found encoded before, by object). */
+  get typedConfigsEncoded(): number {
+    return this.anyMemo.converted;
+  }
+
   /** How many resources and parts were encoded and checked in full (not by object or sibling). */
   get fullChecks(): number {
     return this.checkedInFull;
@@ -243,7 +252,7 @@ export class ResourceCheckCache {
   private checkInFull(typeUrl: TypeUrl, resource: object, part: boolean): CheckedResource {
     this.checkedInFull++;
     return attempt(() => {
-      const { encoded, decoded } = encodeChecked(typeUrl, resource);
+      const { encoded, decoded } = encodeChecked(typeUrl, resource, this.anyMemo);
       return { encoded, error: undefined, violations: part ? validateMessagePart(typeUrl, decoded, this.pgv) : validateMessage(typeUrl, decoded, this.pgv) };
     });
   }
@@ -253,8 +262,8 @@ export class ResourceCheckCache {
    * encoding of `object` (or its encoding error), with no violations. Undefined otherwise.
    */
   private likeSibling(typeUrl: TypeUrl, object: object, sibling: Sibling | undefined): CheckedResource | undefined {
-    if (!sibling || !isValid(sibling.result) || !validLike(typeUrl, sibling.object, object, this.pgv)) return undefined;
-    return attempt(() => ({ encoded: encodeMessage(typeUrl, object, true), error: undefined, violations: [] }));
+    if (!sibling || !isValid(sibling.result) || !validLike(typeUrl, sibling.object, object, this.pgv, this.knownValid)) return undefined;
+    return attempt(() => ({ encoded: encodeMessage(typeUrl, object, true, this.anyMemo), error: undefined, violations: [] }));
   }
 }
 
