@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { V1Pod } from '@kubernetes/client-node';
-import fastJsonPatch from 'fast-json-patch';
+import { compare } from 'fast-json-patch/commonjs/duplex.js';
 import type { Logger } from 'pino';
 import type { InjectorCluster } from './cluster.js';
 import { bootstrapSecret, injectionDecision, injectPod, type InjectorSettings } from './inject.js';
@@ -108,7 +108,7 @@ async function respond(request: Record<string, unknown>, uid: string, options: A
       const certificate = await options.issueCertificate(uuid, injection.namespace, injection.serviceAccount);
       await options.cluster.createSecret(bootstrapSecret(injection, options.settings, certificate));
     }
-    const patch = fastJsonPatch.compare(pod, injection.pod);
+    const patch = compare(pod, injection.pod);
     log?.info({ proxyUuid: uuid, reinjected: injection.reinjected, operations: patch.length }, 'sidecar injected');
     return { ...allowed, patchType: 'JSONPatch', patch: Buffer.from(JSON.stringify(patch)).toString('base64') };
   } catch (err) {
@@ -160,9 +160,14 @@ export async function startWebhookServer(options: WebhookServerOptions): Promise
     req.on('data', (chunk: Buffer) => {
       size += chunk.length;
       if (size > MAX_REVIEW_BYTES) {
-        if (!tooLarge) send(res, 413, `the AdmissionReview is larger than ${MAX_REVIEW_BYTES} bytes\n`);
+        // Answered at once; the rest of the body is read and dropped (held: nothing past the
+        // limit), so the client reads the answer instead of a reset.
+        if (!tooLarge) {
+          res.setHeader('connection', 'close');
+          send(res, 413, `the AdmissionReview is larger than ${MAX_REVIEW_BYTES} bytes\n`);
+          chunks.length = 0;
+        }
         tooLarge = true;
-        req.destroy();
         return;
       }
       chunks.push(chunk);
