@@ -8,24 +8,22 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
-import { applyPatch, type Operation } from 'fast-json-patch/commonjs/core.js';
 import { parse, parseAllDocuments } from 'yaml';
 import { loadOrCreateCaSecret, readCaSecret, secretApiFor } from '../src/certificate/secret-store.js';
 import { interceptionOptions, interceptionRules } from '../src/injector/iptables.js';
 import { runInjector, type RunningInjector } from '../src/injector/run.js';
 import { loadKubeConfig } from '../src/sources/kubernetes/kubernetes-source.js';
 import type { MeshConfig, Pod } from '../src/store/objects.js';
+import { admitPod as admitTo, podReview, postToWebhook } from './helpers/admission.js';
 import { DEFAULT_RESOURCE_TYPES, FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
 
 const run = promisify(execFile);
 const WEBHOOK_CONFIG = 'osm-webhook-osm';
-const SERVICE_NAME = 'osm-injector.osm-system.svc';
 
 const MESH_CONFIG: MeshConfig = {
   apiVersion: 'config.openservicemesh.io/v1alpha2',
@@ -69,29 +67,6 @@ function bookbuyerPod(overrides: { annotations?: Record<string, string>; contain
   };
 }
 
-let requestCounter = 0;
-function review(pod: V1Pod, extra: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    apiVersion: 'admission.k8s.io/v1',
-    kind: 'AdmissionReview',
-    request: {
-      uid: `req-${++requestCounter}`,
-      kind: { group: '', version: 'v1', kind: 'Pod' },
-      resource: { group: '', version: 'v1', resource: 'pods' },
-      namespace: pod.metadata?.namespace,
-      operation: 'CREATE',
-      object: pod,
-      ...extra,
-    },
-  };
-}
-
-interface Answer {
-  status: number;
-  body: string;
-  json?: { response: { uid: string; allowed: boolean; patchType?: string; patch?: string; status?: { message: string } } };
-}
-
 describe('trellis injector (HTTPS AdmissionReview against the fake API server)', () => {
   let server: FakeKubeApiServer;
   let dir: string;
@@ -100,52 +75,9 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
   /** The CA bundle the injector wrote into the MutatingWebhookConfiguration: the client trusts only it. */
   let caBundle: string;
 
-  /** POSTs `body` to the injector as the API server does (TLS verified against the webhook's caBundle, SNI the Service). */
-  function post(body: unknown, options: { path?: string; method?: string; contentType?: string } = {}): Promise<Answer> {
-    const data = typeof body === 'string' ? body : JSON.stringify(body);
-    return new Promise((resolve, reject) => {
-      const req = https.request(
-        {
-          host: '127.0.0.1',
-          port: injector.port,
-          servername: SERVICE_NAME,
-          ca: caBundle,
-          method: options.method ?? 'POST',
-          path: options.path ?? '/mutate-pod-creation',
-          headers: { 'content-type': options.contentType ?? 'application/json', 'content-length': Buffer.byteLength(data) },
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () => {
-            const text = Buffer.concat(chunks).toString('utf8');
-            let json: Answer['json'];
-            try {
-              json = res.headers['content-type'] === 'application/json' ? (JSON.parse(text) as Answer['json']) : undefined;
-            } catch {
-              json = undefined;
-            }
-            resolve({ status: res.statusCode ?? 0, body: text, json });
-          });
-        },
-      );
-      req.on('error', reject);
-      req.end(options.method === 'GET' ? undefined : data);
-    });
-  }
-
-  /** Admits `pod` and returns the answer and the pod with the returned patch applied. */
-  async function admitPod(pod: V1Pod, extra: Record<string, unknown> = {}): Promise<{ answer: NonNullable<Answer['json']>['response']; patched: V1Pod; patch: Operation[] }> {
-    const reviewed = review(pod, extra);
-    const answer = await post(reviewed);
-    assert.equal(answer.status, 200, answer.body);
-    const response = answer.json!.response;
-    assert.equal(response.uid, (reviewed.request as { uid: string }).uid);
-    const patch = response.patch ? (JSON.parse(Buffer.from(response.patch, 'base64').toString('utf8')) as Operation[]) : [];
-    if (response.patch) assert.equal(response.patchType, 'JSONPatch');
-    const patched = applyPatch(structuredClone(pod), patch, true, false).newDocument;
-    return { answer: response, patched, patch };
-  }
+  const target = () => ({ port: injector.port, caBundle });
+  const post = (body: unknown, options?: Parameters<typeof postToWebhook>[2]) => postToWebhook(target(), body, options);
+  const admitPod = (pod: V1Pod, extra?: Record<string, unknown>) => admitTo(target(), pod, extra);
 
   function secretOf(pod: V1Pod): { name: string; data: Record<string, string> } | undefined {
     const uuid = pod.metadata?.labels?.['osm-proxy-uuid'];
@@ -373,12 +305,12 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
     assert.equal((await post('{not json')).status, 400);
     assert.equal((await post({ kind: 'Pod' })).status, 400);
     assert.equal((await post({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: {} })).status, 400);
-    assert.equal((await post(review(bookbuyerPod()), { contentType: 'text/plain' })).status, 415);
+    assert.equal((await post(podReview(bookbuyerPod()), { contentType: 'text/plain' })).status, 415);
     assert.equal((await post('', { method: 'GET' })).status, 405);
-    assert.equal((await post(review(bookbuyerPod()), { path: '/other' })).status, 404);
+    assert.equal((await post(podReview(bookbuyerPod()), { path: '/other' })).status, 404);
     assert.equal((await post('x'.repeat(5 * 1024 * 1024))).status, 413);
     // A pod without a spec: an AdmissionReview answer refusing it.
-    const answer = await post(review({ metadata: { name: 'p', namespace: 'bookbuyer' } } as V1Pod));
+    const answer = await post(podReview({ metadata: { name: 'p', namespace: 'bookbuyer' } } as V1Pod));
     assert.equal(answer.json!.response.allowed, false);
     assert.match(answer.json!.response.status!.message, /request\.object: not a Pod/);
   });
