@@ -87,6 +87,18 @@ describe('a bookstore pod injected for real, run in the lab (real Envoy)', { ski
   let patched: V1Pod;
   let podDir: string;
 
+  /** Writes the pod's bootstrap Secret (as its volume names it) to `dir`, owned by Envoy's uid: the lab's "mount" of /etc/envoy. */
+  async function writeSecretFiles(of: V1Pod, dir: string): Promise<void> {
+    const volume = of.spec!.volumes!.find((v) => v.name === 'envoy-bootstrap-config-volume')!;
+    const secret = api!.get('Secret', of.metadata!.namespace, volume.secret!.secretName!) as unknown as { data: Record<string, string> };
+    await mkdir(dir, { recursive: true });
+    for (const [file, value] of Object.entries(secret.data)) {
+      const text = Buffer.from(value, 'base64').toString('utf8');
+      await writeFile(path.join(dir, file), file === 'bootstrap.yaml' ? text.replaceAll('/etc/envoy/', `${dir}/`) : text, { mode: 0o600 });
+    }
+    for (const f of ['', ...Object.keys(secret.data)]) await chown(path.join(dir, f), ENVOY_UID, ENVOY_UID);
+  }
+
   before(async () => {
     await removeLabNetwork(PREFIX); // a crashed earlier run
     lab = await createLabNetwork(PREFIX, SUBNET);
@@ -155,14 +167,7 @@ describe('a bookstore pod injected for real, run in the lab (real Envoy)', { ski
     const uuid = patched.metadata!.labels!['osm-proxy-uuid'];
 
     // The Secret, as the pod's volume names it, written where the lab's "mount" is.
-    const volume = patched.spec!.volumes!.find((v) => v.name === 'envoy-bootstrap-config-volume')!;
-    const secret = api!.get('Secret', 'bookstore', volume.secret!.secretName!) as unknown as { data: Record<string, string> };
-    await mkdir(podDir, { recursive: true });
-    for (const [file, value] of Object.entries(secret.data)) {
-      const text = Buffer.from(value, 'base64').toString('utf8');
-      await writeFile(path.join(podDir, file), file === 'bootstrap.yaml' ? text.replaceAll('/etc/envoy/', `${podDir}/`) : text, { mode: 0o600 });
-    }
-    for (const f of ['', ...Object.keys(secret.data)]) await chown(path.join(podDir, f), ENVOY_UID, ENVOY_UID);
+    await writeSecretFiles(patched, podDir);
 
     // The app, then the init container (its args, through the trellis CLI), then the sidecar.
     app = spawn('ip', ['netns', 'exec', pod.netns, 'python3', '-c', APP, String(APP_PORT), String(EXCLUDED_PORT)], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -208,5 +213,26 @@ describe('a bookstore pod injected for real, run in the lab (real Envoy)', { ski
     const metrics = await get(`http://${POD_LAB_ADDRESS}:15010/stats/prometheus`);
     assert.equal(metrics.status, 200);
     assert.match(metrics.body, /^envoy_server_live\{\} 1$/m);
+  });
+
+  it("Envoy accepts the bootstrap of every probe kind (HTTP, HTTPS, gRPC, TCP) and metrics (--mode validate)", async () => {
+    const probes: V1Pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { generateName: 'probes-', namespace: 'bookstore' },
+      spec: {
+        serviceAccountName: 'bookstore',
+        containers: [
+          { name: 'web', image: 'web', ports: [{ name: 'https', containerPort: 8443 }], livenessProbe: { httpGet: { path: '/live', port: 'https', scheme: 'HTTPS' } }, startupProbe: { httpGet: { path: '/started', port: 8080 }, timeoutSeconds: 3 } },
+          { name: 'api', image: 'api', readinessProbe: { grpc: { port: 9000 } }, livenessProbe: { tcpSocket: { port: 9001 } } },
+          { name: 'worker', image: 'worker', livenessProbe: { httpGet: { path: '/healthz', port: 7000 } }, readinessProbe: { httpGet: { path: '/ready', port: 7000 } } },
+        ],
+      },
+    };
+    const { patched: injected } = await admitPod({ port: injector!.port, caBundle: injector!.caPem }, probes);
+    const dir = path.join(work, 'probes-pod');
+    await writeSecretFiles(injected, dir);
+    const { stdout, stderr } = await run(requirement.envoyPath!, ['--mode', 'validate', '-c', path.join(dir, 'bootstrap.yaml'), '-l', 'error'], { maxBuffer: 1024 * 1024 });
+    assert.match(stdout + stderr, /configuration '.*bootstrap\.yaml' OK/);
   });
 });

@@ -315,6 +315,17 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
     assert.match(answer.json!.response.status!.message, /request\.object: not a Pod/);
   });
 
+  it('`trellis bootstrap --kubernetes` signs with the CA of the Secret, and refuses without one', async () => {
+    const out = path.join(dir, 'bootstrap-out');
+    const args = ['--import', 'tsx', 'test/helpers/cli-main.ts', 'bootstrap', '--kubeconfig', kubeconfigFile, '--namespace', 'bookbuyer', '--service-account', 'bookbuyer', '--out', out];
+    const { stdout } = await run(process.execPath, [...args, '--kubernetes', '--ca-namespace', 'osm-system']);
+    assert.match(stdout, /^[0-9a-f-]{36}\.sidecar\.bookbuyer\.bookbuyer\.cluster\.local\n/);
+    const cert = new X509Certificate(await readFile(path.join(out, 'cert.pem'), 'utf8'));
+    assert.ok(cert.verify(new X509Certificate(caBundle).publicKey), "signed by the Secret's CA");
+    assert.equal(await readFile(path.join(out, 'ca.pem'), 'utf8'), caBundle);
+    await assert.rejects(run(process.execPath, [...args, '--kubernetes', '--ca-namespace', 'elsewhere']), /secret elsewhere\/trellis-ca not found: the controller creates the mesh CA there/);
+  });
+
   it('fails to start without the MutatingWebhookConfiguration, naming it', async () => {
     await assert.rejects(
       runInjector({
