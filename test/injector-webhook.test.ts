@@ -14,6 +14,7 @@ import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import { parse, parseAllDocuments } from 'yaml';
+import { namespaceAdd, namespaceRemove } from '../src/cli/kube-commands.js';
 import { loadOrCreateCaSecret, readCaSecret, secretApiFor } from '../src/certificate/secret-store.js';
 import { interceptionOptions, interceptionRules } from '../src/injector/iptables.js';
 import { runInjector, type RunningInjector } from '../src/injector/run.js';
@@ -324,6 +325,19 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
     assert.ok(cert.verify(new X509Certificate(caBundle).publicKey), "signed by the Secret's CA");
     assert.equal(await readFile(path.join(out, 'ca.pem'), 'utf8'), caBundle);
     await assert.rejects(run(process.execPath, [...args, '--kubernetes', '--ca-namespace', 'elsewhere']), /secret elsewhere\/trellis-ca not found: the controller creates the mesh CA there/);
+  });
+
+  it('`trellis namespace add` enables injection in the namespace (as `osm namespace add`), `remove` takes it away', async () => {
+    server.apply(namespace('newcomer'));
+    const pod = { ...bookbuyerPod(), metadata: { generateName: 'newcomer-', namespace: 'newcomer' } };
+    assert.equal((await admitPod(pod)).patch.length, 0, 'not in the mesh yet');
+    const written: string[] = [];
+    await namespaceAdd(loadKubeConfig(kubeconfigFile), ['newcomer'], 'osm', { write: (t) => void written.push(t) });
+    assert.deepEqual(written, ['namespace newcomer added to mesh osm (sidecar injection enabled)\n']);
+    assert.ok((await admitPod(pod)).patched.spec!.containers.some((c) => c.name === 'envoy'));
+    await namespaceRemove(loadKubeConfig(kubeconfigFile), ['newcomer'], 'osm', { write: () => undefined });
+    assert.equal((server.get('Namespace', undefined, 'newcomer')!.metadata.annotations as Record<string, string> | undefined)?.['openservicemesh.io/sidecar-injection'], undefined);
+    assert.equal((await admitPod(pod)).patch.length, 0);
   });
 
   it('fails to start without the MutatingWebhookConfiguration, naming it', async () => {
