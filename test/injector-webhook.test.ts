@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -16,6 +17,7 @@ import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import { parse, parseAllDocuments } from 'yaml';
 import { namespaceAdd, namespaceRemove } from '../src/cli/kube-commands.js';
 import { loadOrCreateCaSecret, readCaSecret, secretApiFor } from '../src/certificate/secret-store.js';
+import { startHealthcheckServer } from '../src/injector/healthcheck.js';
 import { interceptionOptions, interceptionRules } from '../src/injector/iptables.js';
 import { runInjector, type RunningInjector } from '../src/injector/run.js';
 import { loadKubeConfig } from '../src/sources/kubernetes/kubernetes-source.js';
@@ -354,5 +356,31 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
       }),
       /MutatingWebhookConfiguration osm-webhook-missing not found/,
     );
+  });
+});
+
+describe('trellis healthcheck (the osm-healthcheck container of rewritten tcpSocket probes)', () => {
+  it('answers 200 when the original port accepts, 503 when it does not, 400 without the header', async () => {
+    const healthcheck = await startHealthcheckServer({ host: '127.0.0.1', port: 0 });
+    const listening = net.createServer((s) => s.destroy());
+    await new Promise<void>((r) => listening.listen(0, '127.0.0.1', r));
+    const open = (listening.address() as AddressInfo).port;
+    const closed = await new Promise<number>((resolve) => {
+      const s = net.createServer();
+      s.listen(0, '127.0.0.1', () => {
+        const port = (s.address() as AddressInfo).port;
+        s.close(() => resolve(port));
+      });
+    });
+    const probe = async (headers: Record<string, string>) => (await fetch(`http://127.0.0.1:${healthcheck.port}/osm-healthcheck`, { headers })).status;
+    try {
+      assert.equal(await probe({ 'Original-Tcp-Port': String(open) }), 200);
+      assert.equal(await probe({ 'Original-Tcp-Port': String(closed) }), 503);
+      assert.equal(await probe({}), 400);
+      assert.equal(await probe({ 'Original-Tcp-Port': '70000' }), 400);
+    } finally {
+      listening.close();
+      await healthcheck.close();
+    }
   });
 });
