@@ -13,6 +13,7 @@ import { PROXY_UUID_LABEL } from '../proxy/pod-check.js';
 import type { MeshConfig, Pod } from '../store/objects.js';
 import { splitHostPort } from '../util/address.js';
 import { INBOUND_PORT, interceptionOptions, PROXY_UID, type InterceptionOptions } from './iptables.js';
+import { InjectionRefusal } from './refusal.js';
 import { HEALTHCHECK_PORT, httpConnectionManager, PROBE_PORTS, probeResources, rewriteProbes, staticListener, type OriginalProbe } from './probes.js';
 
 /** The annotation (namespace or pod; the pod's wins) that turns injection on or off. */
@@ -47,17 +48,6 @@ export interface NamespaceMeta {
   readonly name: string;
   readonly labels?: Readonly<Record<string, string>>;
   readonly annotations?: Readonly<Record<string, string>>;
-}
-
-/** A pod the injector refuses, with the field that made it; becomes `allowed: false` with this message. */
-export class InjectionRefusal extends Error {
-  constructor(
-    readonly field: string,
-    message: string,
-  ) {
-    super(`${field}: ${message}`);
-    this.name = 'InjectionRefusal';
-  }
 }
 
 /** The outcome of {@link injectionDecision}. */
@@ -246,7 +236,7 @@ export interface Injection {
  * A pod injected already (it has the bootstrap volume, e.g. a copy of an injected pod's spec)
  * gets only a new UUID label and volume, as OSM does: it never gets a second sidecar, and two
  * pods never share a proxy UUID.
- * @throws InjectionRefusal (or its subclasses' fields) naming the pod field, annotation or
+ * @throws InjectionRefusal or InterceptionConfigError naming the pod field, annotation or
  *   MeshConfig field that cannot be applied: an exclusion list that does not parse, a probe
  *   port that does not resolve, an annotation that is not a switch, containers missing.
  */

@@ -17,6 +17,7 @@
  * Pure functions of the pod; no I/O.
  */
 import type { V1Container, V1Pod, V1Probe } from '@kubernetes/client-node';
+import { InjectionRefusal } from './refusal.js';
 
 /** The three probe kinds of a container. */
 export type ProbeKind = 'liveness' | 'readiness' | 'startup';
@@ -50,17 +51,6 @@ export interface OriginalProbe {
   readonly timeoutSeconds: number;
 }
 
-/** A probe that cannot be rewritten; `field` names it in the pod (e.g. `spec.containers[0].livenessProbe.httpGet.port`). */
-export class ProbeRewriteError extends Error {
-  constructor(
-    readonly field: string,
-    message: string,
-  ) {
-    super(`${field}: ${message}`);
-    this.name = 'ProbeRewriteError';
-  }
-}
-
 const PROBE_FIELDS: Readonly<Record<ProbeKind, 'livenessProbe' | 'readinessProbe' | 'startupProbe'>> = {
   liveness: 'livenessProbe',
   readiness: 'readinessProbe',
@@ -74,9 +64,9 @@ function resolvePort(port: unknown, container: V1Container, field: string): numb
     if (/^\d+$/.test(port)) return resolvePort(Number(port), container, field);
     const named = container.ports?.find((p) => p.name === port)?.containerPort;
     if (named !== undefined) return resolvePort(named, container, field);
-    throw new ProbeRewriteError(field, `no port named ${JSON.stringify(port)} in the container's ports`);
+    throw new InjectionRefusal(field, `no port named ${JSON.stringify(port)} in the container's ports`);
   }
-  throw new ProbeRewriteError(field, `${JSON.stringify(port)} is not a port (1 to 65535, or the name of a container port)`);
+  throw new InjectionRefusal(field, `${JSON.stringify(port)} is not a port (1 to 65535, or the name of a container port)`);
 }
 
 /** Rewrites one probe in place; returns what it was, or undefined for an `exec` probe (left alone). */
@@ -86,7 +76,7 @@ function rewriteProbe(probe: V1Probe, kind: ProbeKind, container: V1Container, f
   if (probe.httpGet) {
     const port = resolvePort(probe.httpGet.port, container, `${field}.httpGet.port`);
     const scheme = (probe.httpGet.scheme ?? 'HTTP').toUpperCase();
-    if (scheme !== 'HTTP' && scheme !== 'HTTPS') throw new ProbeRewriteError(`${field}.httpGet.scheme`, `${JSON.stringify(probe.httpGet.scheme)} is neither HTTP nor HTTPS`);
+    if (scheme !== 'HTTP' && scheme !== 'HTTPS') throw new InjectionRefusal(`${field}.httpGet.scheme`, `${JSON.stringify(probe.httpGet.scheme)} is neither HTTP nor HTTPS`);
     const original: OriginalProbe = scheme === 'HTTP' ? { ...base, protocol: 'http', port, path: probe.httpGet.path || '/' } : { ...base, protocol: 'https', port };
     if (scheme === 'HTTP') probe.httpGet.path = `${PROBE_PATHS[kind]}/${container.name}`;
     probe.httpGet.port = PROBE_PORTS[kind];
@@ -109,7 +99,7 @@ function rewriteProbe(probe: V1Probe, kind: ProbeKind, container: V1Container, f
 /**
  * Rewrites the liveness, readiness and startup probes of every container of `pod` in place (see
  * the module comment) and returns the originals, in container order.
- * @throws ProbeRewriteError naming the field when a probe's port is neither a port number nor a
+ * @throws InjectionRefusal naming the field when a probe's port is neither a port number nor a
  *   named port of its container, when an HTTP scheme is unknown, or when two containers have a
  *   gRPC (or HTTPS) probe of the same kind (Envoy could not tell them apart on one port).
  */
@@ -125,7 +115,7 @@ export function rewriteProbes(pod: V1Pod): OriginalProbe[] {
       if (!original) continue;
       if (original.protocol === 'grpc' || original.protocol === 'https') {
         const other = byPort.get(kind);
-        if (other !== undefined) throw new ProbeRewriteError(field, `${other} already has a gRPC or HTTPS ${kind} probe: Envoy's ${kind} port ${PROBE_PORTS[kind]} can pass through only one`);
+        if (other !== undefined) throw new InjectionRefusal(field, `${other} already has a gRPC or HTTPS ${kind} probe: Envoy's ${kind} port ${PROBE_PORTS[kind]} can pass through only one`);
         byPort.set(kind, field);
       }
       originals.push(original);
