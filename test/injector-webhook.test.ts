@@ -277,7 +277,7 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
   it('refuses, naming the field, a pod it must inject but cannot', async () => {
     const cases: [V1Pod, RegExp][] = [
       [bookbuyerPod({ annotations: { 'openservicemesh.io/sidecar-injection': 'maybe' } }), /metadata\.annotations\["openservicemesh\.io\/sidecar-injection"\]: "maybe" is not one of enabled, disabled/],
-      [bookbuyerPod({ annotations: { 'openservicemesh.io/outbound-port-exclusion-list': '22,http' } }), /metadata\.annotations\["openservicemesh\.io\/outbound-port-exclusion-list"\]\[1\]: "http" is not a port/],
+      [bookbuyerPod({ annotations: { 'openservicemesh.io/outbound-port-exclusion-list': '22,http' } }), /Pod bookbuyer\/bookbuyer-5d8f9c-: metadata\.annotations\["openservicemesh\.io\/outbound-port-exclusion-list"\]\[1\]: "http" is not a port/],
       [bookbuyerPod({ annotations: { 'openservicemesh.io/outbound-ip-range-exclusion-list': '10.0.0.0/33' } }), /outbound-ip-range-exclusion-list"\]\[0\]: "10\.0\.0\.0\/33" is not an IP range/],
       [bookbuyerPod({ containers: [{ name: 'c', image: 'i', livenessProbe: { httpGet: { port: 'nope' } } }] }), /spec\.containers\[0\]\.livenessProbe\.httpGet\.port: no port named "nope"/],
       [bookbuyerPod({ containers: [] }), /spec\.containers: the pod has no containers/],

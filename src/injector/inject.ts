@@ -267,7 +267,8 @@ export function injectPod(
     if (i >= 0) throw new InjectionRefusal(`spec.${i < (spec.initContainers ?? []).length ? 'initContainers' : 'containers'}[${i < (spec.initContainers ?? []).length ? i : i - (spec.initContainers ?? []).length}].name`, `a container is already named ${name}, the name of the injected one`);
   }
   // Throws InterceptionConfigError naming the MeshConfig field or annotation.
-  const interception = interceptionOptions(meshConfig, original as unknown as Pod);
+  const named = { ...original, metadata: { ...original.metadata, namespace: namespace.name, name: original.metadata?.name ?? original.metadata?.generateName ?? '' } };
+  const interception = interceptionOptions(meshConfig, named as unknown as Pod);
   const probes = rewriteProbes(pod);
   if (metrics) {
     pod.metadata.annotations = { ...pod.metadata.annotations, 'prometheus.io/scrape': 'true', 'prometheus.io/port': String(PROMETHEUS_PORT), 'prometheus.io/path': PROMETHEUS_PATH };
