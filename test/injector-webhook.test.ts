@@ -5,7 +5,7 @@
  * MutatingWebhookConfiguration's CA bundle are checked.
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import net, { type AddressInfo } from 'node:net';
@@ -340,6 +340,26 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
     await namespaceRemove(loadKubeConfig(kubeconfigFile), ['newcomer'], 'osm', { write: () => undefined });
     assert.equal((server.get('Namespace', undefined, 'newcomer')!.metadata.annotations as Record<string, string> | undefined)?.['openservicemesh.io/sidecar-injection'], undefined);
     assert.equal((await admitPod(pod)).patch.length, 0);
+  });
+
+  it('`trellis injector` runs as a process: it listens, serves HTTPS with the bundle, and stops on SIGTERM', async () => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/helpers/cli-main.ts', 'injector', '--kubeconfig', kubeconfigFile, '--namespace', 'osm-system', '--address', '127.0.0.1:19450', '--ip-address', '127.0.0.1', '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        let out = '';
+        child.stdout.on('data', (d: Buffer) => (out += d.toString()).includes('injector listening on 127.0.0.1:19450') && resolve());
+        child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+        child.once('exit', (code) => reject(new Error(`trellis injector exited ${code}: ${out}`)));
+      });
+      assert.equal((await postToWebhook({ port: 19450, caBundle }, '', { method: 'GET', path: '/healthz' })).status, 200);
+      const { answer } = await admitTo({ port: 19450, caBundle }, bookbuyerPod());
+      assert.equal(answer.allowed, true);
+      assert.equal(answer.patchType, 'JSONPatch');
+    } finally {
+      const exited = new Promise<number | null>((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      assert.equal(await exited, 0);
+    }
   });
 
   it('fails to start without the MutatingWebhookConfiguration, naming it', async () => {
