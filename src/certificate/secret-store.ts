@@ -75,6 +75,21 @@ export async function loadOrCreateCaSecret(options: CaSecretOptions): Promise<Ca
   return { ca: await caFromSecret(winner, where, options), created: false };
 }
 
+/**
+ * Reads the mesh CA from the Secret `<namespace>/<name>` the controller created
+ * ({@link loadOrCreateCaSecret}), never creating one: what the injector and
+ * `trellis bootstrap --kubernetes` sign proxies' certificates with.
+ * @throws Error naming the Secret when it does not exist (start the controller first), does not
+ *   hold a valid CA, or cannot be read.
+ */
+export async function readCaSecret(options: Omit<CaSecretOptions, 'logger'>): Promise<CertificateAuthority> {
+  const name = options.name ?? DEFAULT_CA_SECRET_NAME;
+  const where = `secret ${options.namespace}/${name}`;
+  const secret = await readSecret(options.api, options.namespace, name);
+  if (!secret) throw new Error(`${where} not found: the controller creates the mesh CA there; start it first`);
+  return caFromSecret(secret, where, options);
+}
+
 async function readSecret(api: SecretApi, namespace: string, name: string): Promise<V1Secret | undefined> {
   try {
     return await api.readNamespacedSecret({ name, namespace });

@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { stringify } from 'yaml';
-import { existsSync } from 'node:fs';
-import { CA_CERT_FILE, CertificateAuthority } from '../certificate/authority.js';
+import type { CertificateAuthority } from '../certificate/authority.js';
+import { loadExistingCa } from '../injector/ca.js';
 import { CertificateManager } from '../certificate/manager.js';
 import { envoyBootstrap } from '../envoy/bootstrap.js';
 import { proxyCommonName, type CommonName } from '../proxy/types.js';
@@ -18,8 +18,10 @@ export interface BootstrapCommandOptions {
   readonly serviceAccount: string;
   /** Output directory for bootstrap.yaml, cert.pem, key.pem, ca.pem. */
   readonly out: string;
-  /** The controller's state directory (where the CA lives). */
+  /** The controller's state directory (where the CA lives); ignored when `ca` is given. */
   readonly stateDir: string;
+  /** The mesh CA (e.g. read from the controller's Secret with `--kubernetes`) instead of `stateDir`'s. */
+  readonly ca?: CertificateAuthority;
   /** `host:port` of the controller's mTLS ADS listener. */
   readonly xdsAddress: string;
   /** Proxy UUID (default: a random one). */
@@ -47,18 +49,12 @@ export interface BootstrapResult {
  *   be loaded, the names are not DNS labels, the UUID is not one, or a file cannot be written.
  */
 export async function writeProxyBootstrap(options: BootstrapCommandOptions): Promise<BootstrapResult> {
-  // A bootstrap signed by a CA the controller doesn't use would be refused at connect time:
-  // never create a CA here, only use the controller's.
-  if (!existsSync(path.join(options.stateDir, CA_CERT_FILE))) {
-    throw new Error(
-      `no mesh CA in ${path.resolve(options.stateDir)}: start the controller first, or pass the controller's --state-dir`,
-    );
-  }
   for (const [flag, value] of [['--namespace', options.namespace], ['--service-account', options.serviceAccount]] as const) {
     if (!DNS_LABEL.test(value)) throw new Error(`${flag} "${value}" is not a DNS label (lower-case letters, digits and '-', at most 63)`);
   }
   if (options.uuid !== undefined && !UUID.test(options.uuid)) throw new Error(`--uuid "${options.uuid}" is not a UUID`);
-  const ca = await CertificateAuthority.loadOrCreate(options.stateDir);
+  // Never a new CA: only the controller's (see loadExistingCa).
+  const ca = options.ca ?? (await loadExistingCa(options.stateDir));
   const manager = new CertificateManager({ ca });
   const uuid = options.uuid ?? randomUUID();
   const commonName = proxyCommonName(uuid, 'sidecar', options.namespace, options.serviceAccount);

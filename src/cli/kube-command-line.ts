@@ -32,11 +32,14 @@ export function registerKubeCommands(program: Command): void {
   const namespace = program.command('namespace').description('add namespaces to the mesh, remove them, list them (the openservicemesh.io/monitored-by label)');
   const meshOptions = (c: Command): Command =>
     c.option('--mesh-name <name>', 'mesh name', 'osm').option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)');
-  meshOptions(namespace.command('add').argument('<namespace...>').description('label namespaces as monitored by the mesh')).action(
-    (names: string[], opts: { meshName: string; kubeconfig?: string }) =>
-      run('namespace add', opts.kubeconfig, (commands, kubeConfig) => commands.namespaceAdd(kubeConfig, names, opts.meshName, stdout)),
-  );
-  meshOptions(namespace.command('remove').argument('<namespace...>').description('remove the mesh label from namespaces')).action(
+  meshOptions(namespace.command('add').argument('<namespace...>').description('label namespaces as monitored by the mesh and enable sidecar injection in them'))
+    .option('--disable-sidecar-injection', 'annotate openservicemesh.io/sidecar-injection: disabled instead of enabled', false)
+    .action((names: string[], opts: { meshName: string; kubeconfig?: string; disableSidecarInjection: boolean }) =>
+      run('namespace add', opts.kubeconfig, (commands, kubeConfig) =>
+        commands.namespaceAdd(kubeConfig, names, opts.meshName, stdout, { disableSidecarInjection: opts.disableSidecarInjection }),
+      ),
+    );
+  meshOptions(namespace.command('remove').argument('<namespace...>').description('remove the mesh label and the sidecar-injection annotation from namespaces')).action(
     (names: string[], opts: { meshName: string; kubeconfig?: string }) =>
       run('namespace remove', opts.kubeconfig, (commands, kubeConfig) => commands.namespaceRemove(kubeConfig, names, opts.meshName, stdout)),
   );

@@ -4,6 +4,7 @@
  * it `@kubernetes/client-node`, only when one of them runs.
  */
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig, type V1Namespace } from '@kubernetes/client-node';
+import { SIDECAR_INJECTION_ANNOTATION } from '../injector/inject.js';
 import { PROXY_UUID_LABEL } from '../proxy/pod-check.js';
 import { MONITORED_BY_LABEL } from '../sources/kubernetes/kubernetes-source.js';
 import { apiErrorMessage, apiStatusCode } from '../util/kube-api.js';
@@ -15,10 +16,18 @@ export interface CommandOutput {
 
 /**
  * `trellis namespace add NS…`: labels each namespace `openservicemesh.io/monitored-by=<mesh>`
- * with a JSON merge PATCH (as `osm namespace add` does).
+ * and annotates it `openservicemesh.io/sidecar-injection: enabled` (`disabled` with
+ * `disableSidecarInjection`) with a JSON merge PATCH, as `osm namespace add` does: the sidecar
+ * injector then injects its new pods.
  * @throws Error when a namespace does not exist, is already in another mesh, or the API refuses.
  */
-export async function namespaceAdd(kubeConfig: KubeConfig, names: readonly string[], meshName: string, out: CommandOutput): Promise<void> {
+export async function namespaceAdd(
+  kubeConfig: KubeConfig,
+  names: readonly string[],
+  meshName: string,
+  out: CommandOutput,
+  options: { disableSidecarInjection?: boolean } = {},
+): Promise<void> {
   const api = kubeConfig.makeApiClient(CoreV1Api);
   for (const name of names) {
     const current = await readNamespace(api, name);
@@ -28,14 +37,15 @@ export async function namespaceAdd(kubeConfig: KubeConfig, names: readonly strin
       continue;
     }
     if (other !== undefined) throw new Error(`namespace ${name} is already part of mesh ${other}; remove it from that mesh first`);
-    await patchLabels(api, name, { [MONITORED_BY_LABEL]: meshName });
-    out.write(`namespace ${name} added to mesh ${meshName}\n`);
+    const injection = options.disableSidecarInjection === true ? 'disabled' : 'enabled';
+    await patchMetadata(api, name, { labels: { [MONITORED_BY_LABEL]: meshName }, annotations: { [SIDECAR_INJECTION_ANNOTATION]: injection } });
+    out.write(`namespace ${name} added to mesh ${meshName} (sidecar injection ${injection})\n`);
   }
 }
 
 /**
- * `trellis namespace remove NS…`: removes the monitoring label (merge PATCH with `null`) from each
- * namespace that is in `meshName`.
+ * `trellis namespace remove NS…`: removes the monitoring label and the sidecar-injection
+ * annotation (merge PATCH with `null`) from each namespace that is in `meshName`.
  * @throws Error when a namespace does not exist, belongs to another mesh, or the API refuses.
  */
 export async function namespaceRemove(kubeConfig: KubeConfig, names: readonly string[], meshName: string, out: CommandOutput): Promise<void> {
@@ -48,7 +58,7 @@ export async function namespaceRemove(kubeConfig: KubeConfig, names: readonly st
       continue;
     }
     if (mesh !== meshName) throw new Error(`namespace ${name} is part of mesh ${mesh}, not ${meshName}`);
-    await patchLabels(api, name, { [MONITORED_BY_LABEL]: null });
+    await patchMetadata(api, name, { labels: { [MONITORED_BY_LABEL]: null }, annotations: { [SIDECAR_INJECTION_ANNOTATION]: null } });
     out.write(`namespace ${name} removed from mesh ${meshName}\n`);
   }
 }
@@ -109,9 +119,9 @@ async function readNamespace(api: CoreV1Api, name: string): Promise<V1Namespace>
   }
 }
 
-async function patchLabels(api: CoreV1Api, name: string, labels: Record<string, string | null>): Promise<void> {
+async function patchMetadata(api: CoreV1Api, name: string, metadata: { labels: Record<string, string | null>; annotations: Record<string, string | null> }): Promise<void> {
   try {
-    await api.patchNamespace({ name, body: { metadata: { labels } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    await api.patchNamespace({ name, body: { metadata } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
   } catch (err) {
     throw new Error(`cannot update namespace ${name}: ${apiErrorMessage(err)}`);
   }

@@ -4,6 +4,7 @@ import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { StartError } from '../controller/lifecycle.js';
 import { runController } from '../main.js';
 import { writeProxyBootstrap } from './bootstrap-command.js';
+import { registerInjectorCommands } from './injector-command.js';
 import { registerKubeCommands } from './kube-command-line.js';
 import { registerLabCommands } from './lab-command.js';
 import { registerLabToolCommands } from './lab-tools-command.js';
@@ -143,9 +144,21 @@ export async function main(argv: readonly string[]): Promise<void> {
     .option('--uuid <uuid>', 'proxy UUID (default: random)')
     .option('--delta', 'incremental xDS (ads_config.api_type DELTA_GRPC) instead of state of the world', false)
     .option('--admin-socket <path>', 'serve Envoy\'s admin interface on this Unix socket instead of 127.0.0.1:15000')
-    .action(async (opts: { namespace: string; serviceAccount: string; out: string; stateDir: string; xdsAddress: string; uuid?: string; delta: boolean; adminSocket?: string }) => {
+    .option('--kubernetes', "take the CA from the controller's Secret (--ca-secret in --ca-namespace) instead of --state-dir", false)
+    .option('--kubeconfig <file>', 'kubeconfig for --kubernetes (default: in-cluster, $KUBECONFIG or ~/.kube/config)')
+    .option('--ca-secret <name>', "the controller's CA Secret", 'trellis-ca')
+    .option('--ca-namespace <ns>', "the controller's namespace ($POD_NAMESPACE, else osm-system)", process.env.POD_NAMESPACE || 'osm-system')
+    .action(async (opts: {
+      namespace: string; serviceAccount: string; out: string; stateDir: string; xdsAddress: string; uuid?: string; delta: boolean; adminSocket?: string;
+      kubernetes: boolean; kubeconfig?: string; caSecret: string; caNamespace: string;
+    }) => {
       try {
-        const result = await writeProxyBootstrap({ ...opts, adminSocketPath: opts.adminSocket });
+        let ca;
+        if (opts.kubernetes || opts.kubeconfig !== undefined) {
+          const [{ readCaSecret, secretApiFor }, { loadKubeConfig }] = await Promise.all([import('../certificate/secret-store.js'), import('../sources/kubernetes/kubernetes-source.js')]);
+          ca = await readCaSecret({ api: secretApiFor(loadKubeConfig(opts.kubeconfig)), namespace: opts.caNamespace, name: opts.caSecret });
+        }
+        const result = await writeProxyBootstrap({ ...opts, adminSocketPath: opts.adminSocket, ca });
         process.stdout.write(`${result.commonName}\n${Object.values(result.files).join('\n')}\n`);
       } catch (err) {
         process.stderr.write(`trellis bootstrap: ${err instanceof Error ? err.message : String(err)}\n`);
@@ -154,6 +167,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     });
 
   registerKubeCommands(program);
+  registerInjectorCommands(program);
   registerLabCommands(program, registerLabToolCommands);
 
   await program.parseAsync([...argv]);

@@ -285,18 +285,21 @@ function run(argv: readonly string[], input?: string): Promise<{ code: number | 
 
 /**
  * Sets up the interception rules of `options` in the network namespace `netns`
- * (`ip netns exec <netns> iptables-restore --noflush`, one transaction: all rules or none).
- * Needs root (CAP_NET_ADMIN) and iptables.
+ * (`ip netns exec <netns> iptables-restore --noflush`, one transaction: all rules or none), or,
+ * with `netns` undefined, in the caller's own (what the injected `osm-init` container runs, via
+ * `trellis iptables-init`). Needs root (CAP_NET_ADMIN) and iptables.
  * @throws InterceptionConfigError when an option is invalid (nothing is run); an Error naming
  *   the namespace when its nat table already has {@link INTERCEPTION_CHAINS} (the rules are set
  *   up once, as by an init container) or when iptables fails (with its message).
  */
-export async function applyInterception(netns: string, options: InterceptionOptions): Promise<void> {
+export async function applyInterception(netns: string | undefined, options: InterceptionOptions): Promise<void> {
   const rules = interceptionRules(options);
-  const existing = await run(['ip', 'netns', 'exec', netns, 'iptables-save', '-t', 'nat']);
+  const inNetns = netns === undefined ? [] : ['ip', 'netns', 'exec', netns];
+  netns ??= 'of this process';
+  const existing = await run([...inNetns, 'iptables-save', '-t', 'nat']);
   if (existing.code !== 0) throw new Error(`network namespace ${netns}: iptables-save -t nat failed (exit ${existing.code}): ${existing.stderr.trim()}`);
   const present = Object.values(INTERCEPTION_CHAINS).filter((chain) => existing.stdout.split('\n').some((line) => line.startsWith(`:${chain} `)));
   if (present.length > 0) throw new Error(`network namespace ${netns}: traffic interception is already set up (nat chains ${present.join(', ')} exist)`);
-  const applied = await run(['ip', 'netns', 'exec', netns, 'iptables-restore', '--noflush'], rules);
+  const applied = await run([...inNetns, 'iptables-restore', '--noflush'], rules);
   if (applied.code !== 0) throw new Error(`network namespace ${netns}: iptables-restore failed (exit ${applied.code}): ${applied.stderr.trim()}`);
 }
