@@ -133,7 +133,7 @@ export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
  * connection's handshake timer running while the server works through the others (which reset
  * the last ones: `ERR_TLS_HANDSHAKE_TIMEOUT`, the client sees `ECONNRESET`).
  */
-export const MAX_CONCURRENT_TLS_HANDSHAKES = 256;
+export const MAX_CONCURRENT_TLS_HANDSHAKES = 512;
 
 /**
  * Accepted connections a {@link MutualTlsOptions} listener holds waiting for a handshake slot;
