@@ -86,20 +86,14 @@ function main(): void {
             sets.set('before', await buildSnapshots(msg.manifests, proxies, certificates));
             sets.set('after', await buildSnapshots(msg.manifestsAfter, proxies, certificates));
             ads = new AdsServer({ watcher: cache });
-            let credentials = grpc.ServerCredentials.createInsecure();
-            if (msg.transport === 'mtls') {
-              const server = await certificates.issueServerCertificate({});
-              credentials = grpc.ServerCredentials.createSsl(
-                Buffer.from(certificates.caPem),
-                [{ cert_chain: Buffer.from(server.certPem), private_key: Buffer.from(server.keyPem) }],
-                true,
-              );
-            }
-            const port = await ads.start({
-              address: '127.0.0.1:0',
-              credentials,
-              authenticate: msg.transport === 'mtls' ? authenticateFromPeerCertificate : authenticateFromNodeId,
-            });
+            // The controller's own listeners: mTLS done by the server (Node's TLS, its handshake
+            // admission), or plaintext.
+            const server = msg.transport === 'mtls' ? await certificates.issueServerCertificate({}) : undefined;
+            const port = await ads.start(
+              server
+                ? { address: '127.0.0.1:0', mutualTls: { caPem: certificates.caPem, certPem: server.certPem, keyPem: server.keyPem }, authenticate: authenticateFromPeerCertificate }
+                : { address: '127.0.0.1:0', credentials: grpc.ServerCredentials.createInsecure(), authenticate: authenticateFromNodeId },
+            );
             reply({ reply: 'build', port, buildMs: nowMs() - start });
             break;
           }

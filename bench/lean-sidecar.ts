@@ -251,6 +251,8 @@ export interface Sidecar {
   readonly markBytes: number;
   readonly markLastAck: number;
   readonly ended: { code: number; details: string } | undefined;
+  /** Connections that failed before the stream got a response and were tried again (see {@link CONNECT_RETRY}). */
+  readonly reconnects: number;
   /** Opens the channel and the stream and sends the first CDS and LDS requests. */
   connect(address: string, credentials: grpc.ChannelCredentials, maxReceiveBytes: number): void;
   /** Starts a new measurement window. */
@@ -267,12 +269,23 @@ export interface SidecarObserver {
   onSynced(sidecar: Sidecar): void;
   /** The stream ended. */
   onEnded(sidecar: Sidecar, status: { code: number; details: string }): void;
+  /** The connection failed before any response (`status`) and is tried again after a backoff. */
+  onReconnect?(sidecar: Sidecar, status: { code: number; details: string }): void;
   /** The lean extraction disagreed with the full decode (only when `verify`). */
   onVerifyMismatch(sidecar: Sidecar, message: string): void;
 }
 
 /** The types whose resources a sidecar asks for by name (the others are wildcard: CDS, LDS). */
 export const PER_NAME_TYPES = [TypeUrl.ClusterLoadAssignment, TypeUrl.RouteConfiguration, TypeUrl.Secret] as const;
+
+/**
+ * How a simulated sidecar retries a connection that failed before its stream got any response
+ * (`UNAVAILABLE`: refused, reset, handshake failed), as Envoy's xDS gRPC stream does: after a
+ * jittered exponential backoff (a uniform random delay below `baseMs × 2^attempt`, at most
+ * `maxMs`; Envoy's 500 ms and 30 s), at most `attempts` times. A stream that got a response
+ * and then ended is not retried (the bench counts it as ended).
+ */
+export const CONNECT_RETRY = { baseMs: 500, maxMs: 30_000, attempts: 8 } as const;
 
 /**
  * The gRPC channel options of a simulated sidecar: its own subchannel (its own TCP connection),
@@ -299,6 +312,7 @@ export abstract class SidecarStream implements Sidecar {
   markBytes = 0;
   markLastAck = 0;
   ended: { code: number; details: string } | undefined;
+  reconnects = 0;
   protected call: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
   /** Whether the next request is the stream's first (which carries the node). */
   protected first = true;
@@ -309,6 +323,9 @@ export abstract class SidecarStream implements Sidecar {
   /** The names held, per by-name type. */
   protected readonly have = new Map<string, Set<string>>();
   private client: grpc.Client | undefined;
+  private target: { address: string; credentials: grpc.ChannelCredentials; maxReceiveBytes: number } | undefined;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private closed = false;
   /** On plaintext the controller never sends the `service-cert` Secret (no key there): not waited for. */
   private serviceCertExpected = true;
 
@@ -322,12 +339,39 @@ export abstract class SidecarStream implements Sidecar {
   /** Opens the channel and the stream and sends the first (wildcard) CDS and LDS requests. */
   connect(address: string, credentials: grpc.ChannelCredentials, maxReceiveBytes: number): void {
     this.serviceCertExpected = credentials._isSecure();
-    this.client = new grpc.Client(address, credentials, sidecarChannelOptions(credentials, maxReceiveBytes));
-    const call = this.client.makeBidiStreamRequest(this.method, (b: Buffer) => b, (b: Buffer) => b);
+    this.target = { address, credentials, maxReceiveBytes };
+    this.open();
+  }
+
+  /** Opens a channel and the stream; a connection failure before any response is retried ({@link CONNECT_RETRY}). */
+  private open(): void {
+    const { address, credentials, maxReceiveBytes } = this.target!;
+    const client = new grpc.Client(address, credentials, sidecarChannelOptions(credentials, maxReceiveBytes));
+    this.client = client;
+    const call = client.makeBidiStreamRequest(this.method, (b: Buffer) => b, (b: Buffer) => b);
     this.call = call;
-    call.on('data', (buf: Buffer) => this.onData(buf));
-    call.on('error', (err: grpc.ServiceError) => this.end({ code: err.code ?? grpc.status.UNKNOWN, details: err.details ?? err.message }));
-    call.on('status', (s: grpc.StatusObject) => this.end({ code: s.code, details: s.details }));
+    let received = false;
+    let over = false;
+    const ended = (status: { code: number; details: string }): void => {
+      if (over) return;
+      over = true;
+      if (!received && !this.closed && status.code === grpc.status.UNAVAILABLE && this.reconnects < CONNECT_RETRY.attempts) {
+        client.close();
+        const delay = Math.random() * Math.min(CONNECT_RETRY.maxMs, CONNECT_RETRY.baseMs * 2 ** this.reconnects);
+        this.reconnects++;
+        this.first = true;
+        this.observer.onReconnect?.(this, status);
+        this.retryTimer = setTimeout(() => this.open(), delay);
+        return;
+      }
+      this.end(status);
+    };
+    call.on('data', (buf: Buffer) => {
+      received = true;
+      this.onData(buf);
+    });
+    call.on('error', (err: grpc.ServiceError) => ended({ code: err.code ?? grpc.status.UNKNOWN, details: err.details ?? err.message }));
+    call.on('status', (s: grpc.StatusObject) => ended({ code: s.code, details: s.details }));
     this.requestWildcards();
   }
 
@@ -340,6 +384,8 @@ export abstract class SidecarStream implements Sidecar {
 
   /** Cancels the stream and closes the channel. */
   close(): void {
+    this.closed = true;
+    clearTimeout(this.retryTimer);
     this.call?.cancel();
     this.client?.close();
   }

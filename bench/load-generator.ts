@@ -73,6 +73,12 @@ export interface GeneratorSynced {
   /** Per proxy: monotonic ms when its first full configuration was ACKed, or null. */
   syncedAt: (number | null)[];
   ended: number;
+  /** Connections retried after failing before any response (all proxies; see `CONNECT_RETRY`). */
+  reconnects: number;
+  /** Proxies that needed at least one such retry. */
+  reconnectedProxies: number;
+  /** Up to 5 distinct statuses of the failed connections retried. */
+  reconnectErrors: string[];
   /** Up to 5 distinct stream end statuses. */
   errors: string[];
   verifyMismatches: string[];
@@ -89,6 +95,7 @@ class Generator implements SidecarObserver {
   private syncedCount = 0;
   private endedCount = 0;
   private readonly errors = new Set<string>();
+  private readonly reconnectErrors = new Set<string>();
   private readonly mismatches: string[] = [];
   private syncWaiter: (() => void) | undefined;
   private markUpdated = 0;
@@ -130,6 +137,7 @@ class Generator implements SidecarObserver {
     this.syncedCount = 0;
     this.endedCount = 0;
     this.errors.clear();
+    this.reconnectErrors.clear();
     this.mismatches.length = 0;
     this.totalBytes = 0;
     this.mark();
@@ -161,6 +169,9 @@ class Generator implements SidecarObserver {
       reply: 'waitSynced',
       syncedAt: this.sidecars.map((s) => s.syncedAt ?? null),
       ended: this.endedCount,
+      reconnects: this.sidecars.reduce((n, s) => n + s.reconnects, 0),
+      reconnectedProxies: this.sidecars.filter((s) => s.reconnects > 0).length,
+      reconnectErrors: [...this.reconnectErrors],
       errors: [...this.errors],
       verifyMismatches: [...this.mismatches],
       bytes: this.totalBytes,
@@ -219,6 +230,10 @@ class Generator implements SidecarObserver {
     this.endedCount++;
     if (this.errors.size < MAX_ERRORS) this.errors.add(`${grpc.status[status.code] ?? status.code}: ${status.details}`);
     this.syncWaiter?.();
+  }
+
+  onReconnect(_sidecar: Sidecar, status: { code: number; details: string }): void {
+    if (this.reconnectErrors.size < MAX_ERRORS) this.reconnectErrors.add(`${grpc.status[status.code] ?? status.code}: ${status.details}`);
   }
 
   onVerifyMismatch(_sidecar: Sidecar, message: string): void {

@@ -79,7 +79,7 @@ export function markdownReport(title: string, results: BenchResults, details: Be
   out.push(...envoySection(runs, det));
   const notes = runs
     .map((r) => ({ r, d: det.get(runKey(r)) }))
-    .filter(({ d }) => d && (d.failure || d.initial_sync.streams_ended > 0 || d.large_responses > 0 || d.initial_sync.verify_mismatches.length > 0));
+    .filter(({ d }) => d && (d.failure || d.initial_sync.streams_ended > 0 || (d.initial_sync.reconnects?.total ?? 0) > 0 || (d.floor_reconnects?.total ?? 0) > 0 || d.large_responses > 0 || d.initial_sync.verify_mismatches.length > 0));
   out.push('', '## Other floors', '', '| run | open-streams floor ms | change floor ms | floor build ms |', '| --- | ---: | ---: | ---: |');
   for (const r of runs) {
     const d = det.get(runKey(r));
@@ -91,6 +91,11 @@ export function markdownReport(title: string, results: BenchResults, details: Be
       const parts: string[] = [];
       if (d!.failure) parts.push(`failed: ${d!.failure}`);
       if (d!.initial_sync.streams_ended > 0) parts.push(`${d!.initial_sync.streams_ended} streams ended: ${d!.initial_sync.errors.join('; ')}`);
+      const retried = (what: string, r: { total: number; proxies: number; errors: string[] } | undefined): void => {
+        if (r && r.total > 0) parts.push(`${what}: ${r.total} connections retried by ${r.proxies} proxies (${r.errors.join('; ')})`);
+      };
+      retried('initial sync', d!.initial_sync.reconnects);
+      retried('floor connect-and-sync', d!.floor_reconnects);
       if (d!.large_responses > 0) parts.push(`${d!.large_responses} "large xDS response" warnings`);
       if (d!.initial_sync.verify_mismatches.length > 0) parts.push(`lean decoding mismatch: ${d!.initial_sync.verify_mismatches[0]}`);
       out.push(`- ${runKey(r)}: ${parts.join('; ')}`);

@@ -123,6 +123,13 @@ export interface RunDetails {
     max_ms: number | null;
     synced: number;
     streams_ended: number;
+    /**
+     * Connections the simulated sidecars tried again after one failed before any response (a
+     * jittered exponential backoff, as Envoy's; `CONNECT_RETRY` in lean-sidecar.ts), the proxies
+     * that needed it and up to 5 of the failures. Absent before 2026-12-02 (no retry: such a
+     * stream ended).
+     */
+    reconnects?: { total: number; proxies: number; errors: string[] };
     errors: string[];
     verify_mismatches: string[];
     cpu_s: number;
@@ -137,6 +144,8 @@ export interface RunDetails {
   floor_change_ms: number | null;
   /** Time for N streams already open to ACK their full configuration after a `setSnapshot` of all (ms). */
   floor_open_streams_ms?: number | null;
+  /** The floor's connect-and-sync: connections retried, as {@link RunDetails.initial_sync}'s `reconnects`. */
+  floor_reconnects?: { total: number; proxies: number; errors: string[] };
   floor_build_ms: number | null;
   scenarios: Partial<Record<ScenarioName, ScenarioDetails>>;
   /** Controller log lines at warn or above (the log level is warn), and how many were "large xDS response". */

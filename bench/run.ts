@@ -307,6 +307,7 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       max_ms: round(times.at(-1) ?? null),
       synced: times.length,
       streams_ended: synced.ended,
+      reconnects: { total: synced.reconnects, proxies: synced.reconnectedProxies, errors: synced.reconnectErrors },
       errors: synced.errors,
       verify_mismatches: synced.verifyMismatches,
       cpu_s: round(after.cpuS - before.cpuS, 2)!,
@@ -315,7 +316,7 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       generator_cpu_s: round(synced.generatorCpuS, 2)!,
     };
     run.initial_sync_ms = times.length === config.proxies ? round(times.at(-1)!) : null;
-    log(`${key}: initial sync ${times.length}/${config.proxies} proxies, max ${details.initial_sync.max_ms} ms, ${synced.ended} streams ended ${synced.errors.join('; ')}`);
+    log(`${key}: initial sync ${times.length}/${config.proxies} proxies, max ${details.initial_sync.max_ms} ms, ${synced.ended} streams ended ${synced.errors.join('; ')}; ${synced.reconnects} connections retried (${synced.reconnectedProxies} proxies) ${synced.reconnectErrors.join('; ')}`);
     if (envoyRun) {
       const e = envoyRun.result.initial_sync;
       const a = envoyRun.result.initial_sync_after_admin_up;
@@ -422,6 +423,8 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       const fc = await fresh.request<GeneratorSynced>({ cmd: 'waitSynced', timeoutMs: settings.syncTimeoutMs }, settings.syncTimeoutMs + 60_000);
       const fct = fc.syncedAt.filter((t): t is number => t !== null);
       run.floor_ms = fct.length === config.proxies ? round(Math.max(...fct) - floorConnectAt) : null;
+      details.floor_reconnects = { total: fc.reconnects, proxies: fc.reconnectedProxies, errors: fc.reconnectErrors };
+      log(`${key}: floor connect-and-sync: ${fct.length}/${config.proxies} synced, ${fc.ended} streams ended ${fc.errors.join('; ')}; ${fc.reconnects} connections retried (${fc.reconnectedProxies} proxies) ${fc.reconnectErrors.join('; ')}`);
       log(`${key}: floor ${run.floor_ms} ms (connect and full configuration), ${details.floor_open_streams_ms} ms (full configuration, streams open), ${details.floor_change_ms} ms (mesh-config change, ${changed.length} proxies)`);
     }
   } catch (err) {

@@ -118,8 +118,37 @@ export interface MutualTlsOptions {
   readonly keyPem: string;
 }
 
-/** Longest a client may take to complete the TLS handshake of a {@link MutualTlsOptions} listener, in ms. */
+/**
+ * Longest a client may take to complete the TLS handshake of a {@link MutualTlsOptions} listener,
+ * in ms, counted from when the server starts the handshake (not from the TCP accept: see
+ * {@link MAX_CONCURRENT_TLS_HANDSHAKES}).
+ */
 export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
+
+/**
+ * TLS handshakes a {@link MutualTlsOptions} listener runs at once. The connections accepted
+ * beyond it wait, paused and without a timer, in a FIFO of at most {@link MAX_QUEUED_CONNECTIONS},
+ * and start their handshake as earlier ones finish: a fleet reconnecting at once (10 000 Envoys
+ * after a controller restart) is handshaken at the speed the server has, instead of every
+ * connection's handshake timer running while the server works through the others (which reset
+ * the last ones: `ERR_TLS_HANDSHAKE_TIMEOUT`, the client sees `ECONNRESET`).
+ */
+export const MAX_CONCURRENT_TLS_HANDSHAKES = 512;
+
+/**
+ * Accepted connections a {@link MutualTlsOptions} listener holds waiting for a handshake slot;
+ * one more is closed at once and counted as refused (`reason="overloaded"`).
+ */
+export const MAX_QUEUED_CONNECTIONS = 65_536;
+
+/**
+ * Listen backlog of every ADS listener: connections the kernel completes and holds until the
+ * server accepts them (Linux caps it at `net.core.somaxconn`, 4096 by default since 5.4). Node's
+ * default, 511, overflows when a fleet reconnects while the event loop is busy: the kernel then
+ * drops SYNs and final ACKs (`TcpExtListenOverflows`), and resets connections whose half-open
+ * state expired (`ECONNRESET` at the client).
+ */
+export const LISTEN_BACKLOG = 65_535;
 
 /** One listening address of the server, with how its streams are authenticated. */
 export interface ListenOptions {
@@ -134,6 +163,10 @@ export interface ListenOptions {
   readonly mutualTls?: MutualTlsOptions;
   /** {@link authenticateFromPeerCertificate} for mTLS listeners, {@link authenticateFromNodeId} for plaintext ones. */
   readonly authenticate: Authenticate;
+  /** `mutualTls` only: handshakes at once (default {@link MAX_CONCURRENT_TLS_HANDSHAKES}). */
+  readonly maxConcurrentHandshakes?: number;
+  /** `mutualTls` only: the handshake timeout in ms (default {@link TLS_HANDSHAKE_TIMEOUT_MS}). */
+  readonly tlsHandshakeTimeoutMs?: number;
 }
 
 /**
@@ -478,10 +511,83 @@ function peerOf(socket: net.Socket): string {
   return `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
 }
 
+/** `address:port` of a socket's client, the key a TLS socket and the connection it wraps share. */
+function peerKey(socket: net.Socket): string | undefined {
+  return socket.remoteAddress === undefined ? undefined : `${socket.remoteAddress}:${socket.remotePort}`;
+}
+
+/**
+ * Admission of accepted connections to TLS handshakes: at most `concurrent` in a handshake, the
+ * others waiting paused in a FIFO of at most `queued`. A slot is freed when its handshake ends
+ * ({@link HandshakeQueue.finished} with the TLS socket, from the TLS server's secure connection or
+ * `tlsClientError`) or its connection closes, whichever comes first.
+ */
+class HandshakeQueue {
+  private readonly waiting: (net.Socket | undefined)[] = [];
+  private head = 0;
+  /** Connections in a handshake, by {@link peerKey}, with their slot's release. */
+  private readonly running = new Map<string, () => void>();
+  private inFlight = 0;
+
+  constructor(
+    private readonly concurrent: number,
+    private readonly queued: number,
+    private readonly start: (socket: net.Socket) => void,
+  ) {}
+
+  /** Queues an accepted (paused) connection; false when the queue is full (the caller closes it). */
+  add(socket: net.Socket): boolean {
+    if (this.waiting.length - this.head >= this.queued) return false;
+    this.waiting.push(socket);
+    this.next();
+    return true;
+  }
+
+  /** The handshake of this TLS socket ended (either way): frees its slot. */
+  finished(socket: net.Socket): void {
+    const key = peerKey(socket);
+    if (key !== undefined) this.running.get(key)?.();
+  }
+
+  /** Closes the connections still waiting (the listener stops). */
+  closeWaiting(): void {
+    const waiting = this.waiting.splice(0);
+    this.head = 0;
+    for (const socket of waiting) socket?.destroy();
+  }
+
+  private next(): void {
+    while (this.inFlight < this.concurrent && this.head < this.waiting.length) {
+      const socket = this.waiting[this.head];
+      this.waiting[this.head++] = undefined;
+      if (this.head > 1024 && this.head * 2 > this.waiting.length) {
+        this.waiting.splice(0, this.head);
+        this.head = 0;
+      }
+      if (!socket || socket.destroyed) continue;
+      const key = peerKey(socket);
+      let released = false;
+      const release = (): void => {
+        if (released) return;
+        released = true;
+        this.inFlight--;
+        if (key !== undefined && this.running.get(key) === release) this.running.delete(key);
+        this.next();
+      };
+      this.inFlight++;
+      if (key !== undefined) this.running.set(key, release);
+      socket.once('close', release);
+      this.start(socket);
+    }
+  }
+}
+
 /** A bound listener: the socket server we listen with and the gRPC server its connections go to. */
 interface Listener {
   readonly socketServer: net.Server;
   readonly grpcServer: grpc.Server;
+  /** mTLS listeners: the connections waiting for a handshake. */
+  readonly handshakes: HandshakeQueue | undefined;
 }
 
 /**
@@ -561,7 +667,7 @@ export class AdsServer {
       labelNames: ['reason'],
       registers: [registry],
     });
-    for (const reason of ['no_client_certificate', 'untrusted_certificate', 'server_certificate_refused', 'tls_handshake', 'unauthenticated', 'uuid_conflict']) this.refusals.inc({ reason }, 0);
+    for (const reason of ['no_client_certificate', 'untrusted_certificate', 'server_certificate_refused', 'tls_handshake', 'overloaded', 'unauthenticated', 'uuid_conflict']) this.refusals.inc({ reason }, 0);
     this.hooks = options.hooks ?? {};
   }
 
@@ -586,6 +692,7 @@ export class AdsServer {
     grpcServer.addService(adsServiceDefinition(), implementation);
     const injector = grpcServer.createConnectionInjector(listen.credentials ?? grpc.ServerCredentials.createInsecure());
     let socketServer: net.Server;
+    let handshakes: HandshakeQueue | undefined;
     if (listen.mutualTls) {
       const m = listen.mutualTls;
       const tlsServer = tls.createServer(
@@ -600,9 +707,10 @@ export class AdsServer {
           rejectUnauthorized: false,
           ALPNProtocols: ['h2'],
           minVersion: 'TLSv1.2',
-          handshakeTimeout: TLS_HANDSHAKE_TIMEOUT_MS,
+          handshakeTimeout: listen.tlsHandshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS,
         },
         (socket) => {
+          handshakes?.finished(socket);
           // Errors after the handshake end the connection's HTTP/2 session; nothing to log here.
           socket.on('error', () => undefined);
           if (!socket.authorized) {
@@ -616,16 +724,24 @@ export class AdsServer {
         },
       );
       tlsServer.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
+        handshakes?.finished(socket);
         const reason = tlsRefusalReason(err.code, !/PEER_DID_NOT_RETURN_A_CERTIFICATE/.test(err.code ?? ''));
         this.onRefused({ reason, details: `TLS handshake failed (${err.code ?? 'no code'}): ${err.message.trim()}`, peer: peerOf(socket), streamId: 0 }, listen.address);
       });
-      socketServer = tlsServer;
+      // Node's TLS server never listens itself: connections are accepted paused and handed to it
+      // (its 'connection' event) when a handshake slot is free.
+      handshakes = new HandshakeQueue(listen.maxConcurrentHandshakes ?? MAX_CONCURRENT_TLS_HANDSHAKES, MAX_QUEUED_CONNECTIONS, (socket) => tlsServer.emit('connection', socket));
+      socketServer = net.createServer({ pauseOnConnect: true }, (socket) => {
+        if (handshakes?.add(socket)) return;
+        this.onRefused({ reason: 'overloaded', details: `${MAX_QUEUED_CONNECTIONS} connections already wait for a TLS handshake`, peer: peerOf(socket), streamId: 0 }, listen.address);
+        socket.destroy();
+      });
     } else {
       socketServer = net.createServer((socket) => injector.injectConnection(socket));
     }
     const bound = await new Promise<number>((resolve, reject) => {
       socketServer.once('error', reject);
-      socketServer.listen({ host: host || undefined, port }, () => {
+      socketServer.listen({ host: host || undefined, port, backlog: LISTEN_BACKLOG }, () => {
         socketServer.off('error', reject);
         resolve((socketServer.address() as net.AddressInfo).port);
       });
@@ -634,7 +750,7 @@ export class AdsServer {
       throw new Error(`cannot listen on ${listen.address}: ${err instanceof Error ? err.message : String(err)}`);
     });
     socketServer.on('error', (err) => this.logger.error({ err, address: listen.address }, 'ADS listener failed'));
-    this.listeners.push({ socketServer, grpcServer });
+    this.listeners.push({ socketServer, grpcServer, handshakes });
     this.logger.info({ address: listen.address, port: bound, tls: listen.mutualTls ? 'mutual' : listen.credentials!._isSecure() ? 'grpc' : 'none' }, 'ADS server listening');
     return bound;
   }
@@ -646,7 +762,10 @@ export class AdsServer {
    */
   async stop(timeoutMs = 5000): Promise<void> {
     const listeners = this.listeners.splice(0);
-    for (const { socketServer } of listeners) socketServer.close();
+    for (const { socketServer, handshakes } of listeners) {
+      socketServer.close();
+      handshakes?.closeWaiting();
+    }
     const shutdowns = listeners.map(
       ({ grpcServer }) =>
         new Promise<void>((resolve) => {
