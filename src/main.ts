@@ -299,6 +299,7 @@ function newMeshController(
     debounceQuietMs: options.debounceQuietMs,
     verifyPodIdentity: !(source instanceof ManifestsSource),
     podIdentityGraceMs: options.podIdentityGraceMs,
+    sourceSynced: () => source.synced,
   });
 }
 

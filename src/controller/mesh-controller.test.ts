@@ -514,3 +514,44 @@ describe('mergePushRequests', () => {
     assert.equal(merged.firstEventAt, 1000, 'the earliest event is when the wait started');
   });
 });
+
+describe('MeshController policy problems while the source syncs', () => {
+  it('logs no problem of a store still filling, then the problems of the synced store once each', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'trellis-ctl-sync-'));
+    const lines: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
+    const ca = await CertificateAuthority.loadOrCreate(dir);
+    const store = new ObjectStore();
+    let synced = false;
+    const controller = new MeshController({
+      store,
+      certificates: new CertificateManager({ ca, validitySeconds: 3600 }),
+      cache: new SnapshotCache(),
+      logger,
+      metrics: new Registry(),
+      meshName: 'osm',
+      debounceQuietMs: 5,
+      debounceMaxDelayMs: 50,
+      resyncIntervalMs: 0,
+      sourceSynced: () => synced,
+    });
+    try {
+      controller.start();
+      // A Kubernetes source's first objects: a namespace, not labelled into the mesh yet.
+      store.replaceAll('test', [k8s.namespace('default', 'another-mesh')]);
+      await controller.flush();
+      assert.match(controller.policyProblems().map((p) => p.message).join('\n'), /no namespace is labelled/);
+      assert.deepEqual(lines.filter((l) => l.includes('policy problem')), []);
+      // Synced, and still no namespace in the mesh: now it is a problem, logged once.
+      synced = true;
+      store.replaceAll('test', [k8s.namespace('default', 'another-mesh'), k8s.namespace('other', 'another-mesh')]);
+      await controller.flush();
+      store.replaceAll('test', [k8s.namespace('default', 'another-mesh')]);
+      await controller.flush();
+      assert.equal(lines.filter((l) => l.includes('no namespace is labelled')).length, 1);
+    } finally {
+      controller.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -82,6 +82,11 @@ export interface MeshControllerOptions {
   readonly verifyPodIdentity?: boolean;
   /** How long a proxy whose pod is not in the store yet is held before it is refused, in ms (default {@link DEFAULT_POD_IDENTITY_GRACE_MS}). */
   readonly podIdentityGraceMs?: number;
+  /**
+   * Whether the source has listed everything once (default: always). Policy problems found before
+   * are kept but not logged: a store still filling (no namespace labelled yet) is not a problem.
+   */
+  readonly sourceSynced?: () => boolean;
 }
 
 
@@ -112,6 +117,8 @@ export class MeshController {
   /** The generation context of {@link mesh}: one per MeshSnapshot generation, made with the one before. */
   private context: GenerationContext;
   private problems: readonly PolicyProblem[] = [];
+  /** Whether {@link problems} were logged (they were found after the source synced). */
+  private problemsLogged = false;
   private generation = 0;
   /** The store changed since the MeshSnapshot was last built (a debounced push is pending). */
   private storeChanged = false;
@@ -322,12 +329,14 @@ export class MeshController {
       generation: ++this.generation,
       previous: this.generation > 1 ? this.mesh : undefined,
     });
-    const before = new Set(this.problems.map(formatProblem));
-    for (const p of problems) {
+    const synced = this.options.sourceSynced?.() ?? true;
+    const before = new Set(this.problemsLogged ? this.problems.map(formatProblem) : []);
+    for (const p of synced ? problems : []) {
       const text = formatProblem(p);
       if (!before.has(text)) this.options.logger.warn({ problem: p }, `policy problem: ${text}`);
     }
     this.problems = problems;
+    this.problemsLogged = synced;
     this.metrics?.problems.set(problems.length);
     if (snapshot.settings.serviceCertValiditySeconds !== this.options.certificates.validitySeconds) {
       this.options.certificates.setValidity(snapshot.settings.serviceCertValiditySeconds);
