@@ -213,7 +213,7 @@ describeOn('real', 'trellis injector against a real kube-apiserver: its ServiceA
     assert.equal(config.webhooks[0].clientConfig.url, `https://127.0.0.1:${port}/mutate-pod-creation`);
     assert.equal(Buffer.from(config.webhooks[0].clientConfig.caBundle ?? '', 'base64').toString('utf8'), caPem, 'the mesh CA from the Secret');
     assert.match(output, /CA bundle written into the MutatingWebhookConfiguration/);
-    assert.doesNotMatch(output, /forbidden|403/i);
+    assert.doesNotMatch(output, /forbidden|\b403: /i, 'no request of the injector was refused');
   });
 
   it('is called by kube-apiserver: the STORED bookbuyer pod has osm-init, envoy, the UUID label, rewritten probes and its bootstrap Secret', async () => {
@@ -267,7 +267,33 @@ describeOn('real', 'trellis injector against a real kube-apiserver: its ServiceA
     assert.ok(cert.verify(new X509Certificate(caPem).publicKey), 'signed by the mesh CA');
     assert.equal(data('ca.pem'), caPem);
     assert.match(data('bootstrap.yaml'), new RegExp(`id: ${uuid}\\.sidecar\\.bookbuyer\\.bookbuyer\\.cluster\\.local`));
-    assert.deepEqual(await bookbuyerSecrets(), [secret.metadata!.name], 'one Secret per injected pod');
+    assert.deepEqual(await bookbuyerSecrets(), [secret.metadata!.name], 'one Secret per injected pod (none for the dry runs)');
+  });
+
+  it('stores, as the API server validates it, a pod whose gRPC, HTTPS and startup probes were rewritten, with metrics on', async () => {
+    await webhookInEffect();
+    const body: k8s.V1Pod = {
+      metadata: { generateName: 'web-', namespace: 'bookbuyer', annotations: { 'openservicemesh.io/metrics': 'enabled' } },
+      spec: {
+        containers: [
+          { name: 'web', image: 'web', ports: [{ name: 'https', containerPort: 8443 }], livenessProbe: { httpGet: { path: '/live', port: 'https', scheme: 'HTTPS' } }, startupProbe: { httpGet: { path: '/started', port: 8080 } } },
+          { name: 'api', image: 'api', readinessProbe: { grpc: { port: 9000 } }, livenessProbe: { httpGet: { port: 9001 } } },
+        ],
+      },
+    };
+    const created = await server.core.createNamespacedPod({ namespace: 'bookbuyer', body });
+    const pod = await server.core.readNamespacedPod({ namespace: 'bookbuyer', name: created.metadata!.name! });
+    const [web, api] = pod.spec!.containers;
+    assert.deepEqual([web.livenessProbe?.httpGet?.port, web.livenessProbe?.httpGet?.path, web.livenessProbe?.httpGet?.scheme], [15901, '/live', 'HTTPS']);
+    assert.deepEqual([web.startupProbe?.httpGet?.port, web.startupProbe?.httpGet?.path], [15903, '/osm-startup-probe/web']);
+    assert.equal(api.readinessProbe?.grpc?.port, 15902);
+    assert.deepEqual([api.livenessProbe?.httpGet?.port, api.livenessProbe?.httpGet?.path], [15901, '/osm-liveness-probe/api']);
+    assert.deepEqual(pod.spec!.containers.map((c) => c.name), ['web', 'api', 'envoy'], 'no tcpSocket probe: no osm-healthcheck');
+    assert.equal(pod.spec!.serviceAccountName, 'default', "the API server's default, which the certificate names");
+    assert.equal(pod.metadata!.annotations!['prometheus.io/port'], '15010');
+    const uuid = pod.metadata!.labels!['osm-proxy-uuid'];
+    const secret = await server.core.readNamespacedSecret({ namespace: 'bookbuyer', name: `envoy-bootstrap-config-${uuid}` });
+    assert.equal(new X509Certificate(Buffer.from(secret.data!['cert.pem'], 'base64')).subject, `CN=${uuid}.sidecar.default.bookbuyer.cluster.local`);
   });
 
   it('stores uninjected a pod of a namespace outside the mesh (the namespaceSelector), and one whose annotation disables injection', async () => {
