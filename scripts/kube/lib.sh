@@ -13,3 +13,13 @@ kube_alive() {
   exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
   [ "${exe% (deleted)}" = "$(readlink -f "$kube_bin/$2")" ]
 }
+
+# child_running PID: a child this shell started is still running (not exited, not a zombie).
+# Unlike kube_alive it holds from the fork on, before the child has exec'd its binary (and
+# before its output redirections exist), so a slow exec is not taken for an exit.
+child_running() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}

@@ -129,7 +129,7 @@ started_names+=(etcd)
 echo $! >"$dir/etcd.pid"
 for _ in $(seq $((timeout * 10))); do
   curl -fsS "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"' && break
-  kube_alive "${started[0]}" etcd || die "etcd exited" "$dir/etcd.log"
+  child_running "${started[0]}" || die "etcd exited" "$dir/etcd.log"
   sleep 0.1
 done
 curl -fsS "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"' || die "etcd not healthy after ${timeout}s" "$dir/etcd.log"
@@ -169,7 +169,7 @@ ready=false
 for _ in $(seq $((timeout * 5))); do
   if curl -fsS --cacert "$pki/ca.crt" -H "Authorization: Bearer $(cat "$pki/admin.token")" \
     "https://127.0.0.1:$port/readyz" >/dev/null 2>&1; then ready=true; break; fi
-  kube_alive "${started[1]}" kube-apiserver || die "kube-apiserver exited" "$dir/kube-apiserver.log"
+  child_running "${started[1]}" || die "kube-apiserver exited" "$dir/kube-apiserver.log"
   sleep 0.2
 done
 $ready || die "kube-apiserver not ready after ${timeout}s" "$dir/kube-apiserver.log"
