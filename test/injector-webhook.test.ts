@@ -243,6 +243,9 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
     assert.deepEqual(again.spec!.volumes, [{ name: 'envoy-bootstrap-config-volume', secret: { secretName: `envoy-bootstrap-config-${uuid2}` } }]);
     assert.deepEqual(patch.map((op) => op.path).sort(), ['/metadata/labels/osm-proxy-uuid', '/spec/volumes/0/secret/secretName']);
     assert.ok(secretOf(again), 'a Secret for the new UUID');
+    // The copy's probes point at the probe listeners already: its new bootstrap serves them as the first one's did.
+    const staticResources = (p: V1Pod) => (parse(secretOf(p)!.data['bootstrap.yaml']) as { static_resources: unknown }).static_resources;
+    assert.deepEqual(staticResources(again), staticResources(first));
   });
 
   it('admits uninjected: sidecar-injection disabled on the pod, hostNetwork, a namespace outside the mesh or not enabled, osm-system', async () => {
@@ -286,6 +289,13 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
       [bookbuyerPod({ containers: [{ name: 'c', image: 'i', livenessProbe: { httpGet: { port: 'nope' } } }] }), /spec\.containers\[0\]\.livenessProbe\.httpGet\.port: no port named "nope"/],
       [bookbuyerPod({ containers: [] }), /spec\.containers: the pod has no containers/],
       [bookbuyerPod({ containers: [{ name: 'envoy', image: 'i' }] }), /spec\.containers\[0\]\.name: a container is already named envoy/],
+      // An injected pod whose recorded original probes were edited into something else.
+      [
+        { ...bookbuyerPod({ annotations: { 'injector.trellis.dev/original-probes': '[{"kind":"constructor","container":"bookbuyer","protocol":"http","port":1,"path":"/","timeoutSeconds":1}]' } }), spec: { ...bookbuyerPod().spec!, volumes: [{ name: 'envoy-bootstrap-config-volume', secret: { secretName: 'envoy-bootstrap-config-x' } }] } },
+        /metadata\.annotations\["injector\.trellis\.dev\/original-probes"\]\[0\]: not a probe of one of the pod's containers/,
+      ],
+      // A ServiceAccount may be named as a DNS subdomain; the xDS certificate's CN would not parse.
+      [{ ...bookbuyerPod(), spec: { ...bookbuyerPod().spec!, serviceAccountName: 'book.buyer' } }, /spec\.serviceAccountName: "book\.buyer" is not a DNS label/],
     ];
     const before = server.objects('Secret').length;
     for (const [pod, message] of cases) {
