@@ -14,6 +14,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
+import { pino } from 'pino';
 import { parse, parseAllDocuments } from 'yaml';
 import { namespaceAdd, namespaceRemove } from '../src/cli/kube-commands.js';
 import { loadOrCreateCaSecret, readCaSecret, secretApiFor } from '../src/certificate/secret-store.js';
@@ -77,6 +78,8 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
   let kubeconfigFile: string;
   /** The CA bundle the injector wrote into the MutatingWebhookConfiguration: the client trusts only it. */
   let caBundle: string;
+  /** What the injector logged (pino JSON lines). */
+  const logLines: string[] = [];
 
   const target = () => ({ port: injector.port, caBundle });
   const post = (body: unknown, options?: Parameters<typeof postToWebhook>[2]) => postToWebhook(target(), body, options);
@@ -115,6 +118,7 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
       webhookConfigName: WEBHOOK_CONFIG,
       host: '127.0.0.1',
       port: 0,
+      logger: pino({ level: 'debug' }, { write: (line: string) => void logLines.push(line) }),
       settings: {
         meshName: 'osm',
         xdsAddress: 'osm-controller.osm-system.svc.cluster.local:15128',
@@ -239,6 +243,9 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
     assert.deepEqual(again.spec!.volumes, [{ name: 'envoy-bootstrap-config-volume', secret: { secretName: `envoy-bootstrap-config-${uuid2}` } }]);
     assert.deepEqual(patch.map((op) => op.path).sort(), ['/metadata/labels/osm-proxy-uuid', '/spec/volumes/0/secret/secretName']);
     assert.ok(secretOf(again), 'a Secret for the new UUID');
+    // The copy's probes point at the probe listeners already: its new bootstrap serves them as the first one's did.
+    const staticResources = (p: V1Pod) => (parse(secretOf(p)!.data['bootstrap.yaml']) as { static_resources: unknown }).static_resources;
+    assert.deepEqual(staticResources(again), staticResources(first));
   });
 
   it('admits uninjected: sidecar-injection disabled on the pod, hostNetwork, a namespace outside the mesh or not enabled, osm-system', async () => {
@@ -282,6 +289,13 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
       [bookbuyerPod({ containers: [{ name: 'c', image: 'i', livenessProbe: { httpGet: { port: 'nope' } } }] }), /spec\.containers\[0\]\.livenessProbe\.httpGet\.port: no port named "nope"/],
       [bookbuyerPod({ containers: [] }), /spec\.containers: the pod has no containers/],
       [bookbuyerPod({ containers: [{ name: 'envoy', image: 'i' }] }), /spec\.containers\[0\]\.name: a container is already named envoy/],
+      // An injected pod whose recorded original probes were edited into something else.
+      [
+        { ...bookbuyerPod({ annotations: { 'injector.trellis.dev/original-probes': '[{"kind":"constructor","container":"bookbuyer","protocol":"http","port":1,"path":"/","timeoutSeconds":1}]' } }), spec: { ...bookbuyerPod().spec!, volumes: [{ name: 'envoy-bootstrap-config-volume', secret: { secretName: 'envoy-bootstrap-config-x' } }] } },
+        /metadata\.annotations\["injector\.trellis\.dev\/original-probes"\]\[0\]: not a probe of one of the pod's containers/,
+      ],
+      // A ServiceAccount may be named as a DNS subdomain; the xDS certificate's CN would not parse.
+      [{ ...bookbuyerPod(), spec: { ...bookbuyerPod().spec!, serviceAccountName: 'book.buyer' } }, /spec\.serviceAccountName: "book\.buyer" is not a DNS label/],
     ];
     const before = server.objects('Secret').length;
     for (const [pod, message] of cases) {
@@ -291,6 +305,20 @@ describe('trellis injector (HTTPS AdmissionReview against the fake API server)',
       assert.equal(patch.length, 0);
     }
     assert.equal(server.objects('Secret').length, before, 'nothing created for a refused pod');
+  });
+
+  it('bounds a refusal quoting a huge value, and its log lines (a 300 000-character annotation and pod name)', async () => {
+    const huge = 'x'.repeat(300_000);
+    logLines.length = 0;
+    const { answer } = await admitPod(bookbuyerPod({ annotations: { 'openservicemesh.io/sidecar-injection': huge } }));
+    assert.equal(answer.allowed, false);
+    assert.match(answer.status!.message, /sidecar-injection"\]: "x+… \[\d+ more characters cut\]/);
+    assert.ok(answer.status!.message.length <= 2048, `a refusal of ${answer.status!.message.length} characters`);
+    const named = bookbuyerPod({ containers: [{ name: 'c', image: 'i', livenessProbe: { httpGet: { port: 'nope' } } }] });
+    named.metadata!.generateName = `${huge}-`;
+    assert.equal((await admitPod(named)).answer.allowed, false);
+    assert.ok(logLines.length > 0, 'the refusal was logged');
+    for (const line of logLines) assert.ok(line.length <= 4096, `a log line of ${line.length} characters`);
   });
 
   it('refuses, naming the MeshConfig field, an exclusion list of the MeshConfig that does not parse', async () => {

@@ -8,13 +8,13 @@
 import type { V1Container, V1EnvVar, V1Pod, V1Secret, V1Volume } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
 import { DEFAULT_ADMIN_PORT, envoyBootstrap } from '../envoy/bootstrap.js';
-import { proxyCommonName } from '../proxy/types.js';
+import { parseCommonName, proxyCommonName } from '../proxy/types.js';
 import { PROXY_UUID_LABEL } from '../proxy/pod-check.js';
 import type { MeshConfig, Pod } from '../store/objects.js';
 import { splitHostPort } from '../util/address.js';
 import { INBOUND_PORT, interceptionOptions, PROXY_UID, type InterceptionOptions } from './iptables.js';
 import { InjectionRefusal } from './refusal.js';
-import { HEALTHCHECK_PORT, httpConnectionManager, PROBE_PORTS, probeResources, rewriteProbes, staticListener, type OriginalProbe } from './probes.js';
+import { HEALTHCHECK_PORT, httpConnectionManager, ORIGINAL_PROBES_ANNOTATION, PROBE_PORTS, probeResources, recordedProbes, rewriteProbes, staticListener, type OriginalProbe } from './probes.js';
 
 /** The annotation (namespace or pod; the pod's wins) that turns injection on or off. */
 export const SIDECAR_INJECTION_ANNOTATION = 'openservicemesh.io/sidecar-injection';
@@ -233,12 +233,14 @@ export interface Injection {
  * with metrics on (the pod's `openservicemesh.io/metrics`, else the namespace's), Prometheus'
  * scrape annotations for 15010 `/stats/prometheus`.
  *
- * A pod injected already (it has the bootstrap volume, e.g. a copy of an injected pod's spec)
- * gets only a new UUID label and volume, as OSM does: it never gets a second sidecar, and two
- * pods never share a proxy UUID.
+ * The original probes are recorded in {@link ORIGINAL_PROBES_ANNOTATION}. A pod injected
+ * already (it has the bootstrap volume, e.g. a copy of an injected pod's spec) gets only a new
+ * UUID label and volume: it never gets a second sidecar, two pods never share a proxy UUID, and
+ * its bootstrap serves the probes of that annotation (its probes are rewritten already).
  * @throws InjectionRefusal or InterceptionConfigError naming the pod field, annotation or
  *   MeshConfig field that cannot be applied: an exclusion list that does not parse, a probe
- *   port that does not resolve, an annotation that is not a switch, containers missing.
+ *   port that does not resolve, an annotation that is not a switch, containers missing, a
+ *   service account name that cannot be the xDS identity's (not a DNS label).
  */
 export function injectPod(
   original: V1Pod,
@@ -251,6 +253,16 @@ export function injectPod(
   const spec = pod.spec;
   if (!spec || !Array.isArray(spec.containers) || spec.containers.length === 0) throw new InjectionRefusal('spec.containers', 'the pod has no containers');
   const serviceAccount = spec.serviceAccountName || 'default';
+  // A ServiceAccount name may hold dots (a DNS subdomain); the xDS certificate's CommonName
+  // needs a DNS label there, or the controller refuses every connection of the sidecar.
+  try {
+    parseCommonName(proxyCommonName(uuid, 'sidecar', namespace.name, serviceAccount));
+  } catch {
+    throw new InjectionRefusal(
+      'spec.serviceAccountName',
+      `${JSON.stringify(serviceAccount)} is not a DNS label: the sidecar's xDS identity <uuid>.sidecar.<serviceaccount>.<namespace>.cluster.local would not parse`,
+    );
+  }
   const podName = `Pod ${namespace.name}/${pod.metadata?.name ?? pod.metadata?.generateName ?? ''}`;
   pod.metadata = { ...pod.metadata, labels: { ...pod.metadata?.labels, [PROXY_UUID_LABEL]: uuid } };
   const metrics =
@@ -259,7 +271,8 @@ export function injectPod(
 
   if (injectedUuid(original) !== undefined) {
     spec.volumes = (spec.volumes ?? []).map((v) => (v.name === BOOTSTRAP_VOLUME ? bootstrapVolume(uuid) : v));
-    return { ...base, pod, probes: [], reinjected: true };
+    // Its probes point at the probe listeners already: the new bootstrap serves them again.
+    return { ...base, pod, probes: recordedProbes(original), reinjected: true };
   }
   const taken = [...(spec.initContainers ?? []), ...spec.containers].map((c) => c.name);
   for (const name of [INIT_CONTAINER_NAME, ENVOY_CONTAINER_NAME]) {
@@ -270,6 +283,7 @@ export function injectPod(
   const named = { ...original, metadata: { ...original.metadata, namespace: namespace.name, name: original.metadata?.name ?? original.metadata?.generateName ?? '' } };
   const interception = interceptionOptions(meshConfig, named as unknown as Pod);
   const probes = rewriteProbes(pod);
+  if (probes.length > 0) pod.metadata.annotations = { ...pod.metadata.annotations, [ORIGINAL_PROBES_ANNOTATION]: JSON.stringify(probes) };
   if (metrics) {
     pod.metadata.annotations = { ...pod.metadata.annotations, 'prometheus.io/scrape': 'true', 'prometheus.io/port': String(PROMETHEUS_PORT), 'prometheus.io/path': PROMETHEUS_PATH };
   }

@@ -124,6 +124,54 @@ export function rewriteProbes(pod: V1Pod): OriginalProbe[] {
   return originals;
 }
 
+/**
+ * The pod annotation holding its original probes (JSON, {@link OriginalProbe}s) once injected: a
+ * copy of an injected pod (`kubectl debug --copy-to`, a backup restored) is injected again with
+ * its probes already rewritten, and its new bootstrap serves them from this.
+ */
+export const ORIGINAL_PROBES_ANNOTATION = 'injector.trellis.dev/original-probes';
+
+const PROTOCOLS: readonly OriginalProbe['protocol'][] = ['http', 'https', 'tcp', 'grpc'];
+
+/**
+ * The original probes an injected pod carries in {@link ORIGINAL_PROBES_ANNOTATION} (none when it
+ * has no such annotation: injected before it was written).
+ * @throws InjectionRefusal naming the annotation when it is not a list of probes of the pod's
+ *   containers (kind, protocol, port 1 to 65535, an HTTP path starting with `/`, timeout).
+ */
+export function recordedProbes(pod: V1Pod): OriginalProbe[] {
+  const text = pod.metadata?.annotations?.[ORIGINAL_PROBES_ANNOTATION];
+  if (text === undefined) return [];
+  const field = `metadata.annotations["${ORIGINAL_PROBES_ANNOTATION}"]`;
+  let list: unknown;
+  try {
+    list = JSON.parse(text);
+  } catch {
+    throw new InjectionRefusal(field, 'not JSON');
+  }
+  if (!Array.isArray(list)) throw new InjectionRefusal(field, 'not a JSON list of probes');
+  const containers = new Set((pod.spec?.containers ?? []).map((c) => c.name));
+  return list.map((p: Partial<Record<keyof OriginalProbe, unknown>>, i): OriginalProbe => {
+    const ok =
+      typeof p === 'object' &&
+      p !== null &&
+      typeof p.kind === 'string' &&
+      Object.hasOwn(PROBE_PORTS, p.kind) &&
+      typeof p.container === 'string' &&
+      containers.has(p.container) &&
+      PROTOCOLS.includes(p.protocol as OriginalProbe['protocol']) &&
+      Number.isInteger(p.port) &&
+      (p.port as number) >= 1 &&
+      (p.port as number) <= 65535 &&
+      Number.isInteger(p.timeoutSeconds) &&
+      (p.timeoutSeconds as number) >= 1 &&
+      (p.protocol === 'http' ? typeof p.path === 'string' && /^\/[^\x00-\x1f\x7f]*$/.test(p.path) : p.path === undefined);
+    if (!ok) throw new InjectionRefusal(`${field}[${i}]`, 'not a probe of one of the pod\'s containers (kind, container, protocol, port, path, timeoutSeconds)');
+    const { kind, container, protocol, port, path, timeoutSeconds } = p as OriginalProbe;
+    return { kind, container, protocol, port, timeoutSeconds, ...(path !== undefined ? { path } : {}) };
+  });
+}
+
 const TYPE = 'type.googleapis.com/';
 
 /** The cluster a probe is routed to: `<container>_<kind>_cluster`, STATIC 127.0.0.1:<port> (OSM's names). */

@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import type { V1Pod } from '@kubernetes/client-node';
 import { compare } from 'fast-json-patch/commonjs/duplex.js';
 import type { Logger } from 'pino';
+import { boundedText } from '../util/bounded-text.js';
 import type { InjectorCluster } from './cluster.js';
 import { bootstrapSecret, injectionDecision, injectPod, type InjectorSettings } from './inject.js';
 
@@ -64,9 +65,20 @@ export class BadAdmissionReview extends Error {
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/**
+ * A refusal's message and a logged error are cut to this many characters: they quote the pod's
+ * values (an annotation may hold 256 KiB, a body 4 MiB).
+ */
+export const MAX_REFUSAL_MESSAGE_CHARS = 1024;
+/** A logged name (pod, namespace, request uid) is cut to this many characters (a Kubernetes name has at most 253). */
+const MAX_LOGGED_NAME_CHARS = 253;
+
 function refuse(uid: string, message: string): AdmissionResponse {
-  return { uid, allowed: false, status: { code: 400, reason: 'BadRequest', message: `trellis injector: ${message}` } };
+  return { uid, allowed: false, status: { code: 400, reason: 'BadRequest', message: `trellis injector: ${boundedText(message, MAX_REFUSAL_MESSAGE_CHARS)}` } };
 }
+
+/** `value` as a bounded, log-safe name. */
+const loggedName = (value: unknown): string => boundedText(typeof value === 'string' ? value : String(JSON.stringify(value)), MAX_LOGGED_NAME_CHARS);
 
 /**
  * Answers an AdmissionReview of a pod's CREATE: admitted unchanged when {@link injectionDecision}
@@ -93,7 +105,7 @@ async function respond(request: Record<string, unknown>, uid: string, options: A
   if (!isRecord(object) || !isRecord(object.metadata ?? {}) || !isRecord(object.spec)) return refuse(uid, 'request.object: not a Pod (no spec)');
   const pod = object as unknown as V1Pod;
   const namespaceName = typeof request.namespace === 'string' && request.namespace !== '' ? request.namespace : (pod.metadata?.namespace ?? 'default');
-  const log = options.logger?.child({ namespace: namespaceName, pod: pod.metadata?.name ?? pod.metadata?.generateName, uid });
+  const log = options.logger?.child({ namespace: loggedName(namespaceName), pod: loggedName(pod.metadata?.name ?? pod.metadata?.generateName), uid: loggedName(uid) });
   try {
     const namespace = await options.cluster.readNamespace(namespaceName);
     const decision = injectionDecision(pod, namespace, { meshName: options.settings.meshName, injectorNamespace: options.injectorNamespace });
@@ -113,7 +125,7 @@ async function respond(request: Record<string, unknown>, uid: string, options: A
     return { ...allowed, patchType: 'JSONPatch', patch: Buffer.from(JSON.stringify(patch)).toString('base64') };
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
-    log?.warn({ err: message }, 'pod refused');
+    log?.warn({ err: boundedText(message, MAX_REFUSAL_MESSAGE_CHARS) }, 'pod refused');
     return refuse(uid, message);
   }
 }

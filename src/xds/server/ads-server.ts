@@ -127,8 +127,9 @@ export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
 
 /**
  * TLS handshakes a {@link MutualTlsOptions} listener runs at once. The connections accepted
- * beyond it wait, paused and without a timer, in a FIFO of at most {@link MAX_QUEUED_CONNECTIONS},
- * and start their handshake as earlier ones finish: a fleet reconnecting at once (10 000 Envoys
+ * beyond it wait, paused and without a timer, in a queue of at most {@link MAX_QUEUED_CONNECTIONS}
+ * (first come, first served per client address, the addresses in turn), and start their
+ * handshake as earlier ones finish: a fleet reconnecting at once (10 000 Envoys
  * after a controller restart) is handshaken at the speed the server has, instead of every
  * connection's handshake timer running while the server works through the others (which reset
  * the last ones: `ERR_TLS_HANDSHAKE_TIMEOUT`, the client sees `ECONNRESET`).
@@ -137,7 +138,9 @@ export const MAX_CONCURRENT_TLS_HANDSHAKES = 512;
 
 /**
  * Accepted connections a {@link MutualTlsOptions} listener holds waiting for a handshake slot;
- * one more is closed at once and counted as refused (`reason="overloaded"`).
+ * one more is closed at once and counted as refused (`reason="overloaded"`), unless another
+ * client address has more than one more waiting than its own: then the newest of the address
+ * with the most waiting is closed in its place.
  */
 export const MAX_QUEUED_CONNECTIONS = 65_536;
 
@@ -165,6 +168,8 @@ export interface ListenOptions {
   readonly authenticate: Authenticate;
   /** `mutualTls` only: handshakes at once (default {@link MAX_CONCURRENT_TLS_HANDSHAKES}). */
   readonly maxConcurrentHandshakes?: number;
+  /** `mutualTls` only: connections waiting for a handshake at most (default {@link MAX_QUEUED_CONNECTIONS}). */
+  readonly maxQueuedConnections?: number;
   /** `mutualTls` only: the handshake timeout in ms (default {@link TLS_HANDSHAKE_TIMEOUT_MS}). */
   readonly tlsHandshakeTimeoutMs?: number;
 }
@@ -516,15 +521,63 @@ function peerKey(socket: net.Socket): string | undefined {
   return socket.remoteAddress === undefined ? undefined : `${socket.remoteAddress}:${socket.remotePort}`;
 }
 
+/** A FIFO of sockets (a head index, so taking the first is O(1)). */
+class SocketFifo {
+  private readonly items: (net.Socket | undefined)[] = [];
+  private head = 0;
+
+  get length(): number {
+    return this.items.length - this.head;
+  }
+
+  push(socket: net.Socket): void {
+    this.items.push(socket);
+  }
+
+  /** The oldest socket (undefined when empty). */
+  shift(): net.Socket | undefined {
+    if (this.head >= this.items.length) return undefined;
+    const socket = this.items[this.head];
+    this.items[this.head++] = undefined;
+    if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items.splice(0, this.head);
+      this.head = 0;
+    }
+    return socket;
+  }
+
+  /** The newest socket (undefined when empty). */
+  pop(): net.Socket | undefined {
+    return this.length > 0 ? this.items.pop() : undefined;
+  }
+
+  /** Takes every socket out. */
+  drain(): (net.Socket | undefined)[] {
+    const all = this.items.splice(this.head);
+    this.items.length = 0;
+    this.head = 0;
+    return all;
+  }
+}
+
 /**
  * Admission of accepted connections to TLS handshakes: at most `concurrent` in a handshake, the
- * others waiting paused in a FIFO of at most `queued`. A slot is freed when its handshake ends
- * ({@link HandshakeQueue.finished} with the TLS socket, from the TLS server's secure connection or
- * `tlsClientError`) or its connection closes, whichever comes first.
+ * others waiting paused, at most `queued` in all, in one FIFO per client address (IP, without the
+ * port) served in turn: a slot that frees goes to the oldest connection of the next address in
+ * turn. So a client that opens many connections and never completes their handshakes (a
+ * slowloris: each holds a slot until its handshake timer ends) delays another address's proxy by
+ * at most one handshake timeout, not by its whole queue; a fleet from one address (a load
+ * generator) is still served first come, first served. When the queue is full, a connection from
+ * an address with fewer waiting takes the place of the newest of the address with the most
+ * (that one is refused instead), so one address cannot fill the queue for everyone. A slot is
+ * freed when its handshake ends ({@link HandshakeQueue.finished} with the TLS socket, from the
+ * TLS server's secure connection or `tlsClientError`) or its connection closes, whichever comes
+ * first.
  */
 class HandshakeQueue {
-  private readonly waiting: (net.Socket | undefined)[] = [];
-  private head = 0;
+  /** Waiting connections by client address, the addresses in turn order (Map order). */
+  private readonly waiting = new Map<string, SocketFifo>();
+  private size = 0;
   /** Connections in a handshake, by {@link peerKey}, with their slot's release. */
   private readonly running = new Map<string, () => void>();
   private inFlight = 0;
@@ -535,12 +588,28 @@ class HandshakeQueue {
     private readonly start: (socket: net.Socket) => void,
   ) {}
 
-  /** Queues an accepted (paused) connection; false when the queue is full (the caller closes it). */
-  add(socket: net.Socket): boolean {
-    if (this.waiting.length - this.head >= this.queued) return false;
-    this.waiting.push(socket);
+  /**
+   * Queues an accepted (paused) connection.
+   * @returns the connection refused for it when the queue is full (this one, or the newest of
+   *   the address with the most waiting; the caller closes it), else undefined.
+   */
+  add(socket: net.Socket): net.Socket | undefined {
+    const address = socket.remoteAddress ?? '?';
+    let refused: net.Socket | undefined;
+    if (this.size >= this.queued) {
+      const mine = this.waiting.get(address)?.length ?? 0;
+      let hog: SocketFifo | undefined;
+      for (const fifo of this.waiting.values()) if (!hog || fifo.length > hog.length) hog = fifo;
+      if (!hog || hog.length <= mine + 1) return socket;
+      refused = hog.pop();
+      this.size--;
+    }
+    let fifo = this.waiting.get(address);
+    if (!fifo) this.waiting.set(address, (fifo = new SocketFifo()));
+    fifo.push(socket);
+    this.size++;
     this.next();
-    return true;
+    return refused;
   }
 
   /** The handshake of this TLS socket ended (either way): frees its slot. */
@@ -551,19 +620,27 @@ class HandshakeQueue {
 
   /** Closes the connections still waiting (the listener stops). */
   closeWaiting(): void {
-    const waiting = this.waiting.splice(0);
-    this.head = 0;
-    for (const socket of waiting) socket?.destroy();
+    const fifos = [...this.waiting.values()];
+    this.waiting.clear();
+    this.size = 0;
+    for (const fifo of fifos) for (const socket of fifo.drain()) socket?.destroy();
+  }
+
+  /** The oldest waiting connection of the next address in turn (that address goes to the back). */
+  private take(): net.Socket | undefined {
+    for (const [address, fifo] of this.waiting) {
+      const socket = fifo.shift();
+      this.waiting.delete(address);
+      if (fifo.length > 0) this.waiting.set(address, fifo);
+      this.size--;
+      return socket;
+    }
+    return undefined;
   }
 
   private next(): void {
-    while (this.inFlight < this.concurrent && this.head < this.waiting.length) {
-      const socket = this.waiting[this.head];
-      this.waiting[this.head++] = undefined;
-      if (this.head > 1024 && this.head * 2 > this.waiting.length) {
-        this.waiting.splice(0, this.head);
-        this.head = 0;
-      }
+    while (this.inFlight < this.concurrent && this.size > 0) {
+      const socket = this.take();
       if (!socket || socket.destroyed) continue;
       const key = peerKey(socket);
       let released = false;
@@ -730,11 +807,13 @@ export class AdsServer {
       });
       // Node's TLS server never listens itself: connections are accepted paused and handed to it
       // (its 'connection' event) when a handshake slot is free.
-      handshakes = new HandshakeQueue(listen.maxConcurrentHandshakes ?? MAX_CONCURRENT_TLS_HANDSHAKES, MAX_QUEUED_CONNECTIONS, (socket) => tlsServer.emit('connection', socket));
+      const maxQueued = listen.maxQueuedConnections ?? MAX_QUEUED_CONNECTIONS;
+      handshakes = new HandshakeQueue(listen.maxConcurrentHandshakes ?? MAX_CONCURRENT_TLS_HANDSHAKES, maxQueued, (socket) => tlsServer.emit('connection', socket));
       socketServer = net.createServer({ pauseOnConnect: true }, (socket) => {
-        if (handshakes?.add(socket)) return;
-        this.onRefused({ reason: 'overloaded', details: `${MAX_QUEUED_CONNECTIONS} connections already wait for a TLS handshake`, peer: peerOf(socket), streamId: 0 }, listen.address);
-        socket.destroy();
+        const refused = handshakes?.add(socket);
+        if (!refused) return;
+        this.onRefused({ reason: 'overloaded', details: `${maxQueued} connections already wait for a TLS handshake`, peer: peerOf(refused), streamId: 0 }, listen.address);
+        refused.destroy();
       });
     } else {
       socketServer = net.createServer((socket) => injector.injectConnection(socket));

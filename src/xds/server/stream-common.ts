@@ -15,6 +15,7 @@ import { ProxyRefusedError } from '../../proxy/refusal.js';
 import type { Proxy } from '../../proxy/types.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../cache/types.js';
+import { boundedText } from '../../util/bounded-text.js';
 import { RateLimiter } from '../../util/rate-limit.js';
 import type { Release, SendBudget } from './send-budget.js';
 import type {
@@ -301,25 +302,11 @@ export const STREAM_LOG_WINDOW_MS = 60_000;
 const LOG_LIMIT_KEYS = 10_000;
 
 /**
- * Control characters (C0 but tab and newline, DEL, C1), bidirectional overrides, isolates and
- * marks, and the line and paragraph separators: replaced by `?` in a NACK message.
- */
-const UNSAFE_CHARS = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/g;
-
-/** A high surrogate not followed by a low one, or a low one not preceded by a high one. */
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
-
-/**
- * `message` cut to {@link MAX_NACK_MESSAGE_CHARS} characters, with how much was cut
- * (`… [N more characters cut]`), and made safe to log: control characters, bidirectional
- * overrides and line separators become `?`, a lone surrogate U+FFFD (one character for one,
- * so JSON escaping at most doubles what is kept: tab, newline, `"` and `\\`).
+ * `message` cut to {@link MAX_NACK_MESSAGE_CHARS} characters and made safe to log
+ * ({@link boundedText}).
  */
 export function truncateNackMessage(message: string): string {
-  const kept = message.length <= MAX_NACK_MESSAGE_CHARS ? message : message.slice(0, MAX_NACK_MESSAGE_CHARS);
-  const safe = kept.replace(UNSAFE_CHARS, '?').replace(LONE_SURROGATE, '\ufffd');
-  if (kept === message) return safe;
-  return `${safe}… [${message.length - MAX_NACK_MESSAGE_CHARS} more characters cut]`;
+  return boundedText(message, MAX_NACK_MESSAGE_CHARS);
 }
 
 /**
