@@ -7,6 +7,10 @@
  * connects to the controller, and from the host (as the kubelet would): the rewritten readiness
  * probe succeeds through 15902, the app's own port is captured (no plain HTTP reaches it), an
  * inbound port excluded by the MeshConfig bypasses Envoy, and 15010 answers with Envoy's metrics.
+ * Then, with SMI enforced (examples/bookstore's TrafficTargets), two more injected pods: bookbuyer
+ * reaches bookstore-v1 through both Envoys (mTLS, the bookstore Envoy's RBAC allowed it, the app
+ * saw it), bookthief is refused (the app and bookstore's Envoy never see it), and bookbuyer's
+ * `openservicemesh.io/outbound-port-exclusion-list` sends its port-14099 traffic past its Envoy.
  *
  * Lab adaptation: the Secret is written to a directory instead of mounted at /etc/envoy (the lab
  * has no mount namespace per pod), so the bootstrap's `/etc/envoy/` paths are that directory.
@@ -293,7 +297,10 @@ describe('a bookstore pod injected for real, run in the lab (real Envoy)', { ski
       return Number(/: (\d+)$/m.exec(body)?.[1] ?? 0);
     }
     const OUTBOUND_CX = 'listener.0.0.0.0_15001.downstream_cx_total';
-    const INBOUND_RQ = 'http.inbound_bookstore_bookstore-v1_14001_http.downstream_rq_2xx';
+    /** bookstore's Envoy: its inbound (mTLS) listener's TLS handshakes. */
+    const INBOUND_TLS = 'listener.0.0.0.0_15003.ssl.handshake';
+    const bookstoreEnvoy = envoys[0];
+    const inboundBefore = await stat(bookstoreEnvoy, INBOUND_TLS);
 
     // bookbuyer → bookstore-v1: bookbuyer's Envoy (outbound, mTLS) → bookstore's Envoy (inbound, SMI route allowed) → the app.
     const started = Date.now();
@@ -307,6 +314,10 @@ describe('a bookstore pod injected for real, run in the lab (real Envoy)', { ski
     assert.ok(seen(APP_PORT, '/buy-a-book/new') >= 1, 'the bookstore pod\'s app saw the request');
     const buyerOutbound = await stat(buyer.envoy, OUTBOUND_CX);
     assert.ok(buyerOutbound >= 1, `bookbuyer's Envoy took the connection on 15001 (${buyerOutbound})`);
+    const inboundAfter = await stat(bookstoreEnvoy, INBOUND_TLS);
+    assert.ok(inboundAfter > inboundBefore, `bookstore's Envoy terminated bookbuyer's mTLS on 15003 (${inboundBefore} → ${inboundAfter})`);
+    const rbac = (await get('/stats?filter=rbac\\.allowed$', bookstoreEnvoy.adminSocket)).body.trim();
+    console.log(`bookstore's Envoy: ${INBOUND_TLS} ${inboundBefore} → ${inboundAfter}; ${rbac.replaceAll('\n', '; ')}`);
 
     // bookthief → bookstore-v1, the same request: no TrafficTarget names bookthief, the bookstore app never sees it.
     const seenBefore = seen(APP_PORT, '/buy-a-book/new');
@@ -317,6 +328,7 @@ describe('a bookstore pod injected for real, run in the lab (real Envoy)', { ski
       assert.ok('exit' in answer ? [7, 52, 56].includes(answer.exit) : answer.status === 403, `bookthief refused: ${JSON.stringify(answer)}`);
     }
     assert.equal(seen(APP_PORT, '/buy-a-book/new'), seenBefore, 'the bookstore app never saw bookthief');
+    assert.equal(await stat(bookstoreEnvoy, INBOUND_TLS), inboundAfter, 'bookthief got no connection to bookstore\'s Envoy either');
 
     // The outbound exclusion: bookbuyer → the bookstore pod's plain port 14099 bypasses bookbuyer's Envoy
     // (its 15001 counter unchanged); bookthief, without the annotation, goes to its own Envoy and is refused.
@@ -333,7 +345,6 @@ describe('a bookstore pod injected for real, run in the lab (real Envoy)', { ski
     // And bookbuyer's other outbound traffic still goes through its Envoy.
     assert.deepEqual(await curl(buyer.net, `http://bookstore-v1.bookstore:${APP_PORT}/buy-a-book/new`), bought);
     assert.ok((await stat(buyer.envoy, OUTBOUND_CX)) > outboundBefore, 'the next bookstore request went through bookbuyer\'s Envoy');
-    console.log(`bookstore's Envoy ${INBOUND_RQ}:`, await stat(envoys[0], INBOUND_RQ));
   });
 
   it("Envoy accepts the bootstrap of every probe kind (HTTP, HTTPS, gRPC, TCP) and metrics (--mode validate)", async () => {
