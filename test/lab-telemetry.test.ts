@@ -108,27 +108,19 @@ describe('access logs and Zipkin tracing from MeshConfig on the bookstore lab', 
   it('turned on: Envoy ACKs, a request is logged on both sidecars and its spans reach the collector', async () => {
     const before = (await ackedVersions(lab, 'bookbuyer/bookbuyer')).acked;
     const edited = Date.now();
-    await writeFile(
-      path.join(manifests, 'meshconfig.yaml'),
-      `apiVersion: config.openservicemesh.io/v1alpha2
-kind: MeshConfig
-metadata:
-  name: osm-mesh-config
-  namespace: osm-system
-spec:
-  traffic:
-    enablePermissiveTrafficPolicyMode: false
-    enableEgress: false
-  observability:
-    enableAccessLog: true
-    tracing:
-      enable: true
-      address: ${lab.network.bridgeAddress}
-      port: ${COLLECTOR_PORT}
-      endpoint: /api/v2/spans
-      sampledFraction: 1
-`,
-    );
+    // The example's MeshConfig (spec.traffic last) with spec.observability added.
+    const file = path.join(manifests, 'meshconfig.yaml');
+    const observability = [
+      '  observability:',
+      '    enableAccessLog: true',
+      '    tracing:',
+      '      enable: true',
+      `      address: ${lab.network.bridgeAddress}`,
+      `      port: ${COLLECTOR_PORT}`,
+      '      endpoint: /api/v2/spans',
+      '      sampledFraction: 1',
+    ];
+    await writeFile(file, `${(await readFile(file, 'utf8')).trimEnd()}\n${observability.join('\n')}\n`);
     await newConfigurationAcked(lab, 'bookbuyer/bookbuyer', before, edited);
     await lab.waitForAllAcked(60_000);
     const s = await traffic(lab, BOOKBUYER, ['--url', BOOKS_BOUGHT, '--requests', '5', ...BOOKBUYER_HEADERS]);
