@@ -279,7 +279,13 @@ function tracingOf(
     report(`${field}.sampledFraction`, `${JSON.stringify(sampledFraction)} is not a fraction from 0 to 1; ${keep}`);
     return previous;
   }
-  const settings = { address: address.replace(/\.$/, ''), port, endpoint, samplingPercent: sampledFraction * 100 };
+  const settings: TracingSettings = {
+    address: address.replace(/\.$/, ''),
+    addressKind: isIP(address) === 4 ? 'ip' : 'dns',
+    port,
+    endpoint,
+    samplingPercent: sampledFraction * 100,
+  };
   // The same object as the last good one when nothing changed: generators compare inputs by identity.
   if (previous && previous.address === settings.address && previous.port === port && previous.endpoint === endpoint && previous.samplingPercent === settings.samplingPercent) return previous;
   return Object.freeze(settings);

@@ -104,8 +104,10 @@ export interface MeshSettings {
 
 /** Where and how much the sidecars trace (MeshConfig `spec.observability.tracing`, OSM v1.2 plus `sampledFraction`). */
 export interface TracingSettings {
-  /** Host name or IP address of the Zipkin collector (`address`). */
+  /** Host name or IPv4 address of the Zipkin collector (`address`). */
   readonly address: string;
+  /** Whether `address` is an IP address (`ip`: a STATIC cluster) or a host name (`dns`: STRICT_DNS). */
+  readonly addressKind: 'ip' | 'dns';
   /** Its port (`port`, 1–65535; 9411 unless set). */
   readonly port: number;
   /** The HTTP path spans are POSTed to (`endpoint`; `/api/v2/spans` unless set). */

@@ -1,6 +1,5 @@
 import type { Cluster } from '../api/generated/envoy/config/cluster/v3/Cluster.js';
 import type { AccessLog } from '../api/generated/envoy/config/accesslog/v3/AccessLog.js';
-import { isIP } from 'node:net';
 import type { TracingSettings } from '../catalog/types.js';
 import { ExtensionType, durationMs, typedConfig } from './typed-config.js';
 
@@ -63,7 +62,7 @@ export function tracingFields(telemetry: ListenerTelemetry): { tracing?: object 
  * for a host name (resolved to IPv4 addresses).
  */
 export function tracingCluster(tracing: TracingSettings): Cluster {
-  const ip = isIP(tracing.address) !== 0;
+  const ip = tracing.addressKind === 'ip';
   return {
     name: TRACING_CLUSTER,
     alt_stat_name: TRACING_CLUSTER,
