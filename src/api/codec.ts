@@ -41,6 +41,7 @@ export const PROTO_FILES: readonly string[] = [
   'envoy/extensions/filters/listener/http_inspector/v3/http_inspector.proto',
   'envoy/extensions/upstreams/http/v3/http_protocol_options.proto',
   'envoy/extensions/access_loggers/stream/v3/stream.proto',
+  'envoy/config/trace/v3/zipkin.proto',
   'envoy/config/bootstrap/v3/bootstrap.proto',
   'envoy/admin/v3/config_dump.proto',
 ];

@@ -29,6 +29,7 @@ import type {
   MeshSettings,
   MeshSnapshot,
   TlsVersion,
+  TracingSettings,
   TrafficSplitPolicy,
   TrafficTargetPolicy,
 } from './types.js';
@@ -113,6 +114,8 @@ const DEFAULT_SETTINGS: MeshSettings = {
   cipherSuites: [],
   ecdhCurves: [],
   configResyncIntervalSeconds: undefined,
+  accessLog: false,
+  tracing: undefined,
 };
 
 /** The settings while the MeshConfig could not be loaded since the controller started: {@link DEFAULT_SETTINGS} with permissive mode off. */
@@ -173,11 +176,14 @@ function meshSettings(
     }
     return { settings: DEFAULT_SETTINGS, meshConfig: undefined };
   }
-  return { settings: settingsOf(config, problems), meshConfig: { name: wantedKey, deleted: false } };
+  return { settings: settingsOf(config, problems, previous?.settings), meshConfig: { name: wantedKey, deleted: false } };
 }
 
-/** The settings of one MeshConfig; impossible values are reported and replaced by the defaults. */
-function settingsOf(config: MeshConfig, problems: PolicyProblem[]): MeshSettings {
+/**
+ * The settings of one MeshConfig; impossible values are reported and replaced by the defaults
+ * (tracing: by `previous`'s, the last good ones, off when there are none).
+ */
+function settingsOf(config: MeshConfig, problems: PolicyProblem[], previous: MeshSettings | undefined): MeshSettings {
   const report = (field: string, message: string): void => {
     problems.push({ kind: 'MeshConfig', namespace: config.metadata.namespace, name: config.metadata.name, field, message });
   };
@@ -234,7 +240,55 @@ function settingsOf(config: MeshConfig, problems: PolicyProblem[]): MeshSettings
     cipherSuites: tlsNames('cipherSuites', sidecar?.cipherSuites, checkCipherSuites, "Envoy's default cipher suites are used"),
     ecdhCurves: tlsNames('ecdhCurves', sidecar?.ecdhCurves, checkEcdhCurves, "Envoy's default curves are used"),
     configResyncIntervalSeconds: resync,
+    accessLog: config.spec?.observability?.enableAccessLog === true,
+    tracing: tracingOf(config.spec?.observability?.tracing, report, previous?.tracing),
   };
+}
+
+/** Zipkin's default port and span endpoint (OSM's chart and Zipkin's v2 API). */
+const DEFAULT_TRACING = { port: 9411, endpoint: '/api/v2/spans' } as const;
+/** A DNS name (RFC 1123 labels) or an IPv4 address: what `spec.observability.tracing.address` may hold. */
+const TRACING_ADDRESS = /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$/;
+
+/**
+ * The tracing settings of MeshConfig `spec.observability.tracing`: undefined unless `enable` is
+ * true; an invalid field is reported and `previous` (the last good settings) stays in force.
+ */
+function tracingOf(
+  tracing: NonNullable<NonNullable<MeshConfig['spec']>['observability']>['tracing'],
+  report: (field: string, message: string) => void,
+  previous: TracingSettings | undefined,
+): TracingSettings | undefined {
+  if (tracing?.enable !== true) return undefined;
+  const field = 'spec.observability.tracing';
+  const keep = previous ? `the last valid tracing settings (${previous.address}:${previous.port}${previous.endpoint}) stay in force` : 'tracing is off';
+  const { address, port = DEFAULT_TRACING.port, endpoint = DEFAULT_TRACING.endpoint, sampledFraction = 1 } = tracing;
+  if (typeof address !== 'string' || !(isIP(address) === 4 || (isIP(address) === 0 && TRACING_ADDRESS.test(address)))) {
+    report(`${field}.address`, `${JSON.stringify(address ?? null)} is not a host name or IPv4 address; ${keep}`);
+    return previous;
+  }
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    report(`${field}.port`, `${JSON.stringify(port)} is not a port (1-65535); ${keep}`);
+    return previous;
+  }
+  if (typeof endpoint !== 'string' || !/^\/[\x21-\x7e]*$/.test(endpoint)) {
+    report(`${field}.endpoint`, `${JSON.stringify(endpoint)} is not an HTTP path (it starts with /); ${keep}`);
+    return previous;
+  }
+  if (typeof sampledFraction !== 'number' || !(sampledFraction >= 0 && sampledFraction <= 1)) {
+    report(`${field}.sampledFraction`, `${JSON.stringify(sampledFraction)} is not a fraction from 0 to 1; ${keep}`);
+    return previous;
+  }
+  const settings: TracingSettings = {
+    address: address.replace(/\.$/, ''),
+    addressKind: isIP(address) === 4 ? 'ip' : 'dns',
+    port,
+    endpoint,
+    samplingPercent: sampledFraction * 100,
+  };
+  // The same object as the last good one when nothing changed: generators compare inputs by identity.
+  if (previous && previous.address === settings.address && previous.port === port && previous.endpoint === endpoint && previous.samplingPercent === settings.samplingPercent) return previous;
+  return Object.freeze(settings);
 }
 
 /**

@@ -92,6 +92,28 @@ export interface MeshSettings {
   readonly ecdhCurves: readonly string[];
   /** Resync interval from MeshConfig `sidecar.configResyncInterval`, in seconds; undefined when unset. */
   readonly configResyncIntervalSeconds: number | undefined;
+  /**
+   * Access logs (Envoy's default format, to stdout) on the sidecars' inbound and outbound HTTP
+   * listeners and their `tcp_proxy` chains: MeshConfig `spec.observability.enableAccessLog`
+   * (a Trellis field: OSM v1.2 logs always), off unless true.
+   */
+  readonly accessLog: boolean;
+  /** Zipkin tracing from MeshConfig `spec.observability.tracing` when `enable` is true and it is valid; undefined = off. */
+  readonly tracing: TracingSettings | undefined;
+}
+
+/** Where and how much the sidecars trace (MeshConfig `spec.observability.tracing`, OSM v1.2 plus `sampledFraction`). */
+export interface TracingSettings {
+  /** Host name or IPv4 address of the Zipkin collector (`address`). */
+  readonly address: string;
+  /** Whether `address` is an IP address (`ip`: a STATIC cluster) or a host name (`dns`: STRICT_DNS). */
+  readonly addressKind: 'ip' | 'dns';
+  /** Its port (`port`, 1–65535; 9411 unless set). */
+  readonly port: number;
+  /** The HTTP path spans are POSTed to (`endpoint`; `/api/v2/spans` unless set). */
+  readonly endpoint: string;
+  /** Share of requests traced, in percent 0–100 (`sampledFraction` 0–1 × 100, as osm-edge names it; 100 unless set). */
+  readonly samplingPercent: number;
 }
 
 /** Envoy `TlsParameters.TlsProtocol` names accepted in MeshConfig. */

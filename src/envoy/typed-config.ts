@@ -15,6 +15,8 @@ export const ExtensionType = {
   HttpProtocolOptions: 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
   NetworkLocalRateLimit: 'envoy.extensions.filters.network.local_ratelimit.v3.LocalRateLimit',
   HttpLocalRateLimit: 'envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit',
+  StdoutAccessLog: 'envoy.extensions.access_loggers.stream.v3.StdoutAccessLog',
+  ZipkinConfig: 'envoy.config.trace.v3.ZipkinConfig',
 } as const;
 
 /** A `google.protobuf.Any` in the object form the codec encodes: `@type` plus the message's fields. */

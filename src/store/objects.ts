@@ -214,7 +214,13 @@ export interface MeshConfig extends KubeObject {
       /** Go duration, e.g. `90s`; `0s` or unset = no resync from MeshConfig. */
       configResyncInterval?: string;
     };
-    observability?: { enableDebugServer?: boolean };
+    observability?: {
+      enableDebugServer?: boolean;
+      /** Trellis: access logs on the sidecars' listeners (OSM v1.2 has no switch: it logs always). */
+      enableAccessLog?: boolean;
+      /** OSM v1.2 tracing, plus `sampledFraction` (0–1, osm-edge's name). */
+      tracing?: { enable?: boolean; address?: string; port?: number; endpoint?: string; sampledFraction?: number };
+    };
     /** OSM v1.2 feature flags; Trellis reads the two that decide whether Retry and Egress policies apply. */
     featureFlags?: { enableRetryPolicy?: boolean; enableEgressPolicy?: boolean };
   };

@@ -11,6 +11,7 @@ import { generateEgressClusters } from './egress.js';
 import { httpProtocolOptions, upstreamSettingFields, upstreamTrafficSettingFor, type UpstreamHttp } from '../upstream-settings.js';
 import { byName } from '../../util/order.js';
 import { meshChangeKind, type PushChange } from '../push-change.js';
+import { TRACING_CLUSTER, tracingCluster } from '../telemetry.js';
 
 /** Name of the cluster that points at Envoy's own admin port for Prometheus scraping (OSM). */
 export const ENVOY_METRICS_CLUSTER = 'envoy-metrics-cluster';
@@ -96,7 +97,8 @@ function metricsCluster(): Cluster {
 
 /**
  * CDS for one proxy: an upstream cluster per service it may reach (and per TrafficSplit
- * backend), a local cluster per service it serves, `envoy-metrics-cluster`, and
+ * backend), a local cluster per service it serves, `envoy-metrics-cluster`, `envoy-tracing-cluster`
+ * when tracing is on ({@link tracingCluster}), and
  * `passthrough-outbound` when egress is on, the Egress policies' clusters
  * ({@link generateEgressClusters}). Names are unique; sorted by name.
  */
@@ -117,8 +119,8 @@ export function generateUpstreamClusters(context: GenerationContext, profile: Pr
 
 /**
  * The clusters of a proxy that are not upstream clusters of its view: a local cluster per
- * service it serves, `envoy-metrics-cluster`, the Egress policies' clusters and
- * `passthrough-outbound` when egress is on. {@link generateClusters} is these and
+ * service it serves, `envoy-metrics-cluster`, `envoy-tracing-cluster` when MeshConfig turns
+ * tracing on, the Egress policies' clusters and `passthrough-outbound` when egress is on. {@link generateClusters} is these and
  * {@link generateUpstreamClusters}, one of these winning a name both have.
  */
 export function generateOwnClusters(context: GenerationContext, profile: ProxyProfile): NamedResource<Cluster>[] {
@@ -127,6 +129,7 @@ export function generateOwnClusters(context: GenerationContext, profile: ProxyPr
   const add = (name: string, resource: Cluster): void => void clusters.set(name, { name, resource });
   for (const svc of inboundServices(snapshot, profile.identity)) add(localClusterName(svc), context.shared('Cluster', localClusterName(svc), [svc], localCluster));
   add(ENVOY_METRICS_CLUSTER, context.shared('Cluster', ENVOY_METRICS_CLUSTER, [], metricsCluster));
+  if (snapshot.settings.tracing) add(TRACING_CLUSTER, context.shared('Cluster', TRACING_CLUSTER, [snapshot.settings.tracing], tracingCluster));
   for (const c of generateEgressClusters(context, profile)) add(c.name ?? '', c);
   if (snapshot.settings.enableEgress) {
     add(PASSTHROUGH_OUTBOUND_CLUSTER, {

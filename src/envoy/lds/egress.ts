@@ -6,21 +6,24 @@ import { egressPlan, type EgressPlan } from '../egress-plan.js';
 import { egressRouteConfigName } from '../rds/egress.js';
 import { ADS_CONFIG_SOURCE, ExtensionType, typedConfig } from '../typed-config.js';
 import { cidrRange, uniqueChains } from './filter-chain-match.js';
+import { accessLogFields, tracingFields, type ListenerTelemetry } from '../telemetry.js';
 
 function ranges(list: readonly string[]): { prefix_ranges?: ReturnType<typeof cidrRange>[] } {
   return list.length > 0 ? { prefix_ranges: list.map(cidrRange) } : {};
 }
 
-function tcpProxyChain(name: string, match: FilterChain['filter_chain_match'], cluster: string): FilterChain {
+function tcpProxyChain(name: string, match: FilterChain['filter_chain_match'], cluster: string, telemetry: ListenerTelemetry): FilterChain {
   return {
     name,
     filter_chain_match: match,
-    filters: [{ name: 'envoy.filters.network.tcp_proxy', typed_config: typedConfig(ExtensionType.TcpProxy, { stat_prefix: name, cluster }) }],
+    filters: [
+      { name: 'envoy.filters.network.tcp_proxy', typed_config: typedConfig(ExtensionType.TcpProxy, { stat_prefix: name, cluster, ...accessLogFields(telemetry) }) },
+    ],
   };
 }
 
-/** The egress chains of a plan, in the order they claim match leaves: HTTP, then HTTPS, then TCP. */
-function planChains(plan: EgressPlan): FilterChain[] {
+/** The egress chains of a plan, in the order they claim match leaves: HTTP, then HTTPS, then TCP; with the MeshConfig's access log and tracing. */
+function planChains(plan: EgressPlan, telemetry: ListenerTelemetry): FilterChain[] {
   const chains: FilterChain[] = [];
   for (const p of plan.http) {
     const name = `egress-http.${p.port}`;
@@ -34,6 +37,8 @@ function planChains(plan: EgressPlan): FilterChain[] {
             stat_prefix: name,
             rds: { config_source: ADS_CONFIG_SOURCE, route_config_name: egressRouteConfigName(p.port) },
             http_filters: [{ name: 'envoy.filters.http.router', typed_config: typedConfig(ExtensionType.Router, {}) }],
+            ...accessLogFields(telemetry),
+            ...tracingFields(telemetry),
           }),
         },
       ],
@@ -51,11 +56,12 @@ function planChains(plan: EgressPlan): FilterChain[] {
           transport_protocol: 'tls',
         },
         r.cluster,
+        telemetry,
       ),
     );
   }
   for (const t of plan.tcp) {
-    chains.push(tcpProxyChain(`egress-tcp.${t.port}`, { destination_port: { value: t.port }, ...ranges(t.ipRanges) }, t.cluster));
+    chains.push(tcpProxyChain(`egress-tcp.${t.port}`, { destination_port: { value: t.port }, ...ranges(t.ipRanges) }, t.cluster, telemetry));
   }
   return chains;
 }
@@ -75,7 +81,7 @@ function planChains(plan: EgressPlan): FilterChain[] {
  * egress chain) is pruned or left out ({@link uniqueChains}).
  */
 export function egressFilterChains(context: GenerationContext, profile: ProxyProfile, existing: readonly FilterChain[]): FilterChain[] {
-  return uniqueChains(existing, planChains(egressPlan(context, profile)));
+  return uniqueChains(existing, planChains(egressPlan(context, profile), context.snapshot.settings));
 }
 
 /**

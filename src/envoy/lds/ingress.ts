@@ -1,3 +1,4 @@
+import { accessLogFields, tracingFields } from '../telemetry.js';
 import type { DownstreamTlsContext } from '../../api/generated/envoy/extensions/transport_sockets/tls/v3/DownstreamTlsContext.js';
 import type { Filter } from '../../api/generated/envoy/config/listener/v3/Filter.js';
 import type { FilterChain } from '../../api/generated/envoy/config/listener/v3/FilterChain.js';
@@ -56,6 +57,8 @@ function ingressFilterChain(context: GenerationContext, profile: ProxyProfile, p
       stat_prefix: plan.name,
       rds: { config_source: ADS_CONFIG_SOURCE, route_config_name: ingressRouteConfigName(plan.port) },
       http_filters: [{ name: 'envoy.filters.http.router', typed_config: typedConfig(ExtensionType.Router, {}) }],
+      ...accessLogFields(context.snapshot.settings),
+      ...tracingFields(context.snapshot.settings),
     }),
   });
   return {

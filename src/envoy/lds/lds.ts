@@ -5,7 +5,7 @@ import type { Filter } from '../../api/generated/envoy/config/listener/v3/Filter
 import type { HttpFilter } from '../../api/generated/envoy/extensions/filters/network/http_connection_manager/v3/HttpFilter.js';
 import { clusterName, localClusterName, serviceFqdn } from '../../catalog/names.js';
 import { targetCoversPort } from '../../catalog/traffic-policy.js';
-import type { MeshEndpoint, MeshService, TlsVersion } from '../../catalog/types.js';
+import type { MeshEndpoint, MeshService, TlsVersion, TracingSettings } from '../../catalog/types.js';
 import type { ServiceIdentity } from '../../proxy/types.js';
 import { inboundSide, type InboundSide } from '../rds/inbound-side.js';
 import type { GenerationContext, ProxyProfile } from '../context.js';
@@ -21,6 +21,7 @@ import { egressFilterChains, egressListenerFilters } from './egress.js';
 import { proxyEgressPolicies } from '../egress-plan.js';
 import { ingressFilterChains } from './ingress.js';
 import { meshChangeKind, type PushChange } from '../push-change.js';
+import { accessLogFields, tracingFields, type ListenerTelemetry } from '../telemetry.js';
 
 /** Name and port of the listener that captures outbound traffic (OSM v1.2). */
 export const OUTBOUND_LISTENER = { name: 'outbound-listener', port: 15001 } as const;
@@ -33,7 +34,7 @@ function cidr(ip: string): { address_prefix: string; prefix_len: { value: number
   return { address_prefix: ip, prefix_len: { value: ip.includes(':') ? 128 : 32 } };
 }
 
-function httpConnectionManager(statPrefix: string, routeConfigName: string, rbac: boolean, localRateLimit = false): Filter {
+function httpConnectionManager(statPrefix: string, routeConfigName: string, rbac: boolean, localRateLimit: boolean, telemetry: ListenerTelemetry): Filter {
   const httpFilters: HttpFilter[] = [];
   // An RBAC filter with no rules allows everything; each route's RBACPerRoute then decides.
   if (rbac) httpFilters.push({ name: HTTP_RBAC_FILTER, typed_config: typedConfig(ExtensionType.HttpRbac, {}) });
@@ -49,11 +50,13 @@ function httpConnectionManager(statPrefix: string, routeConfigName: string, rbac
       stat_prefix: statPrefix,
       rds: { config_source: ADS_CONFIG_SOURCE, route_config_name: routeConfigName },
       http_filters: httpFilters,
+      ...accessLogFields(telemetry),
+      ...tracingFields(telemetry),
     }),
   };
 }
 
-function tcpProxy(statPrefix: string, dest: Pick<OutboundDestination, 'targets'>): Filter {
+function tcpProxy(statPrefix: string, dest: Pick<OutboundDestination, 'targets'>, telemetry: ListenerTelemetry): Filter {
   const single = dest.targets.length === 1;
   return {
     name: 'envoy.filters.network.tcp_proxy',
@@ -62,6 +65,7 @@ function tcpProxy(statPrefix: string, dest: Pick<OutboundDestination, 'targets'>
       ...(single
         ? { cluster: dest.targets[0].cluster }
         : { weighted_clusters: { clusters: dest.targets.map((t) => ({ name: t.cluster, weight: t.weight })) } }),
+      ...accessLogFields(telemetry),
     }),
   };
 }
@@ -98,14 +102,22 @@ const NO_EGRESS: OutboundEgress = { chains: () => [], listenerFilters: () => [] 
  * listener without filter chains).
  */
 export function outboundListener(context: GenerationContext, profile: ProxyProfile): Listener | undefined {
-  return buildOutboundListener(context.outboundView(profile.identity), context.snapshot.settings.enableEgress, context.snapshot.endpoints, {
+  const { settings } = context.snapshot;
+  const telemetry = { accessLog: settings.accessLog, tracing: settings.tracing };
+  return buildOutboundListener(context.outboundView(profile.identity), settings.enableEgress, telemetry, context.snapshot.endpoints, {
     chains: (existing) => egressFilterChains(context, profile, existing),
     listenerFilters: (chains) => egressListenerFilters(context, profile, chains),
   });
 }
 
-/** {@link outboundListener} from what it reads: the view, `enableEgress`, the endpoints of headless destinations, and the egress chains. */
-function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: EndpointsByCluster, egressOf: OutboundEgress): Listener | undefined {
+/** {@link outboundListener} from what it reads: the view, `enableEgress`, the telemetry settings, the endpoints of headless destinations, and the egress chains. */
+function buildOutboundListener(
+  view: OutboundView,
+  egress: boolean,
+  telemetry: ListenerTelemetry,
+  endpoints: EndpointsByCluster,
+  egressOf: OutboundEgress,
+): Listener | undefined {
   const claimed = new Set<string>();
   const claim = (svc: MeshService): string[] =>
     destinationIps(endpoints, svc).filter((ip) => {
@@ -145,7 +157,7 @@ function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: E
     chains.push({
       name,
       filter_chain_match: { destination_port: { value: svc.port }, prefix_ranges: ips.sort().map(cidr) },
-      filters: [tcpProxy(name, dest)],
+      filters: [tcpProxy(name, dest, telemetry)],
     });
   }
   for (const [port, ips] of [...httpIps.entries()].sort(([a], [b]) => a - b)) {
@@ -153,7 +165,7 @@ function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: E
     chains.push({
       name,
       filter_chain_match: { destination_port: { value: port }, ...(portOnly.has(port) ? {} : { prefix_ranges: ips.sort().map(cidr) }) },
-      filters: [httpConnectionManager(name, outboundRouteConfigName(port), false)],
+      filters: [httpConnectionManager(name, outboundRouteConfigName(port), false, false, telemetry)],
     });
   }
   for (const [port, buckets] of bucketIps) {
@@ -166,7 +178,7 @@ function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: E
       chains.push({
         name: `outbound_http_${port}_${bucket}`,
         filter_chain_match: { destination_port: { value: port }, prefix_ranges: ips.sort().map(cidr) },
-        filters: [httpConnectionManager(`outbound_http_${port}`, outboundRouteConfigName(port, bucket), false)],
+        filters: [httpConnectionManager(`outbound_http_${port}`, outboundRouteConfigName(port, bucket), false, false, telemetry)],
       });
     }
   }
@@ -186,7 +198,7 @@ function buildOutboundListener(view: OutboundView, egress: boolean, endpoints: E
       ? {
           default_filter_chain: {
             name: 'outbound-egress-passthrough',
-            filters: [tcpProxy('outbound-egress-passthrough', { targets: [{ cluster: PASSTHROUGH_OUTBOUND_CLUSTER, weight: 1 }] })],
+            filters: [tcpProxy('outbound-egress-passthrough', { targets: [{ cluster: PASSTHROUGH_OUTBOUND_CLUSTER, weight: 1 }] }, telemetry)],
           },
         }
       : {}),
@@ -212,7 +224,7 @@ export function inboundListener(context: GenerationContext, profile: ProxyProfil
   // matches and filters, whose checks and encodings (their typed configs) then carry over.
   const tls = [settings.tlsMinProtocolVersion, settings.tlsMaxProtocolVersion, JSON.stringify(settings.cipherSuites), JSON.stringify(settings.ecdhCurves)] as const;
   const side = inboundSide(context, identity);
-  const bodies = context.shared('InboundChainBodies', `inbound ${identity}`, [side], inboundChainBodies);
+  const bodies = context.shared('InboundChainBodies', `inbound ${identity}`, [side, settings.accessLog, settings.tracing], inboundChainBodies);
   const mesh = context.shared('FilterChains', `inbound ${identity}`, [bodies, identity, ...tls], inboundMeshChains);
   return context.shared('Listener', `inbound ${identity}`, [mesh, ...ingressFilterChains(context, profile, mesh)], sharedInboundListener).listener;
 }
@@ -223,10 +235,12 @@ type InboundChainBody = Readonly<Required<Pick<FilterChain, 'name' | 'filter_cha
 /**
  * The inbound listener's mesh chains ({@link inboundListener}) but their transport sockets,
  * from the proxy's inbound side: per service port served, the chain's name, its match and its
- * filters (network RBAC in SMI mode, the TCP rate limit, then the HCM or `tcp_proxy`).
+ * filters (network RBAC in SMI mode, the TCP rate limit, then the HCM or `tcp_proxy`, with the
+ * access log and tracing the MeshConfig turns on).
  */
-function inboundChainBodies(side: InboundSide): readonly InboundChainBody[] {
+function inboundChainBodies(side: InboundSide, accessLog: boolean, tracing: TracingSettings | undefined): readonly InboundChainBody[] {
   const { smi, targets } = side;
+  const telemetry: ListenerTelemetry = { accessLog, tracing };
   const bodies: InboundChainBody[] = [];
   for (const { service: svc, setting } of side.services) {
     const http = isHttpLike(svc);
@@ -250,8 +264,8 @@ function inboundChainBodies(side: InboundSide): readonly InboundChainBody[] {
     const httpLimits = setting !== undefined && (setting.httpRateLimit !== undefined || setting.httpRoutes.length > 0);
     filters.push(
       http
-        ? httpConnectionManager(name, inboundRouteConfigName(svc.targetPort), smi, httpLimits)
-        : tcpProxy(name, { targets: [{ cluster: localClusterName(svc), weight: 1 }] }),
+        ? httpConnectionManager(name, inboundRouteConfigName(svc.targetPort), smi, httpLimits, telemetry)
+        : tcpProxy(name, { targets: [{ cluster: localClusterName(svc), weight: 1 }] }, telemetry),
     );
     bodies.push({ name, filter_chain_match: { destination_port: { value: svc.targetPort }, server_names: [serviceFqdn(svc)], transport_protocol: 'tls' }, filters });
   }
@@ -324,7 +338,7 @@ export function generateOutboundListeners(context: GenerationContext, profile: P
     ? context.shared(
         'Listener',
         `${OUTBOUND_LISTENER.name} ${context.outboundViewId(view)}`,
-        [view, snapshot.settings.enableEgress, ...view.destinations.filter((d) => d.service.headless).map((d) => snapshot.endpoints.get(clusterName(d.service)))],
+        [view, snapshot.settings.enableEgress, snapshot.settings.accessLog, snapshot.settings.tracing, ...view.destinations.filter((d) => d.service.headless).map((d) => snapshot.endpoints.get(clusterName(d.service)))],
         sharedOutboundListener,
       ).listener
     : outboundListener(context, profile);
@@ -333,17 +347,19 @@ export function generateOutboundListeners(context: GenerationContext, profile: P
 
 /**
  * The outbound listener of proxies without Egress policies of their own, from `view`,
- * `enableEgress` and the endpoints of the view's headless destinations (in the order of
+ * `enableEgress`, the access log switch, the tracing settings and the endpoints of the view's headless destinations (in the order of
  * `view.destinations`), boxed (there may be no listener).
  */
 function sharedOutboundListener(
   view: OutboundView,
   enableEgress: boolean,
+  accessLog: boolean,
+  tracing: TracingSettings | undefined,
   ...headlessEndpoints: (readonly MeshEndpoint[] | undefined)[]
 ): { listener: Listener | undefined } {
   const headless = view.destinations.filter((d) => d.service.headless);
   const endpoints = new Map(headless.map((d, i) => [clusterName(d.service), headlessEndpoints[i]]));
-  return { listener: buildOutboundListener(view, enableEgress, endpoints, NO_EGRESS) };
+  return { listener: buildOutboundListener(view, enableEgress, { accessLog, tracing }, endpoints, NO_EGRESS) };
 }
 
 /**
