@@ -779,10 +779,7 @@ function unknownServiceAccounts(
 function samePolicies<T extends { readonly name: string }>(previous: readonly T[] | undefined, current: T[]): T[] {
   if (previous === undefined || previous.length === 0) return current;
   const byName = new Map(previous.map((p) => [p.name, p]));
-  return current.map((c) => {
-    const p = byName.get(c.name);
-    return p !== undefined && p !== c && JSON.stringify(p) === JSON.stringify(c) ? p : c;
-  });
+  return current.map((c) => sameOrPrevious(byName.get(c.name), c));
 }
 
 /** `previous` when it has the same content as `current` (JSON), else `current`. */

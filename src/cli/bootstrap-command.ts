@@ -3,7 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { stringify } from 'yaml';
 import type { CertificateAuthority } from '../certificate/authority.js';
-import { loadExistingCa } from '../injector/ca.js';
+import { BOOTSTRAP_CERT_VALIDITY_SECONDS, loadExistingCa } from '../injector/ca.js';
 import { CertificateManager } from '../certificate/manager.js';
 import { envoyBootstrap } from '../envoy/bootstrap.js';
 import { proxyCommonName, type CommonName } from '../proxy/types.js';
@@ -58,7 +58,7 @@ export async function writeProxyBootstrap(options: BootstrapCommandOptions): Pro
   const manager = new CertificateManager({ ca });
   const uuid = options.uuid ?? randomUUID();
   const commonName = proxyCommonName(uuid, 'sidecar', options.namespace, options.serviceAccount);
-  const cert = await manager.issueProxyCertificate(uuid, options.namespace, options.serviceAccount, options.validitySeconds ?? 365 * 24 * 3600);
+  const cert = await manager.issueProxyCertificate(uuid, options.namespace, options.serviceAccount, options.validitySeconds ?? BOOTSTRAP_CERT_VALIDITY_SECONDS);
   manager.stop();
   const out = path.resolve(options.out);
   await mkdir(out, { recursive: true });

@@ -7,6 +7,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import { applyInterception, INBOUND_PORT, interceptionRules, OUTBOUND_PORT, PROXY_UID, type InterceptionOptions } from '../injector/iptables.js';
+import { splitHostPort } from '../util/address.js';
 import { exitOnSignal } from './signals.js';
 
 /** A comma-separated list flag's parser (entries trimmed, empty entries dropped). */
@@ -53,11 +54,11 @@ function fail(command: string, err: unknown): void {
   process.exitCode = 1;
 }
 
-function hostPort(value: string): { host: string; port: number } {
-  const m = /^(.*):(\d{1,5})$/.exec(value);
-  const port = m ? Number(m[2]) : NaN;
-  if (!m || !(port >= 0 && port <= 65535)) throw new InvalidArgumentError(`"${value}" is not HOST:PORT`);
-  return { host: m[1].replace(/^\[(.*)\]$/, '$1') || '0.0.0.0', port };
+/** `--address HOST:PORT` (`splitHostPort`; no host: every address, 0.0.0.0). */
+function listenAddress(value: string): { host: string; port: number } {
+  const { host, port } = splitHostPort(value);
+  if (!(port >= 0 && port <= 65535)) throw new InvalidArgumentError(`"${value}" is not HOST:PORT`);
+  return { host: host || '0.0.0.0', port };
 }
 
 /** Adds `trellis injector`, `trellis iptables-init` and `trellis healthcheck` to `program`. */
@@ -90,7 +91,7 @@ export function registerInjectorCommands(program: Command): void {
     }) => {
       const logger = pino({ level: opts.logLevel });
       try {
-        const listen = hostPort(opts.address);
+        const listen = listenAddress(opts.address);
         const [{ runInjector }, { loadKubeConfig }] = await Promise.all([import('../injector/run.js'), import('../sources/kubernetes/kubernetes-source.js')]);
         const injector = await runInjector({
           kubeConfig: loadKubeConfig(opts.kubeconfig),

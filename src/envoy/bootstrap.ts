@@ -6,6 +6,8 @@ import type { Struct } from '../api/generated/google/protobuf/Struct.js';
 import type { UpstreamTlsContext } from '../api/generated/envoy/extensions/transport_sockets/tls/v3/UpstreamTlsContext.js';
 import { identityParts, parseCommonName, XDS_SERVER_SPIFFE_ID, type CommonName } from '../proxy/types.js';
 import { MAX_RE2_PROGRAM_SIZE } from '../util/re2.js';
+import { STDOUT_ACCESS_LOG } from './telemetry.js';
+import { ExtensionType, typedConfig } from './typed-config.js';
 
 /** Name of the static cluster through which Envoy reaches the controller's ADS server (as in OSM). */
 export const XDS_CLUSTER_NAME = 'osm-controller';
@@ -14,8 +16,6 @@ export const DEFAULT_ADMIN_PORT = 15000;
 /** Default port of the controller's ADS server (OSM's). */
 export const DEFAULT_XDS_PORT = 15128;
 
-const HTTP_PROTOCOL_OPTIONS_TYPE = 'envoy.extensions.upstreams.http.v3.HttpProtocolOptions';
-const TYPE_URL_PREFIX = 'type.googleapis.com/';
 
 /** Inputs of {@link envoyBootstrap}. File paths are as the proxy sees them (its own file system). */
 export interface EnvoyBootstrapOptions {
@@ -125,23 +125,18 @@ export function envoyBootstrap(options: EnvoyBootstrapOptions): Bootstrap {
       endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: xdsHost, port_value: xdsPort } } } }] }],
     },
     typed_extension_protocol_options: {
-      [HTTP_PROTOCOL_OPTIONS_TYPE]: { '@type': TYPE_URL_PREFIX + HTTP_PROTOCOL_OPTIONS_TYPE, ...http2 },
+      [ExtensionType.HttpProtocolOptions]: typedConfig(ExtensionType.HttpProtocolOptions, http2),
     },
     transport_socket: {
       name: 'envoy.transport_sockets.tls',
-      typed_config: { '@type': `${TYPE_URL_PREFIX}envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext`, ...tlsContext },
+      typed_config: typedConfig(ExtensionType.UpstreamTlsContext, tlsContext),
     },
   };
 
   return {
     node: { id: options.nodeId, cluster: nodeCluster },
     admin: {
-      access_log: [
-        {
-          name: 'envoy.access_loggers.stream',
-          typed_config: { '@type': `${TYPE_URL_PREFIX}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog` },
-        },
-      ],
+      access_log: [...STDOUT_ACCESS_LOG],
       address: options.adminSocketPath !== undefined
         ? { pipe: { path: options.adminSocketPath, mode: 0o600 } }
         : { socket_address: { address: '127.0.0.1', port_value: adminPort } },

@@ -23,8 +23,12 @@ export interface ListenerTelemetry {
 /** No access log, no tracing: what a mesh gets unless its MeshConfig turns them on. */
 export const NO_TELEMETRY: ListenerTelemetry = Object.freeze({ accessLog: false, tracing: undefined });
 
-/** The access log of the HCM and `tcp_proxy` filters: `envoy.access_loggers.stream` to stdout, Envoy's default format (no `log_format`). */
-const STDOUT_ACCESS_LOG: readonly AccessLog[] = Object.freeze([
+/**
+ * An access log to stdout in Envoy's default format (`envoy.access_loggers.stream`, no
+ * `log_format`): the HCM's and `tcp_proxy`'s when MeshConfig turns it on, and the bootstrap's
+ * admin and probe listeners'.
+ */
+export const STDOUT_ACCESS_LOG: readonly AccessLog[] = Object.freeze([
   Object.freeze({ name: 'envoy.access_loggers.stream', typed_config: Object.freeze(typedConfig(ExtensionType.StdoutAccessLog, {})) }),
 ]);
 

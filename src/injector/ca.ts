@@ -3,6 +3,9 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { CA_CERT_FILE, CertificateAuthority } from '../certificate/authority.js';
 
+/** Lifetime of the xDS client certificate of a proxy's bootstrap (`trellis bootstrap`, the injector's Secrets), in seconds: 1 year. */
+export const BOOTSTRAP_CERT_VALIDITY_SECONDS = 365 * 24 * 3600;
+
 /**
  * The controller's CA from its state directory, never creating one: a certificate signed by a
  * CA the controller does not use would be refused at connect time.

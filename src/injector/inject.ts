@@ -7,6 +7,7 @@
  */
 import type { V1Container, V1EnvVar, V1Pod, V1Secret, V1Volume } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
+import { MONITORED_BY_LABEL } from '../catalog/labels.js';
 import { DEFAULT_ADMIN_PORT, envoyBootstrap } from '../envoy/bootstrap.js';
 import { parseCommonName, proxyCommonName } from '../proxy/types.js';
 import { PROXY_UUID_LABEL } from '../proxy/pod-check.js';
@@ -20,8 +21,6 @@ import { HEALTHCHECK_PORT, httpConnectionManager, ORIGINAL_PROBES_ANNOTATION, PR
 export const SIDECAR_INJECTION_ANNOTATION = 'openservicemesh.io/sidecar-injection';
 /** The annotation (namespace or pod; the pod's wins) that turns Envoy's Prometheus listener on. */
 export const METRICS_ANNOTATION = 'openservicemesh.io/metrics';
-/** The label putting a namespace in a mesh (`osm namespace add`). */
-export const MONITORED_BY_LABEL = 'openservicemesh.io/monitored-by';
 /** Name of the init container that sets up traffic interception (OSM's). */
 export const INIT_CONTAINER_NAME = 'osm-init';
 /** Name of the Envoy sidecar container (OSM's). */
@@ -48,6 +47,11 @@ export interface NamespaceMeta {
   readonly name: string;
   readonly labels?: Readonly<Record<string, string>>;
   readonly annotations?: Readonly<Record<string, string>>;
+}
+
+/** A pod's name as its request gives it: `metadata.name`, else `generateName` (the API server names it after admission). */
+function requestedName(pod: V1Pod): string {
+  return pod.metadata?.name ?? pod.metadata?.generateName ?? '';
 }
 
 /** The outcome of {@link injectionDecision}. */
@@ -86,7 +90,7 @@ export function injectionDecision(pod: V1Pod, namespace: NamespaceMeta | undefin
     return { inject: false, reason: `namespace ${namespace.name} is never injected` };
   }
   if (namespace.labels?.[MONITORED_BY_LABEL] !== options.meshName) return { inject: false, reason: `namespace ${namespace.name} is not in mesh ${options.meshName}` };
-  const podName = `Pod ${namespace.name}/${pod.metadata?.name ?? pod.metadata?.generateName ?? ''}`;
+  const podName = `Pod ${namespace.name}/${requestedName(pod)}`;
   const podSwitch = annotationSwitch(pod.metadata?.annotations, SIDECAR_INJECTION_ANNOTATION, podName);
   const namespaceSwitch = annotationSwitch(namespace.annotations, SIDECAR_INJECTION_ANNOTATION, `Namespace ${namespace.name}`);
   const on = podSwitch ?? namespaceSwitch;
@@ -263,7 +267,7 @@ export function injectPod(
       `${JSON.stringify(serviceAccount)} is not a DNS label: the sidecar's xDS identity <uuid>.sidecar.<serviceaccount>.<namespace>.cluster.local would not parse`,
     );
   }
-  const podName = `Pod ${namespace.name}/${pod.metadata?.name ?? pod.metadata?.generateName ?? ''}`;
+  const podName = `Pod ${namespace.name}/${requestedName(pod)}`;
   pod.metadata = { ...pod.metadata, labels: { ...pod.metadata?.labels, [PROXY_UUID_LABEL]: uuid } };
   const metrics =
     annotationSwitch(original.metadata?.annotations, METRICS_ANNOTATION, podName) ?? annotationSwitch(namespace.annotations, METRICS_ANNOTATION, `Namespace ${namespace.name}`) ?? false;
@@ -274,13 +278,14 @@ export function injectPod(
     // Its probes point at the probe listeners already: the new bootstrap serves them again.
     return { ...base, pod, probes: recordedProbes(original), reinjected: true };
   }
-  const taken = [...(spec.initContainers ?? []), ...spec.containers].map((c) => c.name);
   for (const name of [INIT_CONTAINER_NAME, ENVOY_CONTAINER_NAME]) {
-    const i = taken.indexOf(name);
-    if (i >= 0) throw new InjectionRefusal(`spec.${i < (spec.initContainers ?? []).length ? 'initContainers' : 'containers'}[${i < (spec.initContainers ?? []).length ? i : i - (spec.initContainers ?? []).length}].name`, `a container is already named ${name}, the name of the injected one`);
+    for (const [list, containers] of [['initContainers', spec.initContainers ?? []], ['containers', spec.containers]] as const) {
+      const i = containers.findIndex((c) => c.name === name);
+      if (i >= 0) throw new InjectionRefusal(`spec.${list}[${i}].name`, `a container is already named ${name}, the name of the injected one`);
+    }
   }
   // Throws InterceptionConfigError naming the MeshConfig field or annotation.
-  const named = { ...original, metadata: { ...original.metadata, namespace: namespace.name, name: original.metadata?.name ?? original.metadata?.generateName ?? '' } };
+  const named = { ...original, metadata: { ...original.metadata, namespace: namespace.name, name: requestedName(original) } };
   const interception = interceptionOptions(meshConfig, named as unknown as Pod);
   const probes = rewriteProbes(pod);
   if (probes.length > 0) pod.metadata.annotations = { ...pod.metadata.annotations, [ORIGINAL_PROBES_ANNOTATION]: JSON.stringify(probes) };

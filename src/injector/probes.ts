@@ -17,6 +17,8 @@
  * Pure functions of the pod; no I/O.
  */
 import type { V1Container, V1Pod, V1Probe } from '@kubernetes/client-node';
+import { STDOUT_ACCESS_LOG } from '../envoy/telemetry.js';
+import { ExtensionType, typedConfig } from '../envoy/typed-config.js';
 import { InjectionRefusal } from './refusal.js';
 
 /** The three probe kinds of a container. */
@@ -172,8 +174,6 @@ export function recordedProbes(pod: V1Pod): OriginalProbe[] {
   });
 }
 
-const TYPE = 'type.googleapis.com/';
-
 /** The cluster a probe is routed to: `<container>_<kind>_cluster`, STATIC 127.0.0.1:<port> (OSM's names). */
 function probeCluster(probe: OriginalProbe): Record<string, unknown> {
   const name = `${probe.container}_${probe.kind}_cluster`;
@@ -188,32 +188,24 @@ function probeCluster(probe: OriginalProbe): Record<string, unknown> {
     ...(probe.protocol === 'grpc'
       ? {
           typed_extension_protocol_options: {
-            'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
-              '@type': `${TYPE}envoy.extensions.upstreams.http.v3.HttpProtocolOptions`,
-              explicit_http_config: { http2_protocol_options: {} },
-            },
+            [ExtensionType.HttpProtocolOptions]: typedConfig(ExtensionType.HttpProtocolOptions, { explicit_http_config: { http2_protocol_options: {} } }),
           },
         }
       : {}),
   };
 }
 
-const STDOUT_ACCESS_LOG = [
-  { name: 'envoy.access_loggers.stream', typed_config: { '@type': `${TYPE}envoy.extensions.access_loggers.stream.v3.StdoutAccessLog` } },
-];
-
 /** An HTTP connection manager filter routing `routes` (a `local_route` with one `*` virtual host). */
 export function httpConnectionManager(statPrefix: string, routes: readonly Record<string, unknown>[]): Record<string, unknown> {
   return {
     name: 'http_connection_manager',
-    typed_config: {
-      '@type': `${TYPE}envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager`,
+    typed_config: typedConfig(ExtensionType.HttpConnectionManager, {
       stat_prefix: statPrefix,
       codec_type: 'AUTO',
       access_log: STDOUT_ACCESS_LOG,
       route_config: { name: 'local_route', virtual_hosts: [{ name: 'local_service', domains: ['*'], routes }] },
-      http_filters: [{ name: 'http_router', typed_config: { '@type': `${TYPE}envoy.extensions.filters.http.router.v3.Router` } }],
-    },
+      http_filters: [{ name: 'http_router', typed_config: typedConfig(ExtensionType.Router, {}) }],
+    }),
   };
 }
 
@@ -250,13 +242,13 @@ export function probeResources(probes: readonly OriginalProbe[]): { listeners: R
       } else {
         tlsChain = {
           filter_chain_match: { transport_protocol: 'tls' },
-          filters: [{ name: 'tcp_proxy', typed_config: { '@type': `${TYPE}envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy`, stat_prefix: 'health_probes_https', cluster: cluster.name, access_log: STDOUT_ACCESS_LOG } }],
+          filters: [{ name: 'tcp_proxy', typed_config: typedConfig(ExtensionType.TcpProxy, { stat_prefix: 'health_probes_https', cluster: cluster.name, access_log: STDOUT_ACCESS_LOG }) }],
         };
       }
     }
     const chains = [...(tlsChain ? [tlsChain] : []), ...(routes.length > 0 ? [{ filters: [httpConnectionManager('health_probes_http', routes)] }] : [])];
     const inspector = tlsChain
-      ? { listener_filters: [{ name: 'envoy.filters.listener.tls_inspector', typed_config: { '@type': `${TYPE}envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector` } }] }
+      ? { listener_filters: [{ name: 'envoy.filters.listener.tls_inspector', typed_config: typedConfig(ExtensionType.TlsInspector, {}) }] }
       : {};
     listeners.push(staticListener(`${kind}_listener`, PROBE_PORTS[kind], chains, inspector));
   }

@@ -7,15 +7,13 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { CertificateManager } from '../certificate/manager.js';
 import { readCaSecret, secretApiFor } from '../certificate/secret-store.js';
-import { loadExistingCa } from './ca.js';
+import { BOOTSTRAP_CERT_VALIDITY_SECONDS, loadExistingCa } from './ca.js';
 import { kubernetesCluster, writeWebhookCaBundle, type InjectorCluster, type MeshConfigRef } from './cluster.js';
 import type { InjectorSettings } from './inject.js';
 import { startWebhookServer, type WebhookServer } from './webhook.js';
 
 /** Name of the injector's Service and Deployment (OSM's). */
 export const INJECTOR_NAME = 'osm-injector';
-/** Lifetime of the xDS client certificate in a bootstrap Secret, in seconds (1 year, as `trellis bootstrap`). */
-export const BOOTSTRAP_CERT_VALIDITY_SECONDS = 365 * 24 * 3600;
 /** Lifetime of the webhook's serving certificate, in seconds (1 year; a restart issues a new one). */
 export const SERVING_CERT_VALIDITY_SECONDS = 365 * 24 * 3600;
 

@@ -10,6 +10,7 @@ import { PROTO_LOADER_OPTIONS, type EncodedAny } from '../../api/codec.js';
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import { parseCommonName, type Proxy } from '../../proxy/types.js';
 import { splitHostPort } from '../../util/address.js';
+import { sameSet } from '../../util/same.js';
 import { RateLimiter } from '../../util/rate-limit.js';
 import type { DeltaDiscoveryRequest__Output, DiscoveryRequest__Output, DiscoveryResponse } from './discovery-types.js';
 import { DeltaStream } from './delta-stream.js';
@@ -354,7 +355,7 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
     else if (explicit.size === 0) wildcard = completeSet && (first || st.wildcard);
     else wildcard = false;
     // The same subscription again (an ACK, typically): nothing to forget, and what was selected for it holds.
-    if (wildcard === st.wildcard && sameNames(explicit, st.names)) return;
+    if (wildcard === st.wildcard && sameSet(explicit, st.names)) return;
     if (!wildcard && st.sent.size > 0) {
       // A client drops the resources it unsubscribes from; forget we sent them, so subscribing
       // again sends them again even if unchanged (xds_protocol "How the client specifies what
@@ -480,13 +481,6 @@ function differs(sent: ResourceMap, selected: ResourceMap, completeSet: boolean)
 function coveredBy(map: ResourceMap, names: ReadonlySet<string>): boolean {
   if (map.size > names.size) return false;
   for (const name of map.keys()) if (!names.has(name)) return false;
-  return true;
-}
-
-/** Whether two sets of names are equal. */
-function sameNames(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
-  if (a.size !== b.size) return false;
-  for (const name of a) if (!b.has(name)) return false;
   return true;
 }
 
