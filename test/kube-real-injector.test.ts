@@ -372,6 +372,9 @@ describeOn('real', 'trellis injector against a real kube-apiserver: its ServiceA
     await server.core.createNamespacedPod({ namespace: 'outside', body: bookbuyerPod('outside', 'bookbuyer-while-down') });
 
     assert.ok(await startInjector(injectorKubeconfig, port), `port ${port} free again`);
+    // pino's line and the "listening" line are two writes to stdout: wait for the log line, then check it.
+    const written = /"changed":(\d+),"msg":"CA bundle written into the MutatingWebhookConfiguration"/;
+    await eventually(() => written.test(output), 'the injector logs the CA bundle written', 10_000);
     assert.match(output, /"changed":0,"msg":"CA bundle written into the MutatingWebhookConfiguration"/, 'the same CA: nothing to patch');
     const created = await server.core.createNamespacedPod({ namespace: 'bookbuyer', body: bookbuyerPod('bookbuyer', 'bookbuyer-5d8f9c-') });
     assert.ok(created.spec!.containers.some((c) => c.name === 'envoy'), 'injected again after the restart');
