@@ -3,7 +3,8 @@
 # run it first). Incremental (`tsc -b`): with nothing changed it takes about 0.2 s of CPU.
 # - the generated proto types (type-only; scripts/gen-types.sh) are made when missing or stale;
 # - the data files the code reads beside itself are copied (src/sources/manifests/schemas/:
-#   the CRDs whose openAPIV3Schema the manifests loader validates against);
+#   the CRDs whose openAPIV3Schema the manifests loader validates against; src/debug/page/: the
+#   mesh page's HTML, CSS and JavaScript, served as they are);
 # - outputs of a source that no longer exists are removed, so dist/ holds only today's code;
 # - dist/.build-stamp (its mtime is when this build started) tells bin/trellis.js that dist/ is
 #   not older than the sources it was compiled from.
@@ -17,18 +18,19 @@ mkdir -p dist
 stamp=$(mktemp dist/.build-stamp.XXXXXX)
 trap 'rm -f "$stamp"' EXIT
 node_modules/.bin/tsc -b tsconfig.build.json
-data=sources/manifests/schemas
-(cd src && find "$data" -type f) | while read -r file; do
-  if ! cmp -s "src/$file" "dist/$file"; then
-    mkdir -p "$(dirname "dist/$file")"
-    cp "src/$file" "dist/$file.tmp"
-    mv "dist/$file.tmp" "dist/$file"
-  fi
+for data in sources/manifests/schemas debug/page; do
+  (cd src && find "$data" -type f) | while read -r file; do
+    if ! cmp -s "src/$file" "dist/$file"; then
+      mkdir -p "$(dirname "dist/$file")"
+      cp "src/$file" "dist/$file.tmp"
+      mv "dist/$file.tmp" "dist/$file"
+    fi
+  done
+  (cd dist && find "$data" -type f) | while read -r file; do
+    if [ ! -e "src/$file" ]; then rm -f "dist/$file"; fi
+  done
 done
-(cd dist && find "$data" -type f) | while read -r file; do
-  if [ ! -e "src/$file" ]; then rm -f "dist/$file"; fi
-done
-find dist -name '*.js' -not -path 'dist/api/generated/*' | while read -r js; do
+find dist -name '*.js' -not -path 'dist/api/generated/*' -not -path 'dist/debug/page/*' | while read -r js; do
   source="src/${js#dist/}"
   if [ ! -e "${source%.js}.ts" ]; then rm -f "$js" "$js.map"; fi
 done

@@ -11,6 +11,8 @@ import type { ReplicaCoordination } from './controller/kubernetes-replica.js';
 import { Lifecycle } from './controller/lifecycle.js';
 import { MeshController } from './controller/mesh-controller.js';
 import { configDump } from './debug/config-dump.js';
+import { observedHooks } from './debug/mesh-events.js';
+import { meshView } from './debug/mesh-view.js';
 import { OpsServer } from './debug/ops-server.js';
 // Kubernetes mode's modules are imported in Kubernetes mode only (see loadKubernetesMode): types only here.
 import type { KubernetesSource } from './sources/kubernetes/kubernetes-source.js';
@@ -213,7 +215,7 @@ export async function runController(options: ControllerOptions): Promise<Running
   // wait): a mesh reconnecting all at once then gets its configuration without waiting for either.
   const warmUp = warmUpInBackground(controller, kube, options.warmUpConfigurationBytes, () => lifecycle.stopping, logger).finally(() => (parts.warm = true));
 
-  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger });
+  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger, changed: () => ops.events.changed() });
   parts.ads = ads;
   // The ADS server's stop closes each of its listeners (the plaintext one too).
   const xdsPort = await lifecycle.start('ADS server', async () => {
@@ -306,7 +308,7 @@ function newMeshController(
 /** The ADS server (not listening yet) serving `cache`; a stream opened before a Kubernetes source's first sync waits for it. */
 function newAdsServer(
   options: ControllerOptions,
-  parts: { cache: SnapshotCache; controller: MeshController; kube: KubernetesSource | undefined; metrics: Registry; logger: Logger },
+  parts: { cache: SnapshotCache; controller: MeshController; kube: KubernetesSource | undefined; metrics: Registry; logger: Logger; changed: () => void },
 ): AdsServer {
   const { controller, kube } = parts;
   return new AdsServer({
@@ -314,14 +316,15 @@ function newAdsServer(
     logger: parts.logger.child({ component: 'ads' }),
     metrics: parts.metrics,
     unreadTimeoutMs: options.xdsUnreadTimeoutMs,
-    hooks: {
+    // The mesh page hears of each stream opened or closed, ACK and NACK (observedHooks).
+    hooks: observedHooks({
       onStreamOpen: async (proxy, streamId, node) => {
         await kube?.whenSynced();
         return controller.onStreamOpen(proxy, streamId, node ?? null);
       },
       onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
       // NACKs are logged by the ADS server (once, cut, rate-limited per proxy identity and type).
-    },
+    }, parts.changed),
   });
 }
 
@@ -382,9 +385,32 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
         return snapshot ? { proxy: uuid, ...configDump(snapshot) } : undefined;
       },
       policies: () => policiesView(meshName, parts),
+      mesh: () => meshPageView(meshName, parts),
+      meshVersion: () => {
+        const errors = parts.source instanceof ManifestsSource ? `${parts.source.errors().length}:${parts.source.warnings().length}` : '';
+        return `${parts.controller?.snapshot.generation ?? 0}:${errors}`;
+      },
     },
     logger,
   );
+}
+
+/** The `/debug/mesh` view (the mesh page's): see `meshView`; policy status from {@link policiesView}'s `status` when it has one. */
+function meshPageView(meshName: string, parts: Parts): unknown {
+  const { controller, source, ads } = parts;
+  if (!controller || !source) return { meshName, starting: true };
+  const manifests = source instanceof ManifestsSource ? source : undefined;
+  return meshView({
+    snapshot: controller.snapshot,
+    meshIdentities: controller.meshIdentities(),
+    connected: controller.registry.connected(),
+    streams: ads?.streams() ?? [],
+    policies: policiesView(meshName, parts),
+    manifestErrors: manifests?.errors().map(formatManifestError) ?? [],
+    manifestWarnings: manifests?.warnings().length ?? 0,
+    policyProblems: controller.policyProblems().map(formatProblem),
+    validationFailures: controller.validationFailures().map((f) => `${f.proxy.identity} (${f.proxy.uuid}): ${f.violations.map(formatViolation).join('; ')}`),
+  });
 }
 
 /** The `/debug/policies` view: the mesh's policies, the problems found in them and the sources' state. */

@@ -70,13 +70,14 @@ describe('the packed tarball', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('holds package.json, README.md, bin/ and the compiled dist/ (JavaScript, source maps, the CRD schemas): no TypeScript, tests or benchmarks', async () => {
+  it('holds package.json, README.md, bin/ and the compiled dist/ (JavaScript, source maps, the CRD schemas, the mesh page): no TypeScript, tests or benchmarks', async () => {
     const { stdout } = await run('tar', ['-tzf', tarball]);
     const files = stdout.split('\n').filter((f) => f !== '').map((f) => f.replace(/^package\//, ''));
-    const unexpected = files.filter((f) => !/^(package\.json|README\.md|bin\/[\w-]+\.js|dist\/.+\.js(\.map)?|dist\/sources\/manifests\/schemas\/crds\/[\w.]+\.(yaml|txt))$/.test(f));
+    const unexpected = files.filter((f) => !/^(package\.json|README\.md|bin\/[\w-]+\.js|dist\/.+\.js(\.map)?|dist\/sources\/manifests\/schemas\/crds\/[\w.]+\.(yaml|txt)|dist\/debug\/page\/[\w-]+\.(html|css))$/.test(f));
     assert.deepEqual(unexpected, []);
     assert.ok(files.includes('dist/cli/main.js'));
     assert.ok(files.includes('dist/sources/manifests/schemas/crds/smi_traffic_access.yaml'));
+    for (const page of ['index.html', 'mesh.js', 'mesh.css']) assert.ok(files.includes(`dist/debug/page/${page}`), `dist/debug/page/${page} is packed`);
   });
 
   it('installs with its runtime dependencies only: no TypeScript compiler or loader', async () => {
@@ -85,7 +86,7 @@ describe('the packed tarball', () => {
     assert.deepEqual(modules.filter((m) => m === 'tsx' || m === 'typescript' || m === 'esbuild'), []);
   });
 
-  it('runs `trellis controller` on the example: /readyz 200, every TrafficTarget loaded, no error logged', async () => {
+  it('runs `trellis controller` on the example: /readyz 200, every TrafficTarget loaded, the mesh page served, no error logged', async () => {
     const manifests = path.join(dir, 'bookstore');
     await cp(EXAMPLE, manifests, { recursive: true });
     const bin = path.join(installed, 'node_modules', '.bin', 'trellis');
@@ -101,6 +102,7 @@ describe('the packed tarball', () => {
       const policies = (await (await fetch(`http://127.0.0.1:${httpPort}/debug/policies`)).json()) as { trafficTargets: Array<{ name: string }>; manifestErrors: unknown[] };
       assert.deepEqual(policies.manifestErrors, []);
       assert.deepEqual(policies.trafficTargets.map((t) => t.name).sort(), await trafficTargetNames(manifests));
+      for (const page of ['/', '/mesh.js', '/mesh.css']) assert.equal((await fetch(`http://127.0.0.1:${httpPort}${page}`)).status, 200, `${page} is served`);
       const output = controller.output();
       const errors = output.split('\n').filter((line) => /"level":(5\d|60)/.test(line));
       assert.deepEqual(errors, [], 'no error logged');

@@ -1,8 +1,10 @@
+import { readFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { splitHostPort } from '../util/address.js';
+import { MeshEvents, type MeshEventsOptions } from './mesh-events.js';
 
 /** What the operations server reads; each function is called per request. */
 export interface OpsSources {
@@ -16,20 +18,55 @@ export interface OpsSources {
   configDump(uuid: string): unknown;
   /** Policy and manifest problems (`/debug/policies`). */
   policies(): unknown;
+  /** The mesh as the page draws it (`/debug/mesh`, a `MeshView`). */
+  mesh(): unknown;
+  /** A cheap token that changes with what `/debug/mesh` shows and no hook tells (see {@link MeshEventsOptions.version}). */
+  meshVersion(): string;
 }
+
+/**
+ * The mesh page's files (`src/debug/page/`, copied into `dist/debug/page/` by scripts/build.sh),
+ * by request path.
+ */
+const PAGE_FILES: Readonly<Record<string, { readonly file: string; readonly type: string }>> = {
+  '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
+  '/mesh.js': { file: 'mesh.js', type: 'text/javascript; charset=utf-8' },
+  '/mesh.css': { file: 'mesh.css', type: 'text/css; charset=utf-8' },
+};
+
+/**
+ * Headers of the page's files: a Content-Security-Policy that lets the page load only its own
+ * script, style and JSON (no inline script or style, no other origin, no frames).
+ */
+export const PAGE_SECURITY_HEADERS: Readonly<Record<string, string>> = {
+  'content-security-policy': "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'cache-control': 'no-cache',
+};
 
 /**
  * The operations HTTP server: `/healthz` (200 while the process runs), `/readyz` (200 once
  * the sources synced, else 503), `/metrics` (Prometheus text format), `/debug/proxies`,
- * `/debug/config_dump?proxy=<uuid>` and `/debug/policies` (JSON). Anything else is 404.
+ * `/debug/config_dump?proxy=<uuid>` and `/debug/policies` (JSON); the mesh page: `/` (with
+ * `/mesh.js` and `/mesh.css`), `/debug/mesh` (JSON it reads) and `/debug/events` (server-sent
+ * events, {@link MeshEvents}). Anything else is 404.
  */
 export class OpsServer {
   private server: http.Server | undefined;
+  /** The page's live updates; the controller calls `events.changed()` when proxies change. */
+  readonly events: MeshEvents;
+  /** The page's files, read once each. */
+  private readonly page = new Map<string, Promise<Buffer>>();
 
+  /** @param events options of the page's event streams (tests shorten the heartbeat). */
   constructor(
     private readonly sources: OpsSources,
     private readonly logger: Logger,
-  ) {}
+    events: Omit<MeshEventsOptions, 'version'> = {},
+  ) {
+    this.events = new MeshEvents({ ...events, version: () => sources.meshVersion() });
+  }
 
   /**
    * Listens on `host:port` (port 0 picks a free one).
@@ -59,6 +96,18 @@ export class OpsServer {
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(`${JSON.stringify(body, null, 2)}\n`);
     };
+    const page = PAGE_FILES[url.pathname];
+    if (page) {
+      let body = this.page.get(page.file);
+      if (!body) {
+        this.page.set(page.file, (body = readFile(new URL(`./page/${page.file}`, import.meta.url))));
+        body.catch(() => this.page.delete(page.file));
+      }
+      const bytes = await body;
+      res.writeHead(200, { 'content-type': page.type, ...PAGE_SECURITY_HEADERS });
+      res.end(bytes);
+      return;
+    }
     switch (url.pathname) {
       case '/healthz':
         res.writeHead(200, { 'content-type': 'text/plain' });
@@ -86,14 +135,21 @@ export class OpsServer {
       }
       case '/debug/policies':
         return json(200, this.sources.policies());
+      case '/debug/mesh':
+        res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' });
+        res.end(JSON.stringify(this.sources.mesh()));
+        return;
+      case '/debug/events':
+        return this.events.connect(req, res);
       default:
         res.writeHead(404, { 'content-type': 'text/plain' });
         res.end('not found\n');
     }
   }
 
-  /** Stops listening and closes open connections. */
+  /** Stops listening and closes open connections (the page's event streams first). */
   async stop(): Promise<void> {
+    this.events.close();
     const server = this.server;
     if (!server) return;
     this.server = undefined;
