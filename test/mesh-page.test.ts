@@ -212,6 +212,11 @@ describe('the mesh page in chromium', { skip: skipBrowser }, () => {
     assert.equal(await page.locator('#graph g.node[data-identity="bookthief/bookthief"]').count(), 1, 'bookthief is drawn, without an edge');
     const modeText = await page.textContent('#mode');
     assert.match(modeText ?? '', /SMI mode/);
+    await page.click('#graph g.node[data-identity="bookbuyer/bookbuyer"]');
+    const selected = await page.$$eval('#graph path.edge.selected', (paths) => paths.map((p) => p.getAttribute('data-destination')).sort());
+    assert.deepEqual(selected, ['bookstore/bookstore', 'bookstore/bookstore-v2'], 'a click on a node highlights its edges');
+    await page.click('#graph g.node[data-identity="bookbuyer/bookbuyer"]');
+    assert.equal(await page.locator('#graph path.edge.selected').count(), 0);
   });
 
   it('shows the split\'s weights as the file has them', async () => {
@@ -220,6 +225,7 @@ describe('the mesh page in chromium', { skip: skipBrowser }, () => {
   });
 
   it('shows a name with markup as text: no element, no script run', async () => {
+    await page.click('#access-details summary');
     const cell = page.locator('#access tbody tr td.mono', { hasText: 'hostile' });
     assert.ok((await cell.textContent())?.includes(HOSTILE), 'the match name is shown as it is');
     assert.equal(await page.locator('#access img, #graph img, body script:not([src])').count(), 0);

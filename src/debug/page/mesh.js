@@ -181,6 +181,11 @@ function drawGraph(view) {
   graph.setAttribute('viewBox', `0 0 ${width} ${height}`);
   graph.setAttribute('data-mode', view.permissive ? 'permissive' : 'smi');
   graph.replaceChildren(...parts, edges, nodes);
+  if (focused !== null) {
+    const again = focused;
+    focused = null;
+    focusIdentity(names.includes(again) ? again : null);
+  }
 
   const mode = document.getElementById('mode');
   mode.setAttribute('data-mode', view.permissive ? 'permissive' : 'smi');
@@ -188,7 +193,16 @@ function drawGraph(view) {
     ? 'Permissive traffic policy mode: every identity may talk to every service (TrafficTargets are not enforced).'
     : `SMI mode: only what TrafficTargets allow (${view.edges.length} source → destination rule${view.edges.length === 1 ? '' : 's'}); anything else is denied.`;
 
+  drawAccessTable(view);
+}
+
+/** The access table, drawn only while it is open (thousands of rows for a large mesh). */
+function drawAccessTable(view) {
   const access = document.querySelector('#access tbody');
+  if (!document.getElementById('access-details').open) {
+    access.replaceChildren();
+    return;
+  }
   const rowsOut = view.permissive
     ? [el('tr', { 'data-permissive': 'true' }, el('td', {}, 'every identity'), el('td', {}, 'every service'), el('td', {}, 'permissive mode'), el('td', {}, 'all'))]
     : view.edges.map((e) =>
@@ -324,11 +338,29 @@ function drawSummary(view) {
   );
 }
 
+/** The identity whose edges are highlighted (a click on its node; another click, or on the background, clears it). */
+let focused = null;
+
+function focusIdentity(identity) {
+  focused = identity === focused ? null : identity;
+  const graph = document.getElementById('graph');
+  graph.classList.toggle('focus', focused !== null);
+  for (const g of graph.querySelectorAll('g.node')) g.classList.toggle('selected', g.getAttribute('data-identity') === focused);
+  for (const path of graph.querySelectorAll('path.edge')) {
+    path.classList.toggle('selected', focused !== null && (path.getAttribute('data-source') === focused || path.getAttribute('data-destination') === focused));
+  }
+}
+
+/** The view last drawn (the access table draws from it when opened). */
+let lastView;
+
 function render(view) {
   if (view.starting) {
     document.getElementById('generation').textContent = 'starting…';
     return;
   }
+  const started = performance.now();
+  lastView = view;
   document.getElementById('mesh-name').textContent = view.meshName;
   document.getElementById('generation').textContent = `generation ${view.generation}`;
   document.body.setAttribute('data-generation', String(view.generation));
@@ -339,6 +371,9 @@ function render(view) {
   drawPolicyStatus(view);
   drawProblems(view);
   drawServices(view);
+  // How long drawing took, for tests and benchmarks.
+  document.body.setAttribute('data-render-ms', String(Math.round(performance.now() - started)));
+  document.body.setAttribute('data-rendered-at-ms', String(Math.round(performance.now())));
 }
 
 // Loads are serialized: a change during a load makes one more load after it.
@@ -402,5 +437,9 @@ function listen() {
 }
 
 document.getElementById('filter').addEventListener('input', applyFilter);
+document.getElementById('graph').addEventListener('click', (event) => focusIdentity(event.target.closest?.('g.node')?.getAttribute('data-identity') ?? null));
+document.getElementById('access-details').addEventListener('toggle', () => {
+  if (lastView) drawAccessTable(lastView);
+});
 load();
 listen();
