@@ -21,6 +21,7 @@ import pino from 'pino';
 import { Registry } from 'prom-client';
 import { parse } from 'yaml';
 import { TypeUrl } from '../src/api/type-urls.js';
+import type { MeshView } from '../src/debug/mesh-view.js';
 import { OpsServer } from '../src/debug/ops-server.js';
 import { AdsTestClient } from './helpers/ads-client.js';
 import { watchController } from './helpers/controller-process.js';
@@ -249,16 +250,22 @@ describe('the mesh page in chromium', { skip: skipBrowser }, () => {
     assert.equal(await page.getAttribute('#live', 'data-live'), 'events');
   });
 
-  it('lists a connected proxy with its per-type sync state', async () => {
+  it('lists a connected proxy with its per-type sync state and last NACK', async () => {
     const uuid = '9b2f7f1e-0c5d-4a57-9d7e-000000000516';
     const client = new AdsTestClient(`127.0.0.1:${controller.xdsPlaintextPort}`);
     try {
       const stream = client.openStream(`${uuid}.sidecar.bookbuyer.bookbuyer.cluster.local`);
       stream.request(TypeUrl.Cluster);
       stream.ack(await stream.waitFor((r) => r.type_url === TypeUrl.Cluster, 20_000));
+      stream.request(TypeUrl.Listener);
+      stream.nack(await stream.waitFor((r) => r.type_url === TypeUrl.Listener, 20_000), `listener refused ${HOSTILE}`);
       const row = page.locator(`#proxies tr[data-proxy="${uuid}"]`);
       await row.locator('[data-type="CDS"][data-state="synced"]').waitFor({ timeout: 20_000 });
+      await row.locator('[data-type="LDS"][data-state="nacked"]').waitFor({ timeout: 20_000 });
       assert.equal(await row.getAttribute('data-identity'), 'bookbuyer/bookbuyer');
+      await eventually(async () => ((await row.locator('td').last().textContent()) ?? '').includes(`LDS at`), 'the last NACK shown', 20_000);
+      assert.ok(((await row.locator('td').last().textContent()) ?? '').endsWith(`: listener refused ${HOSTILE}`), 'the NACK message is shown as text');
+      assert.equal(await page.locator('#proxies img, #proxies script').count(), 0);
       await mkdir(ARTIFACTS, { recursive: true });
       const screenshot = path.join(ARTIFACTS, 'mesh-page.png');
       await page.screenshot({ path: screenshot, fullPage: true });
@@ -281,6 +288,36 @@ describe('the mesh page in chromium', { skip: skipBrowser }, () => {
     assert.match((await page.textContent('#mode')) ?? '', /every identity may talk to every service/);
     await page.screenshot({ path: path.join(ARTIFACTS, 'mesh-page-permissive.png'), fullPage: true });
     assert.deepEqual(pageErrors, []);
+  });
+
+  it('shows the policy status /debug/policies reports (accepted and programmed counts, the first NACK) when there is one', async () => {
+    const view: MeshView = {
+      meshName: 'osm', generation: 7, permissive: false, services: [], identities: [], edges: [], trafficSplits: [], proxies: [],
+      policyStatus: [
+        { kind: 'TrafficTarget', namespace: 'bookstore', name: 'bookstore', generation: 3, accepted: true, problems: [], affected: 2, programmed: 2, nacked: 0, firstNack: null },
+        { kind: 'TrafficSplit', namespace: 'bookstore', name: 'bookstore-split', generation: 4, accepted: true, problems: [], affected: 2, programmed: 1, nacked: 1, firstNack: { proxy: 'uuid-1', identity: 'bookbuyer/bookbuyer', type: 'RDS', message: `rejected ${HOSTILE}` } },
+        { kind: 'HTTPRouteGroup', namespace: 'bookstore', name: 'broken', generation: 1, accepted: false, problems: ['match name missing'], affected: 0, programmed: 0, nacked: 0, firstNack: null },
+      ],
+      problems: { manifestErrors: 0, manifestWarnings: 0, policyProblems: 1, validationFailures: 0, texts: ['HTTPRouteGroup bookstore/broken: match name missing'] },
+    };
+    const ops = new OpsServer(
+      { ready: () => true, metrics: new Registry(), proxies: () => [], configDump: () => undefined, policies: () => ({}), mesh: () => view, meshVersion: () => '7' },
+      pino({ level: 'silent' }),
+    );
+    const port = await ops.start('127.0.0.1:0');
+    const other = await browser.newPage();
+    try {
+      await other.goto(`http://127.0.0.1:${port}/`);
+      await other.waitForSelector('#policy-status tr[data-kind="TrafficSplit"]');
+      assert.equal(await other.textContent('#policy-summary'), '2 of 3 accepted, 1 of 3 programmed on every affected proxy.');
+      const split = other.locator('#policy-status tr[data-kind="TrafficSplit"] td');
+      assert.deepEqual(await split.allTextContents(), ['TrafficSplit', 'bookstore/bookstore-split', '4', 'yes', '1 of 2', '1', `bookbuyer/bookbuyer (uuid-1) RDS: rejected ${HOSTILE}`]);
+      assert.match((await other.textContent('#policy-status tr[data-kind="HTTPRouteGroup"]')) ?? '', /no: match name missing/);
+      assert.equal(await other.locator('#policy-status img, #policy-status script').count(), 0);
+    } finally {
+      await other.close();
+      await ops.stop();
+    }
   });
 
   it('ends its event streams when the controller stops: SIGTERM exits 0 with a page connected', async () => {
