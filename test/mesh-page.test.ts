@@ -149,6 +149,8 @@ describe('/debug/events (server-sent events of the operations server)', () => {
       ops.events.changed();
       await eventually(() => first.events.length === 3, 'one event for changes close together', 5000);
       await eventually(() => first.body.includes(': heartbeat'), 'a heartbeat');
+      await new Promise((r) => setTimeout(r, 100));
+      assert.equal(first.events.length, 3, 'two changes within the quiet period made one event');
       first.close();
       await eventually(() => ops.events.clientCount === 1, 'a client that left is forgotten');
       const again = await openEvents(url);

@@ -45,6 +45,7 @@ export class MeshEvents {
   private seq = 0;
   private lastVersion: string | undefined;
   private firstChangeAt: number | undefined;
+  private lastChangeAt: number | undefined;
   private debounce: NodeJS.Timeout | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private watch: NodeJS.Timeout | undefined;
@@ -89,11 +90,22 @@ export class MeshEvents {
     if (this.closed) return;
     this.seq++;
     if (this.clients.size === 0) return;
+    // O(1) per change and no timer churn (a push ACKed by 1000 proxies calls this 5000 times):
+    // the timer, when it fires, waits again while changes keep coming within the quiet period.
+    this.lastChangeAt = Date.now();
+    this.firstChangeAt ??= this.lastChangeAt;
+    this.debounce ??= setTimeout(() => this.settle(), this.quietMs);
+  }
+
+  /** The debounce timer fired: broadcast, or wait for the quiet period (bounded by the maximum delay). */
+  private settle(): void {
     const now = Date.now();
-    this.firstChangeAt ??= now;
-    clearTimeout(this.debounce);
-    const wait = Math.max(0, Math.min(this.quietMs, this.firstChangeAt + this.maxDelayMs - now));
-    this.debounce = setTimeout(() => this.broadcast(), wait);
+    const wait = Math.min((this.lastChangeAt ?? now) + this.quietMs, (this.firstChangeAt ?? now) + this.maxDelayMs) - now;
+    if (wait > 0) {
+      this.debounce = setTimeout(() => this.settle(), wait);
+      return;
+    }
+    this.broadcast();
   }
 
   /** Ends every stream and refuses new ones (the operations server's stop). */
@@ -111,8 +123,7 @@ export class MeshEvents {
   }
 
   private broadcast(): void {
-    this.debounce = undefined;
-    this.firstChangeAt = undefined;
+    this.debounce = this.firstChangeAt = this.lastChangeAt = undefined;
     this.lastVersion = this.options.version();
     const text = this.event();
     for (const res of [...this.clients]) this.write(res, text);
@@ -134,7 +145,7 @@ export class MeshEvents {
     clearInterval(this.heartbeat);
     clearInterval(this.watch);
     clearTimeout(this.debounce);
-    this.heartbeat = this.watch = this.debounce = this.firstChangeAt = undefined;
+    this.heartbeat = this.watch = this.debounce = this.firstChangeAt = this.lastChangeAt = undefined;
   }
 
   /** Starts the heartbeat and the version watch while clients are connected. */
