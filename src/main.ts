@@ -12,6 +12,7 @@ import { Lifecycle } from './controller/lifecycle.js';
 import { MeshController } from './controller/mesh-controller.js';
 import { configDump } from './debug/config-dump.js';
 import { OpsServer } from './debug/ops-server.js';
+import { explainResponse } from './explain/http.js';
 // Kubernetes mode's modules are imported in Kubernetes mode only (see loadKubernetesMode): types only here.
 import type { KubernetesSource } from './sources/kubernetes/kubernetes-source.js';
 import type { BackoffOptions } from './sources/kubernetes/reflector.js';
@@ -128,6 +129,7 @@ export function isLoopbackHost(host: string): boolean {
 interface Parts {
   source?: ManifestsSource | KubernetesSource;
   kube?: KubernetesSource;
+  store?: ObjectStore;
   controller?: MeshController;
   cache?: SnapshotCache;
   ads?: AdsServer;
@@ -199,7 +201,7 @@ export async function runController(options: ControllerOptions): Promise<Running
       throw err;
     }
   }, () => source.stop());
-  Object.assign(parts, { source, kube });
+  Object.assign(parts, { source, kube, store });
 
   const cache = new SnapshotCache();
   const controller = await lifecycle.start('mesh controller', () => {
@@ -382,9 +384,16 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
         return snapshot ? { proxy: uuid, ...configDump(snapshot) } : undefined;
       },
       policies: () => policiesView(meshName, parts),
+      explain: (params) => explainView(parts, params),
     },
     logger,
   );
+}
+
+/** The `/debug/explain` answer from the controller's current MeshSnapshot and store (503 while starting). */
+function explainView({ controller, store }: Parts, params: URLSearchParams): { status: number; body: unknown } {
+  if (!controller || !store) return { status: 503, body: { error: 'the controller is starting' } };
+  return explainResponse(controller.snapshot, store, params);
 }
 
 /** The `/debug/policies` view: the mesh's policies, the problems found in them and the sources' state. */

@@ -16,12 +16,14 @@ export interface OpsSources {
   configDump(uuid: string): unknown;
   /** Policy and manifest problems (`/debug/policies`). */
   policies(): unknown;
+  /** `/debug/explain?from=NS/SA&to=SVC.NS:PORT&…`: whether a request is allowed and why, with the HTTP status (`explain/http.ts`). */
+  explain(params: URLSearchParams): { status: number; body: unknown };
 }
 
 /**
  * The operations HTTP server: `/healthz` (200 while the process runs), `/readyz` (200 once
  * the sources synced, else 503), `/metrics` (Prometheus text format), `/debug/proxies`,
- * `/debug/config_dump?proxy=<uuid>` and `/debug/policies` (JSON). Anything else is 404.
+ * `/debug/config_dump?proxy=<uuid>`, `/debug/policies` and `/debug/explain?…` (JSON). Anything else is 404.
  */
 export class OpsServer {
   private server: http.Server | undefined;
@@ -86,6 +88,10 @@ export class OpsServer {
       }
       case '/debug/policies':
         return json(200, this.sources.policies());
+      case '/debug/explain': {
+        const { status, body } = this.sources.explain(url.searchParams);
+        return json(status, body);
+      }
       default:
         res.writeHead(404, { 'content-type': 'text/plain' });
         res.end('not found\n');
