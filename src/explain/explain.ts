@@ -441,6 +441,7 @@ export function explainRequest(snapshot: MeshSnapshot, store: StoreReader, query
   let outbound: OutboundExplanation | null = null;
   if (!sourceInMesh) {
     reasons.push(`${source.identity} is outside the mesh (namespace ${namespace} is not monitored by ${snapshot.meshName}): its request reaches ${serviceKey(svc)}'s pods in plaintext, which only an IngressBackend's chain takes`);
+    if (!snapshot.ingressBackends.some((b) => serviceKey(b.service) === serviceKey(svc) && b.service.port === svc.port)) reasons.push(`no IngressBackend names ${serviceKey(svc)} port ${svc.port}`);
     ownBackends('plaintext', true);
   } else {
     const split = trafficSplitFor(snapshot, svc);
