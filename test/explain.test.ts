@@ -185,6 +185,19 @@ describe('trellis explain', () => {
     assert.ok(e.inbound.every((i) => i.networkRbac === null && i.httpRbac === null && i.policies[0].startsWith('permissive mode')));
   });
 
+  it('with egress on, bookthief\'s request leaves by the passthrough chain in plaintext, and bookstore\'s inbound listener takes no plaintext without an IngressBackend', async () => {
+    const copy = path.join(dir, 'egress');
+    await cp(EXAMPLE, copy, { recursive: true });
+    const file = path.join(copy, 'meshconfig.yaml');
+    await writeFile(file, (await readFile(file, 'utf8')).replace('enableEgress: false', 'enableEgress: true'));
+    const egress = await loadMeshDirectory({ dir: copy });
+    const e = explainRequest(egress.snapshot, egress.store, BOOKTHIEF);
+    assert.equal(e.decision, 'denied');
+    assert.equal(e.outbound?.passthrough, true);
+    assert.equal(e.outbound?.filterChain, 'outbound-egress-passthrough');
+    assert.ok(e.inbound.length > 0 && e.inbound.every((i) => i.reached && i.via === 'plaintext' && /no IngressBackend chain matches/.test(i.denied ?? '')), formatExplanation(e));
+  });
+
   it('a source outside the mesh reaches bookstore-v1 only through its IngressBackend: the ingress controller\'s pod on the Ingress path, not another pod, not another path', async () => {
     const copy = path.join(dir, 'ingress');
     await cp(EXAMPLE, copy, { recursive: true });

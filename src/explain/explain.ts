@@ -346,7 +346,10 @@ function inboundFor(
     sourceIp: args.sourceIp,
   };
   const selected = selectFilterChain(listener, facts);
-  if (!selected.chain) return deny(`${selected.reason}: the connection is closed`);
+  if (!selected.chain) {
+    const hint = via === 'plaintext' ? ' (its mesh chains take only mTLS from a sidecar, and no IngressBackend chain matches)' : '';
+    return deny(`${selected.reason}${hint}: the connection is closed`);
+  }
   const chain: FilterChain = selected.chain;
   const filterChain = chain.name ?? null;
   const principal = via === 'mesh' ? identitySpiffeId(source) : undefined;
@@ -500,10 +503,11 @@ export function explainRequest(snapshot: MeshSnapshot, store: StoreReader, query
   const allowed = reached.filter((i) => i.allowed);
   const decision = outbound?.denied && !outbound.passthrough ? 'denied' : reached.length > 0 && allowed.length === reached.length ? 'allowed' : allowed.length > 0 ? 'partial' : 'denied';
   if (permissive && decision === 'allowed') reasons.unshift('permissive mode (MeshConfig spec.traffic.enablePermissiveTrafficPolicyMode: true): every identity may reach every service');
-  if (outbound?.denied) reasons.unshift(`the source proxy sends nothing: ${outbound.denied}`);
+  if (outbound?.denied) reasons.unshift(outbound.passthrough ? `the source proxy has no mesh route: ${outbound.denied}` : `the source proxy sends nothing: ${outbound.denied}`);
+  const split = (outbound?.clusters.length ?? 0) > 1;
   for (const i of reached) {
-    if (i.allowed) reasons.push(`${i.service} as ${i.identity}${i.weight !== 1 || inbound.length > 1 ? ` (weight ${i.weight})` : ''}: allowed by ${i.policies.join('; ') || 'its inbound listener'}`);
-    else reasons.push(`${i.service} as ${i.identity}${i.weight !== 1 || inbound.length > 1 ? ` (weight ${i.weight})` : ''}: denied: ${i.denied ?? ''}`);
+    const who = `${i.service} as ${i.identity}${split ? ` (weight ${i.weight})` : ''}`;
+    reasons.push(i.allowed ? `${who}: allowed by ${i.policies.join('; ') || 'its inbound listener'}` : `${who}: denied: ${i.denied ?? ''}`);
   }
   return {
     decision,
