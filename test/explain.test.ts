@@ -111,6 +111,14 @@ describe('trellis explain', () => {
   let dir: string;
   let mesh: MeshDirectory;
   const explain = (q: ExplainQuery): Explanation => explainRequest(mesh.snapshot, mesh.store, q);
+  /** A copy of the example whose MeshConfig turns `setting` (false in the example) on, loaded. */
+  const exampleWithMeshConfig = async (setting: 'enablePermissiveTrafficPolicyMode' | 'enableEgress'): Promise<MeshDirectory> => {
+    const copy = path.join(dir, setting);
+    await cp(EXAMPLE, copy, { recursive: true });
+    const file = path.join(copy, 'meshconfig.yaml');
+    await writeFile(file, (await readFile(file, 'utf8')).replace(`${setting}: false`, `${setting}: true`));
+    return loadMeshDirectory({ dir: copy });
+  };
 
   before(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 's9e-explain-'));
@@ -173,11 +181,7 @@ describe('trellis explain', () => {
   });
 
   it('permissive mode allows bookthief too, as permissive', async () => {
-    const copy = path.join(dir, 'permissive');
-    await cp(EXAMPLE, copy, { recursive: true });
-    const file = path.join(copy, 'meshconfig.yaml');
-    await writeFile(file, (await readFile(file, 'utf8')).replace('enablePermissiveTrafficPolicyMode: false', 'enablePermissiveTrafficPolicyMode: true'));
-    const permissive = await loadMeshDirectory({ dir: copy });
+    const permissive = await exampleWithMeshConfig('enablePermissiveTrafficPolicyMode');
     const e = explainRequest(permissive.snapshot, permissive.store, BOOKTHIEF);
     assert.equal(e.decision, 'allowed', formatExplanation(e));
     assert.equal(e.mode, 'permissive');
@@ -186,11 +190,7 @@ describe('trellis explain', () => {
   });
 
   it('with egress on, bookthief\'s request leaves by the passthrough chain in plaintext, and bookstore\'s inbound listener takes no plaintext without an IngressBackend', async () => {
-    const copy = path.join(dir, 'egress');
-    await cp(EXAMPLE, copy, { recursive: true });
-    const file = path.join(copy, 'meshconfig.yaml');
-    await writeFile(file, (await readFile(file, 'utf8')).replace('enableEgress: false', 'enableEgress: true'));
-    const egress = await loadMeshDirectory({ dir: copy });
+    const egress = await exampleWithMeshConfig('enableEgress');
     const e = explainRequest(egress.snapshot, egress.store, BOOKTHIEF);
     assert.equal(e.decision, 'denied');
     assert.equal(e.outbound?.passthrough, true);
