@@ -14,6 +14,7 @@ import { configDump } from './debug/config-dump.js';
 import { observedHooks } from './debug/mesh-events.js';
 import { meshView } from './debug/mesh-view.js';
 import { OpsServer } from './debug/ops-server.js';
+import { explainResponse } from './explain/http.js';
 // Kubernetes mode's modules are imported in Kubernetes mode only (see loadKubernetesMode): types only here.
 import type { KubernetesSource } from './sources/kubernetes/kubernetes-source.js';
 import type { BackoffOptions } from './sources/kubernetes/reflector.js';
@@ -130,6 +131,7 @@ export function isLoopbackHost(host: string): boolean {
 interface Parts {
   source?: ManifestsSource | KubernetesSource;
   kube?: KubernetesSource;
+  store?: ObjectStore;
   controller?: MeshController;
   cache?: SnapshotCache;
   ads?: AdsServer;
@@ -201,7 +203,7 @@ export async function runController(options: ControllerOptions): Promise<Running
       throw err;
     }
   }, () => source.stop());
-  Object.assign(parts, { source, kube });
+  Object.assign(parts, { source, kube, store });
 
   const cache = new SnapshotCache();
   const controller = await lifecycle.start('mesh controller', () => {
@@ -390,6 +392,7 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
         const errors = parts.source instanceof ManifestsSource ? `${parts.source.errors().length}:${parts.source.warnings().length}` : '';
         return `${parts.controller?.snapshot.generation ?? 0}:${errors}`;
       },
+      explain: (params) => explainView(parts, params),
     },
     logger,
   );
@@ -411,6 +414,12 @@ function meshPageView(meshName: string, parts: Parts): unknown {
     policyProblems: controller.policyProblems().map(formatProblem),
     validationFailures: controller.validationFailures().map((f) => `${f.proxy.identity} (${f.proxy.uuid}): ${f.violations.map(formatViolation).join('; ')}`),
   });
+}
+
+/** The `/debug/explain` answer from the controller's current MeshSnapshot and store (503 while starting). */
+function explainView({ controller, store }: Parts, params: URLSearchParams): { status: number; body: unknown } {
+  if (!controller || !store) return { status: 503, body: { error: 'the controller is starting' } };
+  return explainResponse(controller.snapshot, store, params);
 }
 
 /** The `/debug/policies` view: the mesh's policies, the problems found in them and the sources' state. */

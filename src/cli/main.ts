@@ -4,6 +4,7 @@ import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { StartError } from '../controller/lifecycle.js';
 import { runController } from '../main.js';
 import { writeProxyBootstrap } from './bootstrap-command.js';
+import { registerExplainCommands } from './explain-command.js';
 import { registerInjectorCommands } from './injector-command.js';
 import { registerKubeCommands } from './kube-command-line.js';
 import { registerLabCommands } from './lab-command.js';
@@ -167,6 +168,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     });
 
   registerKubeCommands(program);
+  registerExplainCommands(program);
   registerInjectorCommands(program);
   registerLabCommands(program, registerLabToolCommands);
 

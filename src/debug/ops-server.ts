@@ -22,6 +22,8 @@ export interface OpsSources {
   mesh(): unknown;
   /** A cheap token that changes with what `/debug/mesh` shows and no hook tells (see {@link MeshEventsOptions.version}). */
   meshVersion(): string;
+  /** `/debug/explain?from=NS/SA&to=SVC.NS:PORT&…`: whether a request is allowed and why, with the HTTP status (`explain/http.ts`). */
+  explain(params: URLSearchParams): { status: number; body: unknown };
 }
 
 /**
@@ -48,9 +50,9 @@ export const PAGE_SECURITY_HEADERS: Readonly<Record<string, string>> = {
 /**
  * The operations HTTP server: `/healthz` (200 while the process runs), `/readyz` (200 once
  * the sources synced, else 503), `/metrics` (Prometheus text format), `/debug/proxies`,
- * `/debug/config_dump?proxy=<uuid>` and `/debug/policies` (JSON); the mesh page: `/` (with
- * `/mesh.js` and `/mesh.css`), `/debug/mesh` (JSON it reads) and `/debug/events` (server-sent
- * events, {@link MeshEvents}). Anything else is 404.
+ * `/debug/config_dump?proxy=<uuid>`, `/debug/policies` and `/debug/explain?…` (JSON); the mesh
+ * page: `/` (with `/mesh.js` and `/mesh.css`), `/debug/mesh` (JSON it reads) and `/debug/events`
+ * (server-sent events, {@link MeshEvents}). Anything else is 404.
  */
 export class OpsServer {
   private server: http.Server | undefined;
@@ -141,6 +143,10 @@ export class OpsServer {
         return;
       case '/debug/events':
         return this.events.connect(req, res);
+      case '/debug/explain': {
+        const { status, body } = this.sources.explain(url.searchParams);
+        return json(status, body);
+      }
       default:
         res.writeHead(404, { 'content-type': 'text/plain' });
         res.end('not found\n');
