@@ -12,6 +12,8 @@ import { Lifecycle } from './controller/lifecycle.js';
 import { MeshController } from './controller/mesh-controller.js';
 import { configDump } from './debug/config-dump.js';
 import { OpsServer } from './debug/ops-server.js';
+import { podProxy } from './debug/pod-proxy.js';
+import { typeSync } from './debug/proxy-sync.js';
 // Kubernetes mode's modules are imported in Kubernetes mode only (see loadKubernetesMode): types only here.
 import type { KubernetesSource } from './sources/kubernetes/kubernetes-source.js';
 import type { BackoffOptions } from './sources/kubernetes/reflector.js';
@@ -128,6 +130,8 @@ export function isLoopbackHost(host: string): boolean {
 interface Parts {
   source?: ManifestsSource | KubernetesSource;
   kube?: KubernetesSource;
+  /** The store the source fills (`/debug/pod-proxy` reads its Pods). */
+  store?: ObjectStore;
   controller?: MeshController;
   cache?: SnapshotCache;
   ads?: AdsServer;
@@ -199,7 +203,7 @@ export async function runController(options: ControllerOptions): Promise<Running
       throw err;
     }
   }, () => source.stop());
-  Object.assign(parts, { source, kube });
+  Object.assign(parts, { source, kube, store });
 
   const cache = new SnapshotCache();
   const controller = await lifecycle.start('mesh controller', () => {
@@ -374,7 +378,7 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
     {
       ready: () => !stopping() && parts.source?.synced === true && parts.controller !== undefined && parts.warm,
       metrics,
-      proxies: () => (parts.controller && parts.ads ? proxiesView(parts.controller, parts.ads) : []),
+      proxies: () => (parts.controller && parts.ads && parts.cache ? proxiesView(parts.controller, parts.ads, parts.cache) : []),
       configDump: (uuid) => {
         const { controller, cache } = parts;
         if (!controller || !cache || !controller.registry.get(uuid)) return undefined;
@@ -382,6 +386,8 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
         return snapshot ? { proxy: uuid, ...configDump(snapshot) } : undefined;
       },
       policies: () => policiesView(meshName, parts),
+      podProxy: (namespace, pod) =>
+        parts.store && parts.controller ? podProxy(parts.store, parts.controller.registry.proxies(), namespace, pod) : { status: 404, error: 'the controller is starting' },
     },
     logger,
   );
@@ -414,8 +420,11 @@ function policiesView(meshName: string, { controller, source, kube }: Parts): un
   };
 }
 
-/** The `/debug/proxies` view: each connected proxy with its streams and per-type xDS state. */
-function proxiesView(controller: MeshController, ads: AdsServer): unknown {
+/**
+ * The `/debug/proxies` view: each connected proxy with its streams and per-type xDS state, and
+ * whether it has its latest snapshot of each type (`state`: synced, stale, nacked; see `typeSync`).
+ */
+function proxiesView(controller: MeshController, ads: AdsServer, cache: SnapshotCache): unknown {
   const streams = ads.streams();
   return controller.registry.connected().map((c) => ({
     uuid: c.proxy.uuid,
@@ -439,6 +448,7 @@ function proxiesView(controller: MeshController, ads: AdsServer): unknown {
               resourceNames: t.wildcard ? '*' : t.resourceNames,
               resourceNameCount: t.resourceNameCount,
               lastNack: t.lastNack ? { ...t.lastNack, at: t.lastNack.at.toISOString() } : null,
+              ...typeSync(t, s.mode, cache.getSnapshot(c.proxy.uuid)),
             },
           ]),
         ),

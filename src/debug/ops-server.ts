@@ -2,6 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import type { PodProxy, PodProxyError } from './pod-proxy.js';
 import { splitHostPort } from '../util/address.js';
 
 /** What the operations server reads; each function is called per request. */
@@ -16,12 +17,15 @@ export interface OpsSources {
   configDump(uuid: string): unknown;
   /** Policy and manifest problems (`/debug/policies`). */
   policies(): unknown;
+  /** The proxy of a pod in the controller's store (`/debug/pod-proxy?namespace=<ns>&pod=<name>`, see `podProxy`). */
+  podProxy(namespace: string, pod: string): PodProxy | PodProxyError;
 }
 
 /**
  * The operations HTTP server: `/healthz` (200 while the process runs), `/readyz` (200 once
  * the sources synced, else 503), `/metrics` (Prometheus text format), `/debug/proxies`,
- * `/debug/config_dump?proxy=<uuid>` and `/debug/policies` (JSON). Anything else is 404.
+ * `/debug/config_dump?proxy=<uuid>`, `/debug/policies` and `/debug/pod-proxy?namespace=<ns>&pod=<name>`
+ * (JSON). Anything else is 404.
  */
 export class OpsServer {
   private server: http.Server | undefined;
@@ -86,6 +90,13 @@ export class OpsServer {
       }
       case '/debug/policies':
         return json(200, this.sources.policies());
+      case '/debug/pod-proxy': {
+        const namespace = url.searchParams.get('namespace');
+        const pod = url.searchParams.get('pod');
+        if (!namespace || !pod) return json(400, { error: 'query parameters "namespace" and "pod" are required' });
+        const found = this.sources.podProxy(namespace, pod);
+        return 'error' in found ? json(found.status, { error: found.error }) : json(200, found);
+      }
       default:
         res.writeHead(404, { 'content-type': 'text/plain' });
         res.end('not found\n');
