@@ -15,6 +15,8 @@ import { observedHooks } from './debug/mesh-events.js';
 import { meshView } from './debug/mesh-view.js';
 import { OpsServer } from './debug/ops-server.js';
 import { explainResponse } from './explain/http.js';
+import { podProxy } from './debug/pod-proxy.js';
+import { typeSync } from './debug/proxy-sync.js';
 // Kubernetes mode's modules are imported in Kubernetes mode only (see loadKubernetesMode): types only here.
 import type { KubernetesSource } from './sources/kubernetes/kubernetes-source.js';
 import type { BackoffOptions } from './sources/kubernetes/reflector.js';
@@ -131,6 +133,7 @@ export function isLoopbackHost(host: string): boolean {
 interface Parts {
   source?: ManifestsSource | KubernetesSource;
   kube?: KubernetesSource;
+  /** The store the source fills (`/debug/pod-proxy` reads its Pods). */
   store?: ObjectStore;
   controller?: MeshController;
   cache?: SnapshotCache;
@@ -379,7 +382,7 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
     {
       ready: () => !stopping() && parts.source?.synced === true && parts.controller !== undefined && parts.warm,
       metrics,
-      proxies: () => (parts.controller && parts.ads ? proxiesView(parts.controller, parts.ads) : []),
+      proxies: () => (parts.controller && parts.ads && parts.cache ? proxiesView(parts.controller, parts.ads, parts.cache) : []),
       configDump: (uuid) => {
         const { controller, cache } = parts;
         if (!controller || !cache || !controller.registry.get(uuid)) return undefined;
@@ -393,6 +396,8 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
         return `${parts.controller?.snapshot.generation ?? 0}:${errors}`;
       },
       explain: (params) => explainView(parts, params),
+      podProxy: (namespace, pod) =>
+        parts.store && parts.controller ? podProxy(parts.store, parts.controller.registry.proxies(), namespace, pod) : { status: 404, error: 'the controller is starting' },
     },
     logger,
   );
@@ -449,8 +454,11 @@ function policiesView(meshName: string, { controller, source, kube }: Parts): un
   };
 }
 
-/** The `/debug/proxies` view: each connected proxy with its streams and per-type xDS state. */
-function proxiesView(controller: MeshController, ads: AdsServer): unknown {
+/**
+ * The `/debug/proxies` view: each connected proxy with its streams and per-type xDS state, and
+ * whether it has its latest snapshot of each type (`state`: synced, stale, nacked; see `typeSync`).
+ */
+function proxiesView(controller: MeshController, ads: AdsServer, cache: SnapshotCache): unknown {
   const streams = ads.streams();
   return controller.registry.connected().map((c) => ({
     uuid: c.proxy.uuid,
@@ -474,6 +482,7 @@ function proxiesView(controller: MeshController, ads: AdsServer): unknown {
               resourceNames: t.wildcard ? '*' : t.resourceNames,
               resourceNameCount: t.resourceNameCount,
               lastNack: t.lastNack ? { ...t.lastNack, at: t.lastNack.at.toISOString() } : null,
+              ...typeSync(t, s.mode, cache.getSnapshot(c.proxy.uuid)),
             },
           ]),
         ),

@@ -1,12 +1,13 @@
 /**
  * The command line of `trellis namespace add|remove|list` and `trellis proxy config`. Their
  * bodies (`kube-commands.ts`) and the Kubernetes client they use are imported only when one of
- * them runs: `@kubernetes/client-node` takes about 0.5 s to load, which every other command
+ * them runs (`trellis proxy config` only with `--kubernetes`; else it asks the controller): `@kubernetes/client-node` takes about 0.5 s to load, which every other command
  * (`trellis controller --manifests`, `--help`) would pay otherwise.
  */
 import type { Command } from 'commander';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { CommandOutput } from './kube-commands.js';
+import { DEFAULT_CONTROLLER_URL, isProxyUuid, proxyConfigFromController } from './proxies-command.js';
 
 /** The commands' bodies (`kube-commands.ts`), imported when one runs. */
 type KubeCommands = typeof import('./kube-commands.js');
@@ -50,12 +51,22 @@ export function registerKubeCommands(program: Command): void {
   const proxy = program.command('proxy').description('inspect mesh proxies');
   proxy
     .command('config')
-    .argument('<pod>')
-    .description("print a pod's proxy configuration (the controller's /debug/config_dump)")
-    .requiredOption('-n, --namespace <ns>', 'namespace of the pod')
-    .option('--controller <url>', 'the controller operations server (e.g. through kubectl port-forward -n osm-system svc/osm-controller 9091)', 'http://127.0.0.1:9091')
-    .option('--kubeconfig <file>', 'kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
-    .action((pod: string, opts: { namespace: string; controller: string; kubeconfig?: string }) =>
-      run('proxy config', opts.kubeconfig, (commands, kubeConfig) => commands.proxyConfig(kubeConfig, pod, opts.namespace, opts.controller, stdout)),
-    );
+    .argument('<uuid|pod>', 'a proxy UUID, or the name of the pod it runs in')
+    .description("print a proxy's configuration (the controller's /debug/config_dump); a pod is resolved by the controller from its store (its osm-proxy-uuid label, else the one connected proxy of its service account), or with --kubernetes through the API server")
+    .option('-n, --namespace <ns>', 'namespace of the pod', 'default')
+    .option('--controller <url>', 'the controller operations server (e.g. through kubectl port-forward -n osm-system svc/osm-controller 9091)', DEFAULT_CONTROLLER_URL)
+    .option('--kubernetes', "read the pod's osm-proxy-uuid label from the Kubernetes API server instead of the controller's store", false)
+    .option('--kubeconfig <file>', 'kubeconfig for --kubernetes (default: $KUBECONFIG, ~/.kube/config, or in-cluster)')
+    .action(async (target: string, opts: { namespace: string; controller: string; kubernetes: boolean; kubeconfig?: string }) => {
+      if (isProxyUuid(target) || !(opts.kubernetes || opts.kubeconfig !== undefined)) {
+        try {
+          await proxyConfigFromController(target, opts.namespace, opts.controller, stdout);
+        } catch (err) {
+          process.stderr.write(`trellis proxy config: ${err instanceof Error ? err.message : String(err)}\n`);
+          process.exitCode = 1;
+        }
+        return;
+      }
+      await run('proxy config', opts.kubeconfig, (commands, kubeConfig) => commands.proxyConfig(kubeConfig, target, opts.namespace, opts.controller, stdout));
+    });
 }

@@ -8,6 +8,7 @@ import { SIDECAR_INJECTION_ANNOTATION } from '../injector/inject.js';
 import { PROXY_UUID_LABEL } from '../proxy/pod-check.js';
 import { MONITORED_BY_LABEL } from '../sources/kubernetes/kubernetes-source.js';
 import { apiErrorMessage, apiStatusCode } from '../util/kube-api.js';
+import { printConfigDump } from './proxies-command.js';
 
 /** Where a command writes: standard output for results. */
 export interface CommandOutput {
@@ -83,7 +84,7 @@ export async function namespaceList(kubeConfig: KubeConfig, meshName: string, ou
 }
 
 /**
- * `trellis proxy config POD -n NS`: finds the pod's `osm-proxy-uuid` label through the API, then
+ * `trellis proxy config POD -n NS --kubernetes`: finds the pod's `osm-proxy-uuid` label through the API, then
  * GETs `/debug/config_dump?proxy=<uuid>` from the controller's operations server and prints it.
  * @param controllerUrl base URL of the controller's operations server, e.g. `http://127.0.0.1:9091`.
  * @throws Error when the pod does not exist or has no proxy, or the controller does not know it.
@@ -97,18 +98,7 @@ export async function proxyConfig(kubeConfig: KubeConfig, pod: string, namespace
     throw new Error(apiStatusCode(err) === 404 ? `pod ${namespace}/${pod} not found` : `cannot read pod ${namespace}/${pod}: ${apiErrorMessage(err)}`);
   }
   if (!uuid) throw new Error(`pod ${namespace}/${pod} has no ${PROXY_UUID_LABEL} label: it has no mesh proxy`);
-  const url = new URL('/debug/config_dump', controllerUrl);
-  url.searchParams.set('proxy', uuid);
-  let response: Response;
-  try {
-    response = await fetch(url);
-  } catch (err) {
-    throw new Error(`cannot reach the controller at ${controllerUrl}: ${err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err)}`);
-  }
-  const body = await response.text();
-  if (response.status === 404) throw new Error(`proxy ${uuid} of pod ${namespace}/${pod} is not connected to the controller at ${controllerUrl}`);
-  if (!response.ok) throw new Error(`controller answered ${response.status}: ${body.trim()}`);
-  out.write(body.endsWith('\n') ? body : `${body}\n`);
+  await printConfigDump(controllerUrl, uuid, `proxy ${uuid} of pod ${namespace}/${pod}`, out);
 }
 
 async function readNamespace(api: CoreV1Api, name: string): Promise<V1Namespace> {

@@ -9,6 +9,8 @@ import { registerInjectorCommands } from './injector-command.js';
 import { registerKubeCommands } from './kube-command-line.js';
 import { registerLabCommands } from './lab-command.js';
 import { registerLabToolCommands } from './lab-tools-command.js';
+import { registerProxiesCommands } from './proxies-command.js';
+import { registerValidateCommands } from './validate-command.js';
 import { exitOnSignal } from './signals.js';
 import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES } from '../sources/manifests/index.js';
 import { splitHostPort } from '../util/address.js';
@@ -171,6 +173,8 @@ export async function main(argv: readonly string[]): Promise<void> {
   registerExplainCommands(program);
   registerInjectorCommands(program);
   registerLabCommands(program, registerLabToolCommands);
+  registerValidateCommands(program);
+  registerProxiesCommands(program);
 
   await program.parseAsync([...argv]);
 }

@@ -239,11 +239,7 @@ export class MeshController {
   meshIdentities(): ReadonlySet<ServiceIdentity> {
     const mesh = this.mesh;
     if (this.identities.generation === mesh.generation) return this.identities.set;
-    const set = new Set<ServiceIdentity>(mesh.servicesByIdentity.keys());
-    for (const sa of this.options.store.list('ServiceAccount')) {
-      const ns = sa.metadata.namespace ?? 'default';
-      if (mesh.namespaces.has(ns)) set.add(serviceIdentity(ns, sa.metadata.name));
-    }
+    const set = meshIdentitiesOf(mesh, this.options.store);
     this.identities = { generation: mesh.generation, set };
     return set;
   }
@@ -582,3 +578,16 @@ export class MeshController {
 export { encodeResources } from './configuration.js';
 export { PROXY_LOG_LIMIT, PROXY_LOG_WINDOW_MS } from './admission.js';
 export { DEFAULT_WARM_UP_CONFIGURATION_BYTES, type WarmUpOptions, type WarmUpResult } from './warm-up.js';
+
+/**
+ * The identities of `mesh`: those behind its services and the service accounts of its monitored
+ * namespaces in `store` (what the controller warms up, and `trellis validate` generates for).
+ */
+export function meshIdentitiesOf(mesh: MeshSnapshot, store: StoreReader): Set<ServiceIdentity> {
+  const set = new Set<ServiceIdentity>(mesh.servicesByIdentity.keys());
+  for (const sa of store.list('ServiceAccount')) {
+    const ns = sa.metadata.namespace ?? 'default';
+    if (mesh.namespaces.has(ns)) set.add(serviceIdentity(ns, sa.metadata.name));
+  }
+  return set;
+}

@@ -3,6 +3,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import type { PodProxy, PodProxyError } from './pod-proxy.js';
 import { splitHostPort } from '../util/address.js';
 import { MeshEvents, type MeshEventsOptions } from './mesh-events.js';
 
@@ -24,6 +25,8 @@ export interface OpsSources {
   meshVersion(): string;
   /** `/debug/explain?from=NS/SA&to=SVC.NS:PORT&…`: whether a request is allowed and why, with the HTTP status (`explain/http.ts`). */
   explain(params: URLSearchParams): { status: number; body: unknown };
+  /** The proxy of a pod in the controller's store (`/debug/pod-proxy?namespace=<ns>&pod=<name>`, see `podProxy`). */
+  podProxy(namespace: string, pod: string): PodProxy | PodProxyError;
 }
 
 /**
@@ -50,9 +53,10 @@ export const PAGE_SECURITY_HEADERS: Readonly<Record<string, string>> = {
 /**
  * The operations HTTP server: `/healthz` (200 while the process runs), `/readyz` (200 once
  * the sources synced, else 503), `/metrics` (Prometheus text format), `/debug/proxies`,
- * `/debug/config_dump?proxy=<uuid>`, `/debug/policies` and `/debug/explain?…` (JSON); the mesh
- * page: `/` (with `/mesh.js` and `/mesh.css`), `/debug/mesh` (JSON it reads) and `/debug/events`
- * (server-sent events, {@link MeshEvents}). Anything else is 404.
+ * `/debug/config_dump?proxy=<uuid>`, `/debug/policies`, `/debug/explain?…` and
+ * `/debug/pod-proxy?namespace=<ns>&pod=<name>` (JSON); the mesh page: `/` (with `/mesh.js` and
+ * `/mesh.css`), `/debug/mesh` (JSON it reads) and `/debug/events` (server-sent events,
+ * {@link MeshEvents}). Anything else is 404.
  */
 export class OpsServer {
   private server: http.Server | undefined;
@@ -146,6 +150,13 @@ export class OpsServer {
       case '/debug/explain': {
         const { status, body } = this.sources.explain(url.searchParams);
         return json(status, body);
+      }
+      case '/debug/pod-proxy': {
+        const namespace = url.searchParams.get('namespace');
+        const pod = url.searchParams.get('pod');
+        if (!namespace || !pod) return json(400, { error: 'query parameters "namespace" and "pod" are required' });
+        const found = this.sources.podProxy(namespace, pod);
+        return 'error' in found ? json(found.status, { error: found.error }) : json(200, found);
       }
       default:
         res.writeHead(404, { 'content-type': 'text/plain' });

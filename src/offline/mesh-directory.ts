@@ -42,6 +42,8 @@ export interface MeshDirectory {
   readonly manifestWarnings: readonly ManifestWarning[];
   /** The policies and objects the snapshot builder had to skip (as `MeshController.policyProblems`). */
   readonly problems: readonly PolicyProblem[];
+  /** Where an object loaded comes from: its file (as errors name it) and its document's line (`ManifestsSource.locate`). */
+  locate(kind: string, namespace: string | undefined, name: string): { readonly file: string; readonly line: number } | undefined;
 }
 
 /**
@@ -70,5 +72,5 @@ export async function loadMeshDirectory(options: MeshDirectoryOptions): Promise<
     meshConfigUnreadable: unreadable && formatManifestError(unreadable),
     generation: 1,
   });
-  return { dir: options.dir, store, snapshot, meshConfig, manifestErrors: source.errors(), manifestWarnings: source.warnings(), problems };
+  return { dir: options.dir, store, snapshot, meshConfig, manifestErrors: source.errors(), manifestWarnings: source.warnings(), problems, locate: (kind, namespace, name) => source.locate(kind, namespace, name) };
 }

@@ -177,6 +177,18 @@ export class ManifestsSource {
     return this.#errors.find((e) => e.kind === undefined || (e.kind === kind && (e.namespace ?? namespace) === namespace && (e.name ?? name) === name));
   }
 
+  /**
+   * Where the object `kind` `namespace`/`name` loaded now comes from: its file (as errors name
+   * it) and the line of its document; undefined when no file contributes it. Linear in the objects loaded.
+   */
+  locate(kind: string, namespace: string | undefined, name: string): { readonly file: string; readonly line: number } | undefined {
+    for (const [relative, state] of this.#files) {
+      const i = state.objects.findIndex((o) => o.kind === kind && o.metadata.name === name && o.metadata.namespace === namespace);
+      if (i >= 0) return { file: this.#displayName(relative), line: state.lines[i] };
+    }
+    return undefined;
+  }
+
   /** The current warnings (YAML 1.1/1.2 ambiguous scalars); the objects concerned are loaded. */
   warnings(): readonly ManifestWarning[] {
     return this.#warnings;
