@@ -4,6 +4,7 @@
 # - the generated proto types (type-only; scripts/gen-types.sh) are made when missing or stale;
 # - the data files the code reads beside itself are copied (src/sources/manifests/schemas/:
 #   the CRDs whose openAPIV3Schema the manifests loader validates against);
+# - dist/build-info.json records the git commit built (scripts/build-info.sh; `trellis --version`);
 # - outputs of a source that no longer exists are removed, so dist/ holds only today's code;
 # - dist/.build-stamp (its mtime is when this build started) tells bin/trellis.js that dist/ is
 #   not older than the sources it was compiled from.
@@ -25,6 +26,11 @@ data=sources/manifests/schemas
     mv "dist/$file.tmp" "dist/$file"
   fi
 done
+info=$(bash scripts/build-info.sh)
+if [ "$(cat dist/build-info.json 2>/dev/null)" != "$info" ]; then
+  echo "$info" >dist/build-info.json.tmp
+  mv dist/build-info.json.tmp dist/build-info.json
+fi
 (cd dist && find "$data" -type f) | while read -r file; do
   if [ ! -e "src/$file" ]; then rm -f "dist/$file"; fi
 done

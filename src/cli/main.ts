@@ -1,5 +1,4 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import pino from 'pino';
 import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { StartError } from '../controller/lifecycle.js';
 import { runController } from '../main.js';
@@ -8,7 +7,9 @@ import { registerInjectorCommands } from './injector-command.js';
 import { registerKubeCommands } from './kube-command-line.js';
 import { registerLabCommands } from './lab-command.js';
 import { registerLabToolCommands } from './lab-tools-command.js';
+import { addLogOptions, createLogger, type LogOptions } from './logging.js';
 import { exitOnSignal } from './signals.js';
+import { readBuildInfo, versionText } from './version.js';
 import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES } from '../sources/manifests/index.js';
 import { splitHostPort } from '../util/address.js';
 import { DEFAULT_UNREAD_TIMEOUT_MS } from '../xds/server/ads-server.js';
@@ -44,9 +45,11 @@ function address(value: string): string {
  * @param argv `process.argv`.
  */
 export async function main(argv: readonly string[]): Promise<void> {
-  const program = new Command('trellis').description('Trellis: a service-mesh control plane (xDS server for Envoy and SMI policies)');
+  const program = new Command('trellis')
+    .description('Trellis: a service-mesh control plane (xDS server for Envoy and SMI policies)')
+    .version(versionText(readBuildInfo()), '-V, --version', 'print the version and the git commit it was built from');
 
-  program
+  addLogOptions(program
     .command('controller')
     .description('run the controller: watch the manifests, serve ADS over mTLS, push configuration to every proxy')
     .addOption(new Option('--manifests <dir>', 'directory of Kubernetes/SMI manifests to load and watch').default('examples/bookstore').conflicts('kubernetes'))
@@ -82,9 +85,8 @@ export async function main(argv: readonly string[]): Promise<void> {
       new Option('--max-manifests-total-size <MiB>', 'the most manifests loaded from the directory, all files together; a file past it is reported as a manifest error and keeps its previous objects')
         .argParser(mebibytes(true))
         .default(DEFAULT_MAX_MANIFESTS_TOTAL_BYTES / MiB),
-    )
-    .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']).default('info'))
-    .action(async (opts: {
+    ))
+    .action(async (opts: LogOptions & {
       manifests: string;
       kubernetes: boolean;
       kubeconfig?: string;
@@ -99,9 +101,8 @@ export async function main(argv: readonly string[]): Promise<void> {
       warmUpConfig: number;
       maxManifestSize: number;
       maxManifestsTotalSize: number;
-      logLevel: string;
     }) => {
-      const logger = pino({ level: opts.logLevel });
+      const logger = createLogger(opts);
       let started: ReturnType<typeof runController> | undefined;
       // Installed before the start: a signal during start-up waits for it, then stops in order
       // (a start that fails exits 1 below on its own).
