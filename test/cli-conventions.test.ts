@@ -234,3 +234,24 @@ describe('the controller\'s log lines', () => {
     assert.ok(!c.output().includes('"stack"'), 'no stack trace');
   });
 });
+
+describe('LICENSE and CHANGELOG.md', () => {
+  it('LICENSE is the Apache License 2.0 that package.json names', async () => {
+    const license = await readFile(path.join(ROOT, 'LICENSE'), 'utf8');
+    assert.match(license, /^\s*Apache License\n\s*Version 2\.0, January 2004\n/);
+    assert.match(license, /END OF TERMS AND CONDITIONS/);
+    assert.equal((JSON.parse(await readFile(path.join(ROOT, 'package.json'), 'utf8')) as { license: string }).license, 'Apache-2.0');
+  });
+
+  it('CHANGELOG.md is in the Keep a Changelog format: an Unreleased section, its change types, every entry naming its issue', async () => {
+    const text = await readFile(path.join(ROOT, 'CHANGELOG.md'), 'utf8');
+    assert.match(text, /^# Changelog\n/);
+    assert.match(text, /\n## \[Unreleased\]\n/);
+    const types = [...text.matchAll(/^### (.+)$/gm)].map((m) => m[1]);
+    assert.ok(types.length > 0);
+    for (const type of types) assert.ok(['Added', 'Changed', 'Deprecated', 'Removed', 'Fixed', 'Security'].includes(type), type);
+    const entries = text.split('\n').filter((l) => l.startsWith('- '));
+    assert.ok(entries.length > 0);
+    for (const entry of entries) assert.match(entry, /^- \(#\d+(, #\d+)*\) /, entry);
+  });
+});

@@ -67,12 +67,13 @@ describe('the packed tarball', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('holds package.json, README.md, bin/ and the compiled dist/ (JavaScript, source maps, the CRD schemas): no TypeScript, tests or benchmarks', async () => {
+  it('holds package.json, README.md, LICENSE, bin/ and the compiled dist/ (JavaScript, source maps, the CRD schemas): no TypeScript, tests or benchmarks', async () => {
     const { stdout } = await run('tar', ['-tzf', tarball]);
     const files = stdout.split('\n').filter((f) => f !== '').map((f) => f.replace(/^package\//, ''));
-    const unexpected = files.filter((f) => !/^(package\.json|README\.md|bin\/[\w-]+\.js|dist\/.+\.js(\.map)?|dist\/build-info\.json|dist\/sources\/manifests\/schemas\/crds\/[\w.]+\.(yaml|txt))$/.test(f));
+    const unexpected = files.filter((f) => !/^(package\.json|README\.md|LICENSE|bin\/[\w-]+\.js|dist\/.+\.js(\.map)?|dist\/build-info\.json|dist\/sources\/manifests\/schemas\/crds\/[\w.]+\.(yaml|txt))$/.test(f));
     assert.deepEqual(unexpected, []);
     assert.ok(files.includes('dist/cli/main.js'));
+    assert.ok(files.includes('LICENSE'));
     assert.ok(files.includes('dist/sources/manifests/schemas/crds/smi_traffic_access.yaml'));
   });
 
