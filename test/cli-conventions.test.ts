@@ -212,7 +212,7 @@ describe('the controller\'s log lines', () => {
     }
   });
 
-  it('an API server that is down: warnings that say so and retry, no error, no stack', async () => {
+  it('an API server that is down: warnings that say so and retry, no error, no stack; SIGTERM stops the wait (exit 0)', async () => {
     const kubeconfig = path.join(dir, 'kubeconfig');
     const port = await closedPort();
     await writeFile(kubeconfig, [
@@ -222,12 +222,18 @@ describe('the controller\'s log lines', () => {
       'users: [{name: u, user: {token: t}}]', '',
     ].join('\n'));
     const c = trellis(['controller', '--kubeconfig', kubeconfig, '--state-dir', path.join(dir, 'kube-state'), '--xds-address', '127.0.0.1:0', '--http-address', '127.0.0.1:0']);
+    let code: number | null | 'still running';
     try {
       await eventually(() => (c.output().match(/ECONNREFUSED/g) ?? []).length >= 2, 'two refused attempts logged', 30_000);
+      // A SIGTERM while it waits for the API server stops it (it used to wait for the start forever).
+      c.child.kill('SIGTERM');
+      code = await Promise.race([c.exited, new Promise<'still running'>((resolve) => setTimeout(() => resolve('still running'), 20_000).unref())]);
     } finally {
       c.child.kill('SIGKILL');
       await c.exited;
     }
+    assert.equal(code, 0, `exits 0 on SIGTERM during start-up:\n${c.output()}`);
+    assert.match(c.output(), /"msg":"shutting down"/);
     const records = c.output().split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { level: number; msg: string });
     assert.ok(records.some((r) => r.level === 40 && /retrying/.test(r.msg)), c.output());
     assert.deepEqual(records.filter((r) => r.level >= 50), [], 'nothing at error or fatal');

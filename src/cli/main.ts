@@ -104,10 +104,13 @@ export async function main(argv: readonly string[]): Promise<void> {
     }) => {
       const logger = createLogger(opts);
       let started: ReturnType<typeof runController> | undefined;
-      // Installed before the start: a signal during start-up waits for it, then stops in order
-      // (a start that fails exits 1 below on its own).
+      const starting = new AbortController();
+      // Installed before the start: a signal during start-up ends a wait without bound (the API
+      // server down), lets the start finish or unwind, then stops in order (a start that fails
+      // for another reason exits 1 below on its own).
       exitOnSignal(async (signal) => {
         logger.info({ signal }, 'shutting down');
+        starting.abort();
         const running = await started?.catch(() => undefined);
         await running?.stop();
       });
@@ -126,9 +129,11 @@ export async function main(argv: readonly string[]): Promise<void> {
           maxManifestBytes: Math.floor(opts.maxManifestSize * MiB),
           maxManifestsTotalBytes: Math.floor(opts.maxManifestsTotalSize * MiB),
           logger,
+          signal: starting.signal,
         });
         await started;
       } catch (err) {
+        if (starting.signal.aborted) return; // stopped during start-up: the signal handler exits
         logger.fatal({ err: err instanceof Error ? err.message : String(err), ...(err instanceof StartError ? { part: err.part } : {}) }, 'controller failed to start');
         process.exit(1);
       }
