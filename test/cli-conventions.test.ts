@@ -196,6 +196,26 @@ describe('the controller\'s log lines', () => {
     assert.match(c.output(), /\] \S*INFO\S*: \S*controller started/);
   });
 
+  it('the manifests directory removed while it runs: warnings without a stack, no error; the objects stay', async () => {
+    const gone = path.join(dir, 'gone');
+    await cp(path.join(ROOT, 'examples/bookstore'), gone, { recursive: true });
+    const c = trellis(['controller', '--manifests', gone, '--state-dir', path.join(dir, 'state'), '--xds-address', '127.0.0.1:0', '--http-address', '127.0.0.1:0', '--warm-up-config', '0', '--resync-interval', '0']);
+    try {
+      await eventually(() => c.output().includes('"msg":"controller started"'), 'controller started', 60_000);
+      await rm(gone, { recursive: true, force: true });
+      await eventually(() => c.output().includes('the manifests directory is gone'), 'the directory is gone warning', 30_000);
+      const httpPort = Number(/"httpPort":(\d+)/.exec(c.output())![1]);
+      const policies = (await (await fetch(`http://127.0.0.1:${httpPort}/debug/policies`)).json()) as { trafficTargets: unknown[] };
+      assert.ok(policies.trafficTargets.length > 0, 'the objects loaded stay');
+    } finally {
+      c.child.kill('SIGTERM');
+    }
+    assert.equal(await c.exited, 0, c.output());
+    const records = c.output().split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { level: number; msg: string });
+    assert.deepEqual(records.filter((r) => r.level >= 50), [], `nothing at error or fatal:\n${c.output()}`);
+    assert.ok(!c.output().includes('"stack"'), 'no stack trace');
+  });
+
   it('a port in use: one fatal line naming the flag and the address, without a stack; exit 1', async () => {
     const busy = net.createServer();
     await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
