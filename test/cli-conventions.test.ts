@@ -16,6 +16,7 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { createLogger, defaultLogFormat, escapeForTerminal } from '../src/cli/logging.js';
 import { readBuildInfo, versionText } from '../src/cli/version.js';
+import { freePort } from './helpers/ports.js';
 import { eventually } from './helpers/wait.js';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
@@ -36,15 +37,6 @@ function trellis(args: readonly string[], options: { command?: readonly string[]
   child.stderr.on('data', (d: Buffer) => (output += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   return { child, output: () => output, exited };
-}
-
-/** A free loopback port, closed again (nothing listens there once this resolves). */
-async function closedPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 /** The text format's line: `[2026-12-02 02:24:31.600 +0000] LEVEL: message {json}`. */
@@ -234,7 +226,7 @@ describe('the controller\'s log lines', () => {
 
   it('an API server that is down: warnings that say so and retry, no error, no stack; SIGTERM stops the wait (exit 0)', async () => {
     const kubeconfig = path.join(dir, 'kubeconfig');
-    const port = await closedPort();
+    const port = await freePort(); // nothing listens there: connection refused
     await writeFile(kubeconfig, [
       'apiVersion: v1', 'kind: Config', 'current-context: down',
       'clusters: [{name: down, cluster: {server: "http://127.0.0.1:' + port + '"}}]',
