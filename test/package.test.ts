@@ -54,11 +54,14 @@ describe('the packed tarball', () => {
   let dir: string;
   let tarball: string;
   let installed: string;
+  let packedCommit: string;
 
   before(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-package-'));
     // The Dockerfile's steps: scripts/install-tarball.sh (the test below checks that it runs them).
     tarball = (await installTarball(['pack', path.join(dir, 'pack')])).trim().split('\n').at(-1)!;
+    // What the pack's build recorded (a commit made while the tests run must not change it).
+    packedCommit = (JSON.parse((await run('bash', [path.join(REPO, 'scripts/build-info.sh')])).stdout) as { commit: string }).commit;
     installed = path.join(dir, 'install');
     await installTarball(['install', tarball, installed]);
   });
@@ -86,9 +89,8 @@ describe('the packed tarball', () => {
   it('`trellis --version` names the commit the tarball was built from (dist/build-info.json), though no checkout is in reach', async () => {
     const bin = path.join(installed, 'node_modules', '.bin', 'trellis');
     const { stdout } = await run(bin, ['--version'], { cwd: installed, env: npmEnv() });
-    const { stdout: commit } = await run('bash', [path.join(REPO, 'scripts/build-info.sh')]);
     const { version } = JSON.parse(await readFile(path.join(REPO, 'package.json'), 'utf8')) as { version: string };
-    assert.equal(stdout, `trellis ${version} (commit ${(JSON.parse(commit) as { commit: string }).commit})\n`);
+    assert.equal(stdout, `trellis ${version} (commit ${packedCommit})\n`);
     assert.match(stdout, /\(commit [0-9a-f]{40}(-dirty)?\)/);
   });
 
