@@ -5,6 +5,7 @@
 # - the data files the code reads beside itself are copied (src/sources/manifests/schemas/:
 #   the CRDs whose openAPIV3Schema the manifests loader validates against; src/debug/page/: the
 #   mesh page's HTML, CSS and JavaScript, served as they are);
+# - dist/build-info.json records the git commit built (scripts/build-info.sh; `trellis --version`);
 # - outputs of a source that no longer exists are removed, so dist/ holds only today's code;
 # - dist/.build-stamp (its mtime is when this build started) tells bin/trellis.js that dist/ is
 #   not older than the sources it was compiled from.
@@ -30,6 +31,11 @@ for data in sources/manifests/schemas debug/page; do
     if [ ! -e "src/$file" ]; then rm -f "dist/$file"; fi
   done
 done
+info=$(bash scripts/build-info.sh)
+if [ "$(cat dist/build-info.json 2>/dev/null)" != "$info" ]; then
+  echo "$info" >dist/build-info.json.tmp
+  mv dist/build-info.json.tmp dist/build-info.json
+fi
 find dist -name '*.js' -not -path 'dist/api/generated/*' -not -path 'dist/debug/page/*' | while read -r js; do
   source="src/${js#dist/}"
   if [ ! -e "${source%.js}.ts" ]; then rm -f "$js" "$js.map"; fi

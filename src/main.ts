@@ -51,6 +51,11 @@ export interface ControllerOptions {
    * tune the reflectors (tests).
    */
   readonly kubernetes?: { readonly kubeconfig?: string; readonly backoff?: BackoffOptions; readonly watchTimeoutSeconds?: number };
+  /**
+   * Aborted: the start stops waiting where it waits without bound (Kubernetes mode: the CA Secret
+   * while the API server is unreachable) and rejects, once the parts started are stopped.
+   */
+  readonly signal?: AbortSignal;
   readonly meshName: string;
   /** Where the CA's root certificate and key persist. */
   readonly stateDir: string;
@@ -183,6 +188,7 @@ export async function runController(options: ControllerOptions): Promise<Running
           leaseName: options.leaseName,
           identity: options.replicaIdentity,
           logger: logger.child({ component: 'replica' }),
+          signal: options.signal,
         }),
         (r) => r.stop(),
       )

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, afterEach, before, beforeEach, it } from 'node:test';
@@ -15,6 +14,7 @@ import { AdsTestClient } from './helpers/ads-client.js';
 import { DEFAULT_RESOURCE_TYPES, FakeKubeApiServer } from './helpers/fake-kube-apiserver.js';
 import { describeOn, RealKubeApiServer, statusOf } from './helpers/kube-real-apiserver.js';
 import { Kubectl, findKubectl } from './helpers/kubectl.js';
+import { freePort } from './helpers/ports.js';
 import { SimulatedSidecar } from './helpers/sidecar.js';
 import { eventually } from './helpers/wait.js';
 
@@ -30,15 +30,6 @@ const until = (check: () => boolean | Promise<boolean>, what: string, timeoutMs 
 
 function names(store: ObjectStore, kind: ObjectKind, namespace?: string): string[] {
   return store.list(kind, namespace).map((o) => (namespace || !o.metadata.namespace ? o.metadata.name : `${o.metadata.namespace}/${o.metadata.name}`));
-}
-
-/** A free loopback port. */
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
 }
 
 function service(namespace: string, name: string, port = 80): Record<string, unknown> {

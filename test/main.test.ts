@@ -12,6 +12,7 @@ import { CertificateAuthority } from '../src/certificate/authority.js';
 import { isLoopbackHost, routeGrpcLogs, runController } from '../src/main.js';
 import { REFUSAL_LOG_LIMIT } from '../src/xds/server/ads-server.js';
 import { AdsTestClient, TEST_NODE_ID } from './helpers/ads-client.js';
+import { freePort } from './helpers/ports.js';
 import { eventually } from './helpers/wait.js';
 
 describe('plaintext ADS listener', () => {
@@ -158,14 +159,6 @@ describe('an ADS address in use', () => {
 });
 
 describe('the ordered start and stop', () => {
-  /** A port free now on 127.0.0.1 (bound to port 0, then closed). */
-  async function freePort(): Promise<number> {
-    const server = net.createServer();
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const { port } = server.address() as net.AddressInfo;
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-    return port;
-  }
 
   /** True when `port` on 127.0.0.1 can be bound (nothing listens on it any more). */
   async function portIsFree(port: number): Promise<boolean> {

@@ -5,9 +5,9 @@
  * are imported only when `trellis injector` runs.
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
-import pino from 'pino';
 import { applyInterception, INBOUND_PORT, interceptionRules, OUTBOUND_PORT, PROXY_UID, type InterceptionOptions } from '../injector/iptables.js';
 import { splitHostPort } from '../util/address.js';
+import { addLogOptions, createLogger, type LogOptions } from './logging.js';
 import { exitOnSignal } from './signals.js';
 
 /** A comma-separated list flag's parser (entries trimmed, empty entries dropped). */
@@ -64,7 +64,7 @@ function listenAddress(value: string): { host: string; port: number } {
 /** Adds `trellis injector`, `trellis iptables-init` and `trellis healthcheck` to `program`. */
 export function registerInjectorCommands(program: Command): void {
   const namespace = process.env.POD_NAMESPACE || 'osm-system';
-  program
+  addLogOptions(program
     .command('injector')
     .description('run the sidecar injector: a mutating admission webhook (HTTPS) that adds the Envoy sidecar, its init container and bootstrap to pods of the mesh')
     .option('--kubeconfig <file>', 'kubeconfig (default: in-cluster in a pod, else $KUBECONFIG or ~/.kube/config)')
@@ -82,14 +82,13 @@ export function registerInjectorCommands(program: Command): void {
     .option('--envoy-image <image>', 'Envoy image when MeshConfig spec.sidecar.envoyImage is unset', 'envoyproxy/envoy:v1.40.0')
     .option('--trellis-image <image>', 'image of the init and healthcheck containers when MeshConfig spec.sidecar.initContainerImage is unset', 'trellis:latest')
     .option('--trellis-command <argv>', 'how trellis runs in that image, space-separated', 'node /app/bin/trellis.js')
-    .option('--delta', 'bootstraps use incremental xDS (DELTA_GRPC)', false)
-    .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']).default('info'))
-    .action(async (opts: {
+    .option('--delta', 'bootstraps use incremental xDS (DELTA_GRPC)', false))
+    .action(async (opts: LogOptions & {
       kubeconfig?: string; meshName: string; namespace: string; caSecret: string; stateDir?: string; meshConfig: string;
       webhookConfigName?: string; webhookConfig: boolean; address: string; dnsName?: string[]; ipAddress?: string[];
-      xdsAddress?: string; envoyImage: string; trellisImage: string; trellisCommand: string; delta: boolean; logLevel: string;
+      xdsAddress?: string; envoyImage: string; trellisImage: string; trellisCommand: string; delta: boolean;
     }) => {
-      const logger = pino({ level: opts.logLevel });
+      const logger = createLogger(opts);
       try {
         const listen = listenAddress(opts.address);
         const [{ runInjector }, { loadKubeConfig }] = await Promise.all([import('../injector/run.js'), import('../sources/kubernetes/kubernetes-source.js')]);

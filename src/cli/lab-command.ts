@@ -7,7 +7,6 @@ import { closeSync, existsSync, fstatSync, openSync, readSync } from 'node:fs';
 import { mkdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import pino from 'pino';
 import {
   cleanUpLab, DEFAULT_LAB_HTTP_ADDRESS, DEFAULT_LAB_PREFIX, DEFAULT_LAB_SUBNET, startLab, type Lab,
 } from '../lab/lab.js';
@@ -17,6 +16,7 @@ import { describeMissing, ENVOY_INSTALL, missingLabPrerequisites, whichCommand }
 import { loggedFailure, processAlive, sleep } from '../lab/process.js';
 import { defaultLabStateDir, readLabOwner, readLabState } from '../lab/state.js';
 import { allReady, formatLabStatus, labFailedForGood, labFailures, labStatus, type LabStatus } from '../lab/status.js';
+import { addLogOptions, createLogger, type LogOptions } from './logging.js';
 import { exitOnSignal } from './signals.js';
 
 const TRELLIS_BIN = path.resolve(import.meta.dirname, '../../bin/trellis.js');
@@ -141,8 +141,8 @@ async function superviseUntilReady(opts: UpOptions, run: { manifests: string; en
 }
 
 /** `lab supervise`: the supervisor itself (what `up` runs in the background). */
-async function supervise(opts: UpOptions): Promise<void> {
-  const logger = pino({ level: 'info' });
+async function supervise(opts: UpOptions & LogOptions): Promise<void> {
+  const logger = createLogger(opts);
   let lab: Lab;
   try {
     lab = await startLab({
@@ -233,9 +233,9 @@ export function registerLabCommands(program: Command, extra?: (lab: Command) => 
     .addOption(new Option('--timeout <seconds>', 'how long to wait for every ACK').argParser(seconds).default(120))
     .action((opts: UpOptions) => up(opts));
   lab.addCommand(
-    upOptions(new Command('supervise'))
-      .description('run the lab supervisor in the foreground (what lab up starts)')
-      .action((opts: UpOptions) => supervise(opts)),
+    addLogOptions(upOptions(new Command('supervise')))
+      .description('run the lab supervisor in the foreground (what lab up starts; its log is JSON in the log file lab up names)')
+      .action((opts: UpOptions & LogOptions) => supervise(opts)),
     { hidden: true },
   );
   commonOptions(lab.command('exec'))

@@ -1,5 +1,4 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import pino from 'pino';
 import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { StartError } from '../controller/lifecycle.js';
 import { runController } from '../main.js';
@@ -9,9 +8,11 @@ import { registerInjectorCommands } from './injector-command.js';
 import { registerKubeCommands } from './kube-command-line.js';
 import { registerLabCommands } from './lab-command.js';
 import { registerLabToolCommands } from './lab-tools-command.js';
+import { addLogOptions, createLogger, type LogOptions } from './logging.js';
 import { registerProxiesCommands } from './proxies-command.js';
 import { registerValidateCommands } from './validate-command.js';
 import { exitOnSignal } from './signals.js';
+import { readBuildInfo, versionText } from './version.js';
 import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES } from '../sources/manifests/index.js';
 import { splitHostPort } from '../util/address.js';
 import { DEFAULT_UNREAD_TIMEOUT_MS } from '../xds/server/ads-server.js';
@@ -47,9 +48,11 @@ function address(value: string): string {
  * @param argv `process.argv`.
  */
 export async function main(argv: readonly string[]): Promise<void> {
-  const program = new Command('trellis').description('Trellis: a service-mesh control plane (xDS server for Envoy and SMI policies)');
+  const program = new Command('trellis')
+    .description('Trellis: a service-mesh control plane (xDS server for Envoy and SMI policies)')
+    .version(versionText(readBuildInfo()), '-V, --version', 'print the version and the git commit it was built from');
 
-  program
+  addLogOptions(program
     .command('controller')
     .description('run the controller: watch the manifests, serve ADS over mTLS, push configuration to every proxy')
     .addOption(new Option('--manifests <dir>', 'directory of Kubernetes/SMI manifests to load and watch').default('examples/bookstore').conflicts('kubernetes'))
@@ -85,9 +88,8 @@ export async function main(argv: readonly string[]): Promise<void> {
       new Option('--max-manifests-total-size <MiB>', 'the most manifests loaded from the directory, all files together; a file past it is reported as a manifest error and keeps its previous objects')
         .argParser(mebibytes(true))
         .default(DEFAULT_MAX_MANIFESTS_TOTAL_BYTES / MiB),
-    )
-    .addOption(new Option('--log-level <level>', 'log level').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']).default('info'))
-    .action(async (opts: {
+    ))
+    .action(async (opts: LogOptions & {
       manifests: string;
       kubernetes: boolean;
       kubeconfig?: string;
@@ -102,14 +104,16 @@ export async function main(argv: readonly string[]): Promise<void> {
       warmUpConfig: number;
       maxManifestSize: number;
       maxManifestsTotalSize: number;
-      logLevel: string;
     }) => {
-      const logger = pino({ level: opts.logLevel });
+      const logger = createLogger(opts);
       let started: ReturnType<typeof runController> | undefined;
-      // Installed before the start: a signal during start-up waits for it, then stops in order
-      // (a start that fails exits 1 below on its own).
+      const starting = new AbortController();
+      // Installed before the start: a signal during start-up ends a wait without bound (the API
+      // server down), lets the start finish or unwind, then stops in order (a start that fails
+      // for another reason exits 1 below on its own).
       exitOnSignal(async (signal) => {
         logger.info({ signal }, 'shutting down');
+        starting.abort();
         const running = await started?.catch(() => undefined);
         await running?.stop();
       });
@@ -128,9 +132,11 @@ export async function main(argv: readonly string[]): Promise<void> {
           maxManifestBytes: Math.floor(opts.maxManifestSize * MiB),
           maxManifestsTotalBytes: Math.floor(opts.maxManifestsTotalSize * MiB),
           logger,
+          signal: starting.signal,
         });
         await started;
       } catch (err) {
+        if (starting.signal.aborted) return; // stopped during start-up: the signal handler exits
         logger.fatal({ err: err instanceof Error ? err.message : String(err), ...(err instanceof StartError ? { part: err.part } : {}) }, 'controller failed to start');
         process.exit(1);
       }

@@ -20,6 +20,22 @@ export interface ReplicaCoordinationOptions {
   readonly logger: Logger;
   /** Retry delays while the CA Secret cannot be read or created, in ms (default 1 s doubling to 10 s). */
   readonly retry?: { readonly initialMs: number; readonly maxMs: number };
+  /** Ends the wait for the CA Secret (the controller is stopping): the start then rejects. */
+  readonly signal?: AbortSignal;
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts (then or before). */
+function abortableDelay(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
 }
 
 /** What {@link startReplicaCoordination} gives the composition root. */
@@ -46,6 +62,7 @@ export async function startReplicaCoordination(options: ReplicaCoordinationOptio
   let delay = retry.initialMs;
   let ca: CertificateAuthority | undefined;
   for (;;) {
+    if (options.signal?.aborted) throw new Error('stopped while waiting for the mesh CA Secret');
     try {
       ca = (await loadOrCreateCaSecret({ api: secretApiFor(options.kubeConfig), namespace: options.namespace, name: secretName, logger })).ca;
       break;
@@ -54,7 +71,7 @@ export async function startReplicaCoordination(options: ReplicaCoordinationOptio
       // A Secret that exists but is not a CA is never overwritten: that needs an operator.
       if (/ has no data\.| is not a valid | does not match | expired at | is not a CA certificate/.test(message)) throw err;
       logger.warn({ err: message, retryInMs: delay }, 'mesh CA Secret not available yet; retrying');
-      await new Promise((resolve) => setTimeout(resolve, delay));
+      await abortableDelay(delay, options.signal);
       delay = Math.min(delay * 2, retry.maxMs);
     }
   }

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { objectKeyOf } from '../../store/objects.js';
 import type { KubeObject } from '../../store/objects.js';
 import type { StoreWriter } from '../../store/store.js';
+import { systemErrorCode } from '../../util/system-error.js';
 import { formatManifestError, parseManifestSteps } from './parse.js';
 import type { ManifestError, ManifestWarning, ParsedManifests } from './parse.js';
 import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES, readSettledManifestFile } from './read-file.js';
@@ -236,7 +237,11 @@ export class ManifestsSource {
       else this.#dirty.add(path.relative(root, changed));
       this.#schedule();
     });
-    watcher.on('error', (err) => this.#logger.error({ err }, 'watching the manifests directory failed'));
+    watcher.on('error', (err) => {
+      const code = systemErrorCode(err);
+      // A system error (ENOSPC: no inotify watch left, EACCES) is the host's condition: its message, not a stack.
+      this.#logger.error(code !== undefined ? { err: (err as Error).message, code } : { err }, 'watching the manifests directory failed');
+    });
     await new Promise<void>((resolve) => watcher.once('ready', () => resolve()));
   }
 
@@ -297,7 +302,10 @@ export class ManifestsSource {
   #rescan(dirty: ReadonlySet<string> | 'all'): Promise<void> {
     this.#chain = this.#chain.then(() =>
       this.#scanOnce(dirty).catch((err: unknown) => {
-        this.#logger.error({ err }, 'rescanning the manifests directory failed; keeping the previous objects');
+        const code = systemErrorCode(err);
+        // The directory removed or unreadable (ENOENT, EACCES): expected, and the objects stay; anything else is a fault.
+        if (code !== undefined) this.#logger.warn({ err: (err as Error).message, code }, 'rescanning the manifests directory failed; keeping the previous objects');
+        else this.#logger.error({ err }, 'rescanning the manifests directory failed; keeping the previous objects');
       }),
     );
     return this.#chain;
