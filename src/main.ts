@@ -18,6 +18,8 @@ import type { BackoffOptions } from './sources/kubernetes/reflector.js';
 import { ManifestsSource } from './sources/manifests/manifests-source.js';
 import { formatManifestError } from './sources/manifests/parse.js';
 import { ObjectStore } from './store/object-store.js';
+import { isPolicyKind } from './status/object-versions.js';
+import type { ObjectError } from './status/policy-objects.js';
 import { SnapshotCache } from './xds/cache/snapshot-cache.js';
 import { AdsServer, authenticateFromNodeId, authenticateFromPeerCertificate } from './xds/server/ads-server.js';
 import { splitHostPort } from './util/address.js';
@@ -382,13 +384,15 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
         return snapshot ? { proxy: uuid, ...configDump(snapshot) } : undefined;
       },
       policies: () => policiesView(meshName, parts),
+      policyStatus: (kind, namespace, name) => policyStatusView(parts, kind, namespace, name),
     },
     logger,
   );
 }
 
 /** The `/debug/policies` view: the mesh's policies, the problems found in them and the sources' state. */
-function policiesView(meshName: string, { controller, source, kube }: Parts): unknown {
+function policiesView(meshName: string, parts: Parts): unknown {
+  const { controller, source, kube } = parts;
   if (!controller || !source) return { meshName, starting: true };
   const snapshot = controller.snapshot;
   return {
@@ -408,10 +412,22 @@ function policiesView(meshName: string, { controller, source, kube }: Parts): un
       violations: f.violations.map(formatViolation),
     })),
     problems: controller.policyProblems().map((p) => ({ ...p, text: formatProblem(p) })),
+    status: parts.ads ? controller.policyStatuses(parts.ads.syncStates(), sourceErrors(source)) : [],
     manifestErrors: source instanceof ManifestsSource ? source.errors().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
     manifestWarnings: source instanceof ManifestsSource ? source.warnings().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
     ...(kube ? { kubernetes: kube.status() } : {}),
   };
+}
+
+/** The source's errors that name an object (manifests mode), formatted, for the policy status. */
+function sourceErrors(source: ManifestsSource | KubernetesSource): ObjectError[] {
+  return source instanceof ManifestsSource ? source.errors().map((e) => ({ ...e, text: formatManifestError(e) })) : [];
+}
+
+/** The `/debug/policy-status` view of one policy object; undefined when there is none (or the controller is starting). */
+function policyStatusView({ controller, source, ads }: Parts, kind: string, namespace: string, name: string): unknown {
+  if (!controller || !source || !ads || !isPolicyKind(kind)) return undefined;
+  return controller.policyStatusOf(kind, namespace, name, ads.syncStates(), sourceErrors(source));
 }
 
 /** The `/debug/proxies` view: each connected proxy with its streams and per-type xDS state. */

@@ -8,6 +8,7 @@ import { registerInjectorCommands } from './injector-command.js';
 import { registerKubeCommands } from './kube-command-line.js';
 import { registerLabCommands } from './lab-command.js';
 import { registerLabToolCommands } from './lab-tools-command.js';
+import { registerStatusCommands } from './status-command.js';
 import { exitOnSignal } from './signals.js';
 import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES } from '../sources/manifests/index.js';
 import { splitHostPort } from '../util/address.js';
@@ -167,6 +168,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     });
 
   registerKubeCommands(program);
+  registerStatusCommands(program);
   registerInjectorCommands(program);
   registerLabCommands(program, registerLabToolCommands);
 

@@ -16,12 +16,18 @@ export interface OpsSources {
   configDump(uuid: string): unknown;
   /** Policy and manifest problems (`/debug/policies`). */
   policies(): unknown;
+  /**
+   * The status of one policy object (`/debug/policy-status?kind=K&namespace=N&name=X`), or
+   * undefined when there is no such object.
+   */
+  policyStatus(kind: string, namespace: string, name: string): unknown;
 }
 
 /**
  * The operations HTTP server: `/healthz` (200 while the process runs), `/readyz` (200 once
  * the sources synced, else 503), `/metrics` (Prometheus text format), `/debug/proxies`,
- * `/debug/config_dump?proxy=<uuid>` and `/debug/policies` (JSON). Anything else is 404.
+ * `/debug/config_dump?proxy=<uuid>`, `/debug/policies` and
+ * `/debug/policy-status?kind=K&namespace=N&name=X` (JSON). Anything else is 404.
  */
 export class OpsServer {
   private server: http.Server | undefined;
@@ -86,6 +92,12 @@ export class OpsServer {
       }
       case '/debug/policies':
         return json(200, this.sources.policies());
+      case '/debug/policy-status': {
+        const [kind, namespace, name] = ['kind', 'namespace', 'name'].map((p) => url.searchParams.get(p) ?? '');
+        if (!kind || !name) return json(400, { error: 'query parameters "kind" and "name" are required ("namespace" defaults to "default")' });
+        const status = this.sources.policyStatus(kind, namespace || 'default', name);
+        return status === undefined ? json(404, { error: `no ${kind} ${namespace || 'default'}/${name}` }) : json(200, status);
+      }
       default:
         res.writeHead(404, { 'content-type': 'text/plain' });
         res.end('not found\n');

@@ -31,6 +31,7 @@ import {
   type StreamContext,
   type StreamInfo,
   type StreamRefusal,
+  type StreamSync,
   type TypeStateBase,
 } from './stream-common.js';
 
@@ -44,6 +45,8 @@ export type {
   NackInfo,
   StreamInfo,
   StreamMode,
+  StreamRejection,
+  StreamSync,
   TypeStreamInfo,
 } from './stream-common.js';
 export {
@@ -865,6 +868,19 @@ export class AdsServer {
     for (const s of this.active.values()) {
       const info = s.info();
       if (info) out.push(info);
+    }
+    return out;
+  }
+
+  /**
+   * What each authenticated stream's proxy holds of its snapshots (see `StreamSync`), for the
+   * policy status: no copies, one entry per stream.
+   */
+  syncStates(): StreamSync[] {
+    const out: StreamSync[] = [];
+    for (const s of this.active.values()) {
+      const sync = s.syncState();
+      if (sync) out.push(sync);
     }
     return out;
   }
