@@ -47,6 +47,13 @@ function seconds(value: string): number {
   return s;
 }
 
+/** A whole number above 0. */
+function positiveInteger(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n < 1) throw new InvalidArgumentError(`"${value}" is not a whole number above 0`);
+  return n;
+}
+
 /** GETs `path` from the controller: status and parsed JSON body. @throws Error naming the controller when it cannot be reached or answers no JSON. */
 async function getJson(controllerUrl: string, path: string): Promise<{ status: number; body: unknown }> {
   let response: Response;
@@ -92,12 +99,14 @@ export const WAIT_POLL_MS = 250;
 
 /**
  * `trellis wait --for programmed KIND/NAME -n NS`: polls `/debug/policy-status` until every
- * proxy the object affects has ACKed a configuration made for its current generation.
+ * proxy the object affects has ACKed a configuration made for its current generation (with
+ * `generation`, for that generation or a later one: the controller may not have seen a change just
+ * applied yet; `kubectl get … -o jsonpath='{.metadata.generation}'` gives it in Kubernetes mode).
  * @returns the exit status: 0 programmed; 1 when the object is not accepted, a proxy NACKed, or
  *   `timeoutSeconds` passed (each printed with why).
  */
 export async function waitProgrammed(
-  options: { controller: string; kind: PolicyKind; namespace: string; name: string; timeoutSeconds: number },
+  options: { controller: string; kind: PolicyKind; namespace: string; name: string; timeoutSeconds: number; generation?: number },
   io: StatusOutput = STDIO,
 ): Promise<number> {
   const what = `${options.kind} ${options.namespace}/${options.name}`;
@@ -109,8 +118,8 @@ export async function waitProgrammed(
     if (status === 200) {
       const detail = body as PolicyStatusDetail;
       last = detail;
-      // Judged only once a MeshSnapshot was built from the object's current content.
-      if (detail.meshGeneration !== null) {
+      // Judged only once a MeshSnapshot was built from the object's current content (and that is the generation asked for).
+      if (detail.meshGeneration !== null && detail.generation >= (options.generation ?? 0)) {
         if (!detail.accepted) {
           io.err(`${what} generation ${detail.generation} is not accepted:\n${detail.problems.map((p) => `  ${p}`).join('\n')}\n`);
           return 1;
@@ -135,7 +144,11 @@ export async function waitProgrammed(
     return 1;
   }
   const waiting = last.waiting.map((w) => `  ${w.identity} ${w.proxy}: ${w.reason}`).join('\n');
-  io.err(`timed out after ${options.timeoutSeconds} s: ${what} generation ${last.generation} ${last.meshGeneration === null ? 'is not in a configuration yet' : `not programmed: ${programmedSummary(last)}`}${waiting ? `\n${waiting}` : ''}\n`);
+  const state =
+    last.generation < (options.generation ?? 0)
+      ? `is at generation ${last.generation}, not ${options.generation} yet`
+      : `generation ${last.generation} ${last.meshGeneration === null ? 'is not in a configuration yet' : `is not programmed: ${programmedSummary(last)}`}${waiting ? `\n${waiting}` : ''}`;
+  io.err(`timed out after ${options.timeoutSeconds} s: ${what} ${state}\n`);
   return 1;
 }
 
@@ -163,10 +176,11 @@ export function registerStatusCommands(program: Command): void {
     .addOption(new Option('--for <condition>', 'the condition to wait for').choices(['programmed']).makeOptionMandatory())
     .option('-n, --namespace <ns>', 'the namespace of the object', 'default')
     .addOption(new Option('--timeout <duration>', 'give up after this long (e.g. 60s, 2m)').argParser(seconds).default(60, '60s'))
+    .addOption(new Option('--generation <n>', 'wait for this generation of the object or a later one (metadata.generation in Kubernetes mode), not the one the controller has now').argParser(positiveInteger))
     .addOption(controllerOption())
-    .action(async (ref: { kind: PolicyKind; name: string }, opts: { namespace: string; timeout: number; controller: string }) => {
+    .action(async (ref: { kind: PolicyKind; name: string }, opts: { namespace: string; timeout: number; controller: string; generation?: number }) => {
       try {
-        process.exitCode = await waitProgrammed({ controller: opts.controller, kind: ref.kind, namespace: opts.namespace, name: ref.name, timeoutSeconds: opts.timeout });
+        process.exitCode = await waitProgrammed({ controller: opts.controller, kind: ref.kind, namespace: opts.namespace, name: ref.name, timeoutSeconds: opts.timeout, generation: opts.generation });
       } catch (err) {
         process.stderr.write(`trellis wait: ${err instanceof Error ? err.message : String(err)}\n`);
         process.exitCode = 1;

@@ -112,8 +112,8 @@ export interface StreamSync {
   readonly streamId: number;
   readonly proxy: Proxy;
   /**
-   * The newest snapshot of which the proxy ACKed everything it subscribed to: every type the
-   * snapshot has resources of is subscribed, every response written for it was ACKed (none NACKed
+   * The newest snapshot of which the proxy ACKed everything it subscribed to: LDS and CDS are
+   * subscribed when the snapshot has any, every response written for it was ACKed (none NACKed
    * since that type's last ACK), nothing of it is left to send and no request is waiting to be
    * handled. Undefined until then.
    */
@@ -712,7 +712,9 @@ export abstract class StreamBase<
   private noteSync(): void {
     const snapshot = this.snapshot;
     if (!snapshot || this.acked === snapshot || this.pendingSnapshot || this.closed || !this.proxy) return;
-    for (const [type, map] of snapshot.resources) if (map.size > 0 && !this.types.has(type)) return;
+    // LDS and CDS, which every client asks for; a type the others refer to is asked for as the
+    // client takes LDS and CDS in (before it ACKs them), and then counts below.
+    for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) if ((snapshot.resources.get(type)?.size ?? 0) > 0 && !this.types.has(type)) return;
     for (const st of this.types.values()) if (st.rejected || this.awaitsAnswer(st)) return;
     this.acked = snapshot;
     const proxy = this.proxy;
