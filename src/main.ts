@@ -135,6 +135,8 @@ interface Parts {
   ads?: AdsServer;
   /** The warm-up is over (done, failed or past {@link WARM_UP_LIMIT_MS}). */
   warm: boolean;
+  /** Kubernetes mode: the policy status writer, told when a proxy's ACK state changes. */
+  statusWriter?: { poke(): void };
 }
 
 /**
@@ -215,7 +217,7 @@ export async function runController(options: ControllerOptions): Promise<Running
   // wait): a mesh reconnecting all at once then gets its configuration without waiting for either.
   const warmUp = warmUpInBackground(controller, kube, options.warmUpConfigurationBytes, () => lifecycle.stopping, logger).finally(() => (parts.warm = true));
 
-  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger });
+  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger, syncChanged: () => parts.statusWriter?.poke() });
   parts.ads = ads;
   // The ADS server's stop closes each of its listeners (the plaintext one too).
   const xdsPort = await lifecycle.start('ADS server', async () => {
@@ -238,6 +240,10 @@ export async function runController(options: ControllerOptions): Promise<Running
         );
       })
     : undefined;
+
+  if (kubernetes && replica) {
+    parts.statusWriter = await lifecycle.start('policy status writer', () => startStatusWriter(kubernetes, { controller, ads, store, replica, logger }), (w) => w.stop());
+  }
 
   // With manifests everything is known already: return once ready. A Kubernetes source may
   // take long to sync (an unreachable API server); /readyz tells when then.
@@ -308,7 +314,7 @@ function newMeshController(
 /** The ADS server (not listening yet) serving `cache`; a stream opened before a Kubernetes source's first sync waits for it. */
 function newAdsServer(
   options: ControllerOptions,
-  parts: { cache: SnapshotCache; controller: MeshController; kube: KubernetesSource | undefined; metrics: Registry; logger: Logger },
+  parts: { cache: SnapshotCache; controller: MeshController; kube: KubernetesSource | undefined; metrics: Registry; logger: Logger; syncChanged: () => void },
 ): AdsServer {
   const { controller, kube } = parts;
   return new AdsServer({
@@ -322,6 +328,7 @@ function newAdsServer(
         return controller.onStreamOpen(proxy, streamId, node ?? null);
       },
       onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
+      onSyncChanged: () => parts.syncChanged(),
       // NACKs are logged by the ADS server (once, cut, rate-limited per proxy identity and type).
     },
   });
@@ -343,11 +350,35 @@ async function listen<T>(flag: string, address: string, start: () => Promise<T>)
  * @throws Error when the kubeconfig cannot be loaded (see `loadKubeConfig`).
  */
 async function loadKubernetesMode(kubeconfig: string | undefined) {
-  const [{ KubernetesSource, loadKubeConfig }, { startReplicaCoordination }] = await Promise.all([
+  const [{ KubernetesSource, loadKubeConfig }, { startReplicaCoordination }, { PolicyStatusWriter, statusPatcherFor }] = await Promise.all([
     import('./sources/kubernetes/kubernetes-source.js'),
     import('./controller/kubernetes-replica.js'),
+    import('./controller/policy-status-writer.js'),
   ]);
-  return { KubernetesSource, startReplicaCoordination, kubeConfig: loadKubeConfig(kubeconfig) };
+  return { KubernetesSource, startReplicaCoordination, PolicyStatusWriter, statusPatcherFor, kubeConfig: loadKubeConfig(kubeconfig) };
+}
+
+/**
+ * Kubernetes mode: starts writing the policy status of the objects whose CRD has a status
+ * subresource (the leader only; `PolicyStatusWriter`), from the controller's status and the
+ * store's copy of each object's status.
+ */
+function startStatusWriter(
+  kubernetes: KubernetesMode,
+  parts: { controller: MeshController; ads: AdsServer; store: ObjectStore; replica: ReplicaCoordination; logger: Logger },
+): InstanceType<KubernetesMode['PolicyStatusWriter']> {
+  const { controller, ads, store, replica } = parts;
+  const writer = new kubernetes.PolicyStatusWriter({
+    patch: kubernetes.statusPatcherFor(kubernetes.kubeConfig),
+    statuses: (kinds) => controller.policyStatuses(ads.syncStates(), [], kinds),
+    storedStatus: (kind, namespace, name) => store.get(kind, namespace, name)?.status,
+    isLeader: () => replica.elector.isLeader,
+    generation: () => controller.settledGeneration,
+    logger: parts.logger.child({ component: 'policy-status' }),
+  });
+  store.onChange(() => writer.poke());
+  writer.start();
+  return writer;
 }
 
 /**

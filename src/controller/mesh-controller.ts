@@ -609,20 +609,27 @@ export class MeshController {
    * @param syncs what each ADS stream's proxy ACKed (`AdsServer.syncStates`): a proxy's newest stream counts.
    * @param errors the source's errors (manifest errors), which make the objects they name not accepted.
    */
-  policyStatuses(syncs: readonly StreamSync[], errors: readonly ObjectError[] = []): PolicyStatus[] {
+  policyStatuses(syncs: readonly StreamSync[], errors: readonly ObjectError[] = [], kinds?: ReadonlySet<PolicyKind>): PolicyStatus[] {
+    const objects = this.policyObjectStates(errors, kinds);
+    if (objects.length === 0) return [];
     const index = this.progressIndex(syncs);
-    return this.policyObjectStates(errors).map((o) => index.status(o));
+    return objects.map((o) => index.status(o));
+  }
+
+  /** The newest MeshSnapshot generation whose push is complete (it changes when a push completes). */
+  get settledGeneration(): number {
+    return this.settled;
   }
 
   /** The status of one policy object, with the first proxies it waits for; undefined when there is no such object. */
   policyStatusOf(kind: PolicyKind, namespace: string, name: string, syncs: readonly StreamSync[], errors: readonly ObjectError[] = []): PolicyStatusDetail | undefined {
-    const object = this.policyObjectStates(errors).find((o) => o.kind === kind && o.namespace === namespace && o.name === name);
+    const object = this.policyObjectStates(errors, new Set([kind])).find((o) => o.kind === kind && o.namespace === namespace && o.name === name);
     return object && this.progressIndex(syncs).detail(object);
   }
 
-  private policyObjectStates(errors: readonly ObjectError[]) {
+  private policyObjectStates(errors: readonly ObjectError[], kinds?: ReadonlySet<PolicyKind>) {
     const mc = this.meshConfigName();
-    return policyObjects({ store: this.options.store, mesh: this.mesh, problems: this.problems, errors, versions: this.versions, meshConfigName: `${mc.namespace}/${mc.name}` });
+    return policyObjects({ store: this.options.store, mesh: this.mesh, problems: this.problems, errors, versions: this.versions, meshConfigName: `${mc.namespace}/${mc.name}`, kinds });
   }
 
   /** Each connected proxy's progress (newest stream), indexed for the status. */

@@ -8,7 +8,7 @@ import type { MeshSnapshot } from '../catalog/types.js';
 import { objectKey, type ObjectKind } from '../store/objects.js';
 import type { StoreReader } from '../store/store.js';
 import { affectedSelector } from './affected.js';
-import { isPolicyKind, POLICY_KINDS, type ObjectVersions } from './object-versions.js';
+import { isPolicyKind, POLICY_KINDS, type ObjectVersions, type PolicyKind } from './object-versions.js';
 import type { PolicyObjectState } from './policy-status.js';
 
 /** A problem the source found in an object's document (a manifest error), formatted. */
@@ -30,6 +30,8 @@ export interface PolicyObjectsInput {
   readonly versions: ObjectVersions;
   /** `<namespace>/<name>` of the MeshConfig the controller reads. */
   readonly meshConfigName: string;
+  /** Only these kinds (default: every policy kind). */
+  readonly kinds?: ReadonlySet<PolicyKind>;
 }
 
 /** Every policy object, sorted by kind (in `POLICY_KINDS` order), namespace and name. */
@@ -44,7 +46,8 @@ export function policyObjects(input: PolicyObjectsInput): PolicyObjectState[] {
   for (const e of input.errors) if (e.kind && e.name && isPolicyKind(e.kind)) add(objectKey(e.kind, e.namespace, e.name), e.text);
   const out: PolicyObjectState[] = [];
   const seen = new Set<string>();
-  for (const kind of POLICY_KINDS) {
+  const kinds = POLICY_KINDS.filter((k) => !input.kinds || input.kinds.has(k));
+  for (const kind of kinds) {
     for (const object of input.store.list(kind as ObjectKind)) {
       const namespace = object.metadata.namespace ?? 'default';
       const key = objectKey(kind, object.metadata.namespace, object.metadata.name);
@@ -63,7 +66,7 @@ export function policyObjects(input: PolicyObjectsInput): PolicyObjectState[] {
   }
   // Documents that never loaded: not accepted, nothing in force.
   for (const e of input.errors) {
-    if (!e.kind || !e.name || !isPolicyKind(e.kind)) continue;
+    if (!e.kind || !e.name || !isPolicyKind(e.kind) || !kinds.includes(e.kind)) continue;
     const key = objectKey(e.kind, e.namespace, e.name);
     if (seen.has(key)) continue;
     seen.add(key);
