@@ -5,6 +5,7 @@ import { serviceIdentity, type ServiceIdentity } from '../proxy/types.js';
 import { ObjectStore } from '../store/object-store.js';
 import type { KubeObject } from '../store/objects.js';
 import { affectedSelector } from './affected.js';
+import { kubernetesStatus, sameStatus } from './kubernetes-status.js';
 import { FIRST_GENERATION, ObjectVersions } from './object-versions.js';
 import { isProgrammed, programmedSummary, ProgressIndex, type PolicyObjectState, type ProxyProgress } from './policy-status.js';
 import { MAX_RETIRED, SnapshotHistory } from './snapshot-history.js';
@@ -208,5 +209,42 @@ describe('affectedSelector', () => {
     const mc = { apiVersion: 'config.openservicemesh.io/v1alpha2', kind: 'MeshConfig', metadata: { name: 'osm-mesh-config', namespace: 'osm-system' } } as KubeObject;
     assert.equal(select('MeshConfig', mc).all, true);
     assert.equal(select('MeshConfig', { ...mc, metadata: { name: 'other', namespace: 'osm-system' } }).all, false);
+  });
+});
+
+describe('kubernetesStatus', () => {
+  const base = { kind: 'IngressBackend' as const, namespace: 'bookstore', name: 'ib', generation: 4, accepted: true, problems: [], affected: 2, programmed: 2, nacked: 0, firstNack: null };
+  const t0 = '2026-12-02T03:00:00Z';
+  const t1 = '2026-12-02T03:01:00Z';
+
+  it('says committed with both conditions True at the generation when every affected proxy has it', () => {
+    const s = kubernetesStatus(base, undefined, t0);
+    assert.deepEqual(s, {
+      currentStatus: 'committed',
+      reason: 'successfully committed: reached 2 of 2 affected proxies',
+      conditions: [
+        { type: 'Accepted', status: 'True', observedGeneration: 4, lastTransitionTime: t0, reason: 'Accepted', message: 'no problem found' },
+        { type: 'Programmed', status: 'True', observedGeneration: 4, lastTransitionTime: t0, reason: 'Programmed', message: 'reached 2 of 2 affected proxies' },
+      ],
+    });
+    assert.equal(sameStatus(s, JSON.parse(JSON.stringify(s))), true);
+    assert.equal(sameStatus(s, { ...s, currentStatus: 'pending' }), false);
+    assert.equal(sameStatus(s, undefined), false);
+  });
+
+  it('keeps a condition\'s transition time while its status stays, and says pending, rejected or invalid', () => {
+    const first = kubernetesStatus(base, undefined, t0);
+    const pending = kubernetesStatus({ ...base, generation: 5, programmed: 1 }, first, t1);
+    assert.equal(pending.currentStatus, 'pending');
+    assert.deepEqual(pending.conditions.map((c) => [c.status, c.reason, c.lastTransitionTime, c.observedGeneration]), [['True', 'Accepted', t0, 5], ['False', 'Pending', t1, 5]]);
+    const nack = { proxy: 'u', identity: 'bookstore/bookstore', type: 'LDS', message: 'bad' };
+    const rejected = kubernetesStatus({ ...base, programmed: 1, nacked: 1, firstNack: nack }, pending, t1);
+    assert.equal(rejected.currentStatus, 'error');
+    assert.equal(rejected.conditions[1].reason, 'Rejected');
+    assert.match(rejected.conditions[1].message, /1 NACKed \(LDS from bookstore\/bookstore u: bad\)/);
+    const invalid = kubernetesStatus({ ...base, accepted: false, problems: ['IngressBackend bookstore/ib: spec.backends[0].name: no such service'] }, first, t1);
+    assert.deepEqual(invalid.conditions.map((c) => [c.status, c.reason]), [['False', 'Invalid'], ['False', 'Invalid']]);
+    assert.equal(invalid.currentStatus, 'error');
+    assert.equal(invalid.reason, 'IngressBackend bookstore/ib: spec.backends[0].name: no such service');
   });
 });

@@ -766,6 +766,8 @@ export abstract class StreamBase<
     st.versionAcked = version;
     st.unanswered = false;
     st.rejected = false;
+    // Needed only to tell what a NACK of a response still unanswered rejected: keep no old snapshot alive.
+    if (!this.awaitsAnswer(st)) st.sentFrom = undefined;
     this.log.debug({ type: TYPE_SHORT_NAME[type], version }, 'ACK');
     this.callHook('onAck', () => this.ctx.hooks.onAck?.(this.proxy!, type, version));
   }
