@@ -7,21 +7,20 @@
  * real gRPC client that NACKs the next change, the command exits 1 and prints its reason.
  * Run under the lab lock: `flock /work/locks/lab.lock node --import tsx --test test/lab-policy-status.test.ts`.
  */
-import * as grpc from '@grpc/grpc-js';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { chmod, cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
-import { writeProxyBootstrap } from '../src/cli/bootstrap-command.js';
 import { createLabNetwork, removeLabNetwork, type LabNetwork } from '../src/lab/network.js';
 import { runController, type RunningController } from '../src/main.js';
-import { AdsTestClient } from './helpers/ads-client.js';
+import type { AdsTestClient } from './helpers/ads-client.js';
 import { envoyTestSkip, startLabSidecar, waitForSidecarInSync, type LabSidecar } from './helpers/envoy.js';
-import { SimulatedSidecar } from './helpers/sidecar.js';
+import type { SimulatedSidecar } from './helpers/sidecar.js';
+import { connectMeshSidecar, splitYaml } from './helpers/status-mesh.js';
 
 const PREFIX = 's9s';
 const SUBNET = '10.196.9.0/28';
@@ -30,22 +29,6 @@ const HTTP_PORT = 19601;
 const EXAMPLE = path.resolve(import.meta.dirname, '../examples/bookstore');
 const CLI = path.resolve(import.meta.dirname, 'helpers/cli-main.ts');
 const requirement = envoyTestSkip();
-
-function splitYaml(v1: number, v2: number): string {
-  return `apiVersion: split.smi-spec.io/v1alpha2
-kind: TrafficSplit
-metadata:
-  name: bookstore-split
-  namespace: bookstore
-spec:
-  service: bookstore.bookstore
-  backends:
-    - service: bookstore-v1
-      weight: ${v1}
-    - service: bookstore-v2
-      weight: ${v2}
-`;
-}
 
 /** Runs `trellis ARGS…` from the sources: exit status and output. */
 function trellis(args: readonly string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
@@ -146,13 +129,17 @@ describe('trellis wait --for programmed with real Envoys (lab s9s)', { skip: req
   });
 
   it('a proxy that NACKs the next change (a real gRPC client) makes wait exit 1 with its reason', async () => {
-    const out = path.join(work, 'nacker');
-    const result = await writeProxyBootstrap({ namespace: 'bookbuyer', serviceAccount: 'bookbuyer', out, stateDir: path.join(work, 'state'), xdsAddress: `${lab.bridgeAddress}:${XDS_PORT}` });
-    const credentials = grpc.credentials.createSsl(await readFile(result.files.ca), await readFile(result.files.key), await readFile(result.files.cert));
-    const client = new AdsTestClient(`${lab.bridgeAddress}:${XDS_PORT}`, credentials);
-    clients.push(client);
     let nack = false;
-    simulated.push(new SimulatedSidecar(client.openStream(result.commonName), { reject: (r) => (nack && r.type_url === TypeUrl.RouteConfiguration ? 'Proto constraint validation failed: weighted cluster refused' : undefined) }).start());
+    const { client, sidecar, uuid } = await connectMeshSidecar({
+      stateDir: path.join(work, 'state'),
+      xdsAddress: `${lab.bridgeAddress}:${XDS_PORT}`,
+      out: path.join(work, 'nacker'),
+      namespace: 'bookbuyer',
+      serviceAccount: 'bookbuyer',
+      reject: (r) => (nack && r.type_url === TypeUrl.RouteConfiguration ? 'Proto constraint validation failed: weighted cluster refused' : undefined),
+    });
+    clients.push(client);
+    simulated.push(sidecar);
     // Connected and holding generation 2 like the Envoys.
     const deadline = Date.now() + 30_000;
     for (;;) {
@@ -165,7 +152,6 @@ describe('trellis wait --for programmed with real Envoys (lab s9s)', { skip: req
     await writeFile(path.join(manifests, 'split.yaml'), splitYaml(30, 70));
     const waited = await trellis(['wait', '--for', 'programmed', 'trafficsplit/bookstore-split', '-n', 'bookstore', '--generation', '3', '--timeout', '60s', '--controller', controller]);
     assert.equal(waited.code, 1, waited.stdout);
-    const uuid = result.commonName.split('.')[0];
     assert.match(waited.stderr, new RegExp(`^TrafficSplit bookstore/bookstore-split generation 3 was NACKed: reached 3 of 4 affected proxies, 1 NACKed \\(RDS from bookbuyer/bookbuyer ${uuid}: Proto constraint validation failed: weighted cluster refused\\)\\n$`));
     // The real Envoys took it.
     assert.deepEqual(await envoyWeights(sidecars[0]), [30, 70]);

@@ -4,40 +4,22 @@
  * (ACKing, or NACKing what a test says), `/debug/policies`' `status`, `/debug/policy-status`
  * and the `trellis status` / `trellis wait` code against the running operations server.
  */
-import * as grpc from '@grpc/grpc-js';
 import assert from 'node:assert/strict';
-import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
-import { writeProxyBootstrap } from '../src/cli/bootstrap-command.js';
 import { printStatus, waitProgrammed, type StatusOutput } from '../src/cli/status-command.js';
 import { runController, type RunningController } from '../src/main.js';
 import type { PolicyStatus, PolicyStatusDetail } from '../src/status/policy-status.js';
 import type { DiscoveryResponse__Output } from '../src/xds/server/discovery-types.js';
-import { AdsTestClient, decodeResources } from './helpers/ads-client.js';
-import { SimulatedSidecar } from './helpers/sidecar.js';
+import { decodeResources, type AdsTestClient } from './helpers/ads-client.js';
+import type { SimulatedSidecar } from './helpers/sidecar.js';
+import { connectMeshSidecar, openMeshStream, splitYaml } from './helpers/status-mesh.js';
 
 const EXAMPLE = path.resolve(import.meta.dirname, '../examples/bookstore');
-
-/** The split file of the example with these weights for bookstore-v1 and bookstore-v2. */
-function splitYaml(v1: number, v2: number): string {
-  return `apiVersion: split.smi-spec.io/v1alpha2
-kind: TrafficSplit
-metadata:
-  name: bookstore-split
-  namespace: bookstore
-spec:
-  service: bookstore.bookstore
-  backends:
-    - service: bookstore-v1
-      weight: ${v1}
-    - service: bookstore-v2
-      weight: ${v2}
-`;
-}
 
 /** Retries `check` (which throws until it holds) for up to `timeoutMs`; rethrows its last error after that. */
 async function eventually(check: () => Promise<void>, timeoutMs: number): Promise<void> {
@@ -106,13 +88,10 @@ describe('policy status on examples/bookstore (real gRPC sidecars)', () => {
   /** Connects a sidecar of `namespace/serviceAccount` with a certificate of the mesh CA. */
   async function connect(namespace: string, serviceAccount: string, reject?: (r: DiscoveryResponse__Output) => string | undefined): Promise<{ sidecar: SimulatedSidecar; uuid: string }> {
     const out = path.join(dir, `${namespace}-${serviceAccount}-${sidecars.length}`);
-    const result = await writeProxyBootstrap({ namespace, serviceAccount, out, stateDir, xdsAddress: `127.0.0.1:${running.xdsPort}` });
-    const credentials = grpc.credentials.createSsl(await readFile(result.files.ca), await readFile(result.files.key), await readFile(result.files.cert));
-    const client = new AdsTestClient(`127.0.0.1:${running.xdsPort}`, credentials);
-    clients.push(client);
-    const sidecar = new SimulatedSidecar(client.openStream(result.commonName), { reject }).start();
-    sidecars.push(sidecar);
-    return { sidecar, uuid: result.commonName.split('.')[0] };
+    const connected = await connectMeshSidecar({ stateDir, xdsAddress: `127.0.0.1:${running.xdsPort}`, out, namespace, serviceAccount, reject });
+    clients.push(connected.client);
+    sidecars.push(connected.sidecar);
+    return connected;
   }
 
   async function statuses(): Promise<PolicyStatus[]> {
@@ -251,15 +230,11 @@ spec:
 
   it('times out naming the proxies it waits for when one never ACKs', async () => {
     // A bookbuyer proxy that asks for its configuration and never ACKs any of it.
-    const result = await writeProxyBootstrap({ namespace: 'bookbuyer', serviceAccount: 'bookbuyer', out: path.join(dir, 'silent'), stateDir, xdsAddress: `127.0.0.1:${running.xdsPort}` });
-    const credentials = grpc.credentials.createSsl(await readFile(result.files.ca), await readFile(result.files.key), await readFile(result.files.cert));
-    const client = new AdsTestClient(`127.0.0.1:${running.xdsPort}`, credentials);
+    const { client, stream, uuid: silent } = await openMeshStream({ stateDir, xdsAddress: `127.0.0.1:${running.xdsPort}`, out: path.join(dir, 'silent'), namespace: 'bookbuyer', serviceAccount: 'bookbuyer' });
     clients.push(client);
-    const stream = client.openStream(result.commonName);
     stream.request(TypeUrl.Cluster);
     stream.request(TypeUrl.Listener);
     await stream.waitFor((r) => r.type_url === TypeUrl.Listener);
-    const silent = result.commonName.split('.')[0];
     const io = captured();
     const code = await waitProgrammed({ controller: controllerUrl, kind: 'TrafficSplit', namespace: 'bookstore', name: 'bookstore-split', timeoutSeconds: 1 }, io);
     assert.equal(code, 1);

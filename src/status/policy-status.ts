@@ -7,6 +7,7 @@
  * object, O(kinds of proxy) — never O(objects × proxies).
  */
 import type { ServiceIdentity, XdsClientType } from '../proxy/types.js';
+import { lowerBound } from '../util/order.js';
 import type { AffectedSelector } from './affected.js';
 import type { PolicyKind } from './object-versions.js';
 
@@ -204,18 +205,6 @@ function waitingReason(p: ProxyProgress, entered: number | undefined): string {
   if (entered === undefined) return 'no configuration built from this version yet';
   if (isNacked(p, entered)) return `NACKed ${p.nack!.type}: ${p.nack!.message}`;
   return p.behind ?? 'not ACKed yet';
-}
-
-/** The index of the first element of `sorted` (ascending) that is ≥ `value`. */
-function lowerBound(sorted: readonly number[], value: number): number {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (sorted[mid] < value) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 /** Whether `status` is programmed: accepted and ACKed by every affected proxy. */

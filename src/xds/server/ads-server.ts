@@ -864,12 +864,7 @@ export class AdsServer {
 
   /** The authenticated streams, for the debug API. */
   streams(): StreamInfo[] {
-    const out: StreamInfo[] = [];
-    for (const s of this.active.values()) {
-      const info = s.info();
-      if (info) out.push(info);
-    }
-    return out;
+    return this.ofAuthenticated((s) => s.info());
   }
 
   /**
@@ -877,10 +872,15 @@ export class AdsServer {
    * policy status: no copies, one entry per stream.
    */
   syncStates(): StreamSync[] {
-    const out: StreamSync[] = [];
+    return this.ofAuthenticated((s) => s.syncState());
+  }
+
+  /** `view` of every active stream, leaving out those it gives nothing for (not authenticated yet). */
+  private ofAuthenticated<T>(view: (s: ServedStream) => T | undefined): T[] {
+    const out: T[] = [];
     for (const s of this.active.values()) {
-      const sync = s.syncState();
-      if (sync) out.push(sync);
+      const v = view(s);
+      if (v !== undefined) out.push(v);
     }
     return out;
   }

@@ -16,6 +16,7 @@ import type { Proxy } from '../../proxy/types.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../cache/types.js';
 import { boundedText } from '../../util/bounded-text.js';
+import { lowerBound } from '../../util/order.js';
 import { RateLimiter } from '../../util/rate-limit.js';
 import type { Release, SendBudget } from './send-budget.js';
 import type {
@@ -1070,14 +1071,7 @@ function firstSorted(names: Iterable<string>, k: number): string[] {
   const out: string[] = [];
   for (const name of names) {
     if (out.length === k && name >= out[k - 1]) continue;
-    let lo = 0;
-    let hi = out.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (out[mid] < name) lo = mid + 1;
-      else hi = mid;
-    }
-    out.splice(lo, 0, name);
+    out.splice(lowerBound(out, name), 0, name);
     if (out.length > k) out.pop();
   }
   return out;
