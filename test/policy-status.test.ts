@@ -106,7 +106,7 @@ describe('policy status on examples/bookstore (real gRPC sidecars)', () => {
     return (await res.json()) as PolicyStatusDetail;
   }
 
-  function wait(kind: 'TrafficSplit' | 'TrafficTarget' | 'HTTPRouteGroup' | 'MeshConfig', namespace: string, name: string, generation?: number, timeoutSeconds = 20) {
+  function wait(kind: 'TrafficSplit' | 'TrafficTarget' | 'HTTPRouteGroup' | 'MeshConfig' | 'UpstreamTrafficSetting', namespace: string, name: string, generation?: number, timeoutSeconds = 20) {
     const io = captured();
     return waitProgrammed({ controller: controllerUrl, kind, namespace, name, timeoutSeconds, generation }, io).then((code) => ({ code, ...io }));
   }
@@ -226,6 +226,46 @@ spec:
     const tt = await statusOf('TrafficTarget', 'bookstore', 'bookthief-routes');
     assert.equal(tt.accepted, false);
     assert.equal(tt.affected, 2); // bookstore and bookthief
+  });
+
+  it('a proxy whose new configuration fails validation keeps its last good one and is not programmed', async () => {
+    const limits = (value: string) => `apiVersion: policy.openservicemesh.io/v1alpha1
+kind: UpstreamTrafficSetting
+metadata:
+  name: limits
+  namespace: bookstore
+spec:
+  host: bookstore-v1.bookstore.svc.cluster.local
+  rateLimit:
+    local:
+      http:
+        requests: 10
+        unit: second
+        responseHeadersToAdd:
+          - name: x-limited
+            value: "${value}"
+`;
+    // CR LF passes the CRD schema but breaks Envoy's HTTP_HEADER_VALUE rule: bookstore's inbound routes are invalid.
+    await writeFile(path.join(manifests, 'limits.yaml'), limits('yes\\r\\nInjected: 1'));
+    let detail: PolicyStatusDetail | undefined;
+    await eventually(async () => {
+      detail = await statusOf('UpstreamTrafficSetting', 'bookstore', 'limits');
+      assert.notEqual(detail.meshGeneration, null);
+      assert.deepEqual(detail.waiting.map((w) => w.proxy), [uuids.bookstore]);
+      assert.match(detail.waiting[0].reason, /^configuration not sent: .*rds-inbound\.14001.*/);
+    }, 20_000);
+    assert.equal(detail!.accepted, true);
+    assert.equal(detail!.programmed, detail!.affected - 1);
+    const result = await wait('UpstreamTrafficSetting', 'bookstore', 'limits', undefined, 1);
+    assert.equal(result.code, 1);
+    assert.match(result.stderr, new RegExp(`bookstore/bookstore ${uuids.bookstore}: configuration not sent: `));
+    // What entered before is still programmed on it: its last good configuration has it.
+    const split = await statusOf('TrafficSplit', 'bookstore', 'bookstore-split');
+    assert.equal(split.programmed, split.affected);
+    // Fixed: programmed everywhere.
+    await writeFile(path.join(manifests, 'limits.yaml'), limits('yes'));
+    const fixed = await wait('UpstreamTrafficSetting', 'bookstore', 'limits', 2);
+    assert.equal(fixed.code, 0, fixed.stderr);
   });
 
   it('times out naming the proxies it waits for when one never ACKs', async () => {
