@@ -23,6 +23,8 @@ import type { BackoffOptions } from './sources/kubernetes/reflector.js';
 import { ManifestsSource } from './sources/manifests/manifests-source.js';
 import { formatManifestError } from './sources/manifests/parse.js';
 import { ObjectStore } from './store/object-store.js';
+import { isPolicyKind } from './status/object-versions.js';
+import type { ObjectError } from './status/policy-objects.js';
 import { SnapshotCache } from './xds/cache/snapshot-cache.js';
 import { AdsServer, authenticateFromNodeId, authenticateFromPeerCertificate } from './xds/server/ads-server.js';
 import { splitHostPort } from './util/address.js';
@@ -145,6 +147,8 @@ interface Parts {
   ads?: AdsServer;
   /** The warm-up is over (done, failed or past {@link WARM_UP_LIMIT_MS}). */
   warm: boolean;
+  /** Kubernetes mode: the policy status writer, told when a proxy's ACK state changes. */
+  statusWriter?: { poke(): void };
 }
 
 /**
@@ -226,7 +230,7 @@ export async function runController(options: ControllerOptions): Promise<Running
   // wait): a mesh reconnecting all at once then gets its configuration without waiting for either.
   const warmUp = warmUpInBackground(controller, kube, options.warmUpConfigurationBytes, () => lifecycle.stopping, logger).finally(() => (parts.warm = true));
 
-  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger, changed: () => ops.events.changed() });
+  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger, changed: () => ops.events.changed(), syncChanged: () => parts.statusWriter?.poke() });
   parts.ads = ads;
   // The ADS server's stop closes each of its listeners (the plaintext one too).
   const xdsPort = await lifecycle.start('ADS server', async () => {
@@ -249,6 +253,10 @@ export async function runController(options: ControllerOptions): Promise<Running
         );
       })
     : undefined;
+
+  if (kubernetes && replica) {
+    parts.statusWriter = await lifecycle.start('policy status writer', () => startStatusWriter(kubernetes, { controller, ads, store, replica, logger }), (w) => w.stop());
+  }
 
   // With manifests everything is known already: return once ready. A Kubernetes source may
   // take long to sync (an unreachable API server); /readyz tells when then.
@@ -319,7 +327,7 @@ function newMeshController(
 /** The ADS server (not listening yet) serving `cache`; a stream opened before a Kubernetes source's first sync waits for it. */
 function newAdsServer(
   options: ControllerOptions,
-  parts: { cache: SnapshotCache; controller: MeshController; kube: KubernetesSource | undefined; metrics: Registry; logger: Logger; changed: () => void },
+  parts: { cache: SnapshotCache; controller: MeshController; kube: KubernetesSource | undefined; metrics: Registry; logger: Logger; changed: () => void; syncChanged: () => void },
 ): AdsServer {
   const { controller, kube } = parts;
   return new AdsServer({
@@ -334,6 +342,7 @@ function newAdsServer(
         return controller.onStreamOpen(proxy, streamId, node ?? null);
       },
       onStreamClose: (proxy, streamId) => controller.onStreamClose(proxy, streamId),
+      onSyncChanged: () => parts.syncChanged(),
       // NACKs are logged by the ADS server (once, cut, rate-limited per proxy identity and type).
     }, parts.changed),
   });
@@ -355,11 +364,35 @@ async function listen<T>(flag: string, address: string, start: () => Promise<T>)
  * @throws Error when the kubeconfig cannot be loaded (see `loadKubeConfig`).
  */
 async function loadKubernetesMode(kubeconfig: string | undefined) {
-  const [{ KubernetesSource, loadKubeConfig }, { startReplicaCoordination }] = await Promise.all([
+  const [{ KubernetesSource, loadKubeConfig }, { startReplicaCoordination }, { PolicyStatusWriter, statusPatcherFor }] = await Promise.all([
     import('./sources/kubernetes/kubernetes-source.js'),
     import('./controller/kubernetes-replica.js'),
+    import('./controller/policy-status-writer.js'),
   ]);
-  return { KubernetesSource, startReplicaCoordination, kubeConfig: loadKubeConfig(kubeconfig) };
+  return { KubernetesSource, startReplicaCoordination, PolicyStatusWriter, statusPatcherFor, kubeConfig: loadKubeConfig(kubeconfig) };
+}
+
+/**
+ * Kubernetes mode: starts writing the policy status of the objects whose CRD has a status
+ * subresource (the leader only; `PolicyStatusWriter`), from the controller's status and the
+ * store's copy of each object's status.
+ */
+function startStatusWriter(
+  kubernetes: KubernetesMode,
+  parts: { controller: MeshController; ads: AdsServer; store: ObjectStore; replica: ReplicaCoordination; logger: Logger },
+): InstanceType<KubernetesMode['PolicyStatusWriter']> {
+  const { controller, ads, store, replica } = parts;
+  const writer = new kubernetes.PolicyStatusWriter({
+    patch: kubernetes.statusPatcherFor(kubernetes.kubeConfig),
+    statuses: (kinds) => controller.policyStatuses(ads.syncStates(), [], kinds),
+    storedStatus: (kind, namespace, name) => store.get(kind, namespace, name)?.status,
+    isLeader: () => replica.elector.isLeader,
+    generation: () => controller.settledGeneration,
+    logger: parts.logger.child({ component: 'policy-status' }),
+  });
+  store.onChange(() => writer.poke());
+  writer.start();
+  return writer;
 }
 
 /**
@@ -404,6 +437,7 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
       explain: (params) => explainView(parts, params),
       podProxy: (namespace, pod) =>
         parts.store && parts.controller ? podProxy(parts.store, parts.controller.registry.proxies(), namespace, pod) : { status: 404, error: 'the controller is starting' },
+      policyStatus: (kind, namespace, name) => policyStatusView(parts, kind, namespace, name),
     },
     logger,
   );
@@ -434,7 +468,8 @@ function explainView({ controller, store }: Parts, params: URLSearchParams): { s
 }
 
 /** The `/debug/policies` view: the mesh's policies, the problems found in them and the sources' state. */
-function policiesView(meshName: string, { controller, source, kube }: Parts): unknown {
+function policiesView(meshName: string, parts: Parts): unknown {
+  const { controller, source, kube } = parts;
   if (!controller || !source) return { meshName, starting: true };
   const snapshot = controller.snapshot;
   return {
@@ -454,10 +489,22 @@ function policiesView(meshName: string, { controller, source, kube }: Parts): un
       violations: f.violations.map(formatViolation),
     })),
     problems: controller.policyProblems().map((p) => ({ ...p, text: formatProblem(p) })),
+    status: parts.ads ? controller.policyStatuses(parts.ads.syncStates(), sourceErrors(source)) : [],
     manifestErrors: source instanceof ManifestsSource ? source.errors().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
     manifestWarnings: source instanceof ManifestsSource ? source.warnings().map((e) => ({ ...e, text: formatManifestError(e) })) : [],
     ...(kube ? { kubernetes: kube.status() } : {}),
   };
+}
+
+/** The source's errors that name an object (manifests mode), formatted, for the policy status. */
+function sourceErrors(source: ManifestsSource | KubernetesSource): ObjectError[] {
+  return source instanceof ManifestsSource ? source.errors().map((e) => ({ ...e, text: formatManifestError(e) })) : [];
+}
+
+/** The `/debug/policy-status` view of one policy object; undefined when there is none (or the controller is starting). */
+function policyStatusView({ controller, source, ads }: Parts, kind: string, namespace: string, name: string): unknown {
+  if (!controller || !source || !ads || !isPolicyKind(kind)) return undefined;
+  return controller.policyStatusOf(kind, namespace, name, ads.syncStates(), sourceErrors(source));
 }
 
 /**

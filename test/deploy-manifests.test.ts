@@ -4,6 +4,7 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { WATCHED_RESOURCES } from '../src/sources/kubernetes/resources.js';
+import { STATUS_SUBRESOURCE_KINDS } from '../src/status/kubernetes-status.js';
 import { OBJECT_API_VERSIONS, OBJECT_KINDS } from '../src/store/objects.js';
 
 const DEPLOY = path.resolve('deploy');
@@ -112,8 +113,13 @@ describe('deploy/ manifests', () => {
     }
     const granted = clusterRole.rules.flatMap((r) => (r.apiGroups ?? []).flatMap((g) => (r.resources ?? []).map((res) => `${g}/${res}`)));
     const watched = WATCHED_RESOURCES.map((r) => `${r.group}/${r.plural}`);
-    assert.deepEqual([...new Set(granted)].sort(), [...new Set(watched)].sort(), 'nothing beyond what is watched');
-    for (const r of clusterRole.rules) assert.deepEqual([...r.verbs].sort(), ['get', 'list', 'watch'], 'read-only cluster-wide');
+    // The policy status: the status subresource of the kinds whose CRD has one, written (patched) by the leader.
+    const statuses = [...STATUS_SUBRESOURCE_KINDS.values()].map((r) => `${r.group}/${r.plural}/status`);
+    assert.deepEqual([...new Set(granted)].sort(), [...new Set([...watched, ...statuses])].sort(), 'nothing beyond what is watched, and the policy status');
+    for (const r of clusterRole.rules) {
+      const status = (r.resources ?? []).every((res) => res.endsWith('/status'));
+      assert.deepEqual([...r.verbs].sort(), status ? ['get', 'patch', 'update'] : ['get', 'list', 'watch'], status ? 'the policy status' : 'read-only cluster-wide');
+    }
 
     assert.equal(role.metadata.namespace, 'osm-system');
     assert.ok(allows(role.rules, '', 'secrets', 'create'));

@@ -128,7 +128,7 @@ describe('/debug/events (server-sent events of the operations server)', () => {
   it('sends a mesh event on connect and after a change, beats, refuses clients past its bound with 503, and ends every stream on stop', async () => {
     let generation = 1;
     const ops = new OpsServer(
-      { ready: () => true, metrics: new Registry(), proxies: () => [], configDump: () => undefined, policies: () => ({}), explain: () => ({ status: 404, body: {} }), podProxy: () => ({ status: 404, error: 'no pod' }), mesh: () => ({ generation }), meshVersion: () => String(generation) },
+      { ready: () => true, metrics: new Registry(), proxies: () => [], configDump: () => undefined, policies: () => ({}), explain: () => ({ status: 404, body: {} }), podProxy: () => ({ status: 404, error: 'no pod' }), policyStatus: () => undefined, mesh: () => ({ generation }), meshVersion: () => String(generation) },
       pino({ level: 'silent' }),
       { maxClients: 2, heartbeatMs: 50, watchMs: 20, quietMs: 10 },
     );
@@ -303,7 +303,7 @@ describe('the mesh page in chromium', { skip: skipBrowser }, () => {
       problems: { manifestErrors: 0, manifestWarnings: 0, policyProblems: 1, validationFailures: 0, texts: ['HTTPRouteGroup bookstore/broken: match name missing'] },
     };
     const ops = new OpsServer(
-      { ready: () => true, metrics: new Registry(), proxies: () => [], configDump: () => undefined, policies: () => ({}), explain: () => ({ status: 404, body: {} }), podProxy: () => ({ status: 404, error: 'no pod' }), mesh: () => view, meshVersion: () => '7' },
+      { ready: () => true, metrics: new Registry(), proxies: () => [], configDump: () => undefined, policies: () => ({}), explain: () => ({ status: 404, body: {} }), podProxy: () => ({ status: 404, error: 'no pod' }), policyStatus: () => undefined, mesh: () => view, meshVersion: () => '7' },
       pino({ level: 'silent' }),
     );
     const port = await ops.start('127.0.0.1:0');

@@ -11,6 +11,7 @@ import { registerLabToolCommands } from './lab-tools-command.js';
 import { addLogOptions, createLogger, type LogOptions } from './logging.js';
 import { registerProxiesCommands } from './proxies-command.js';
 import { registerValidateCommands } from './validate-command.js';
+import { registerStatusCommands } from './status-command.js';
 import { exitOnSignal } from './signals.js';
 import { readBuildInfo, versionText } from './version.js';
 import { DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFESTS_TOTAL_BYTES } from '../sources/manifests/index.js';
@@ -177,6 +178,7 @@ export async function main(argv: readonly string[]): Promise<void> {
 
   registerKubeCommands(program);
   registerExplainCommands(program);
+  registerStatusCommands(program);
   registerInjectorCommands(program);
   registerLabCommands(program, registerLabToolCommands);
   registerValidateCommands(program);

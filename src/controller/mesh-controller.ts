@@ -7,7 +7,7 @@ import { formatProblem, type PolicyProblem } from '../catalog/problems.js';
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { CertificateManager } from '../certificate/manager.js';
 import { GenerationContext } from '../envoy/context.js';
-import { affectedBy } from '../envoy/dependencies.js';
+import { affectedBy, proxyDependencies } from '../envoy/dependencies.js';
 import { formatViolation, ResourceCheckCache, type Violation } from '../envoy/validate/index.js';
 import { Debouncer, type Timers, REAL_TIMERS } from '../messaging/debouncer.js';
 import type { NodeSoftware } from '../proxy/client-type.js';
@@ -16,6 +16,11 @@ import { serviceIdentity, type Proxy, type ServiceIdentity, type XdsClientType }
 import type { ObjectChange, StoreReader } from '../store/store.js';
 import { ResourceInterner, type SnapshotCache } from '../xds/cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../xds/cache/types.js';
+import type { StreamSync } from '../xds/server/stream-common.js';
+import { FIRST_GENERATION, ObjectVersions, type PolicyKind } from '../status/object-versions.js';
+import { policyObjects, type ObjectError } from '../status/policy-objects.js';
+import { ProgressIndex, type PolicyStatus, type PolicyStatusDetail, type ProxyProgress } from '../status/policy-status.js';
+import { SnapshotHistory } from '../status/snapshot-history.js';
 import { ProxyAdmission } from './admission.js';
 import type { ConfigurationCertificates } from './configuration.js';
 import { ConfigurationMemo, memoKey, proxyKind, type GeneratedConfig } from './configuration-memo.js';
@@ -133,6 +138,12 @@ export class MeshController {
   /** The encoded resources of every proxy's snapshot, each distinct one held once, with their versions. */
   private readonly interner = new ResourceInterner();
   private readonly admission: ProxyAdmission;
+  /** The newest MeshSnapshot generation whose push is complete (a proxy it did not pick is unaffected up to it). */
+  private settled = FIRST_GENERATION;
+  /** Policy objects' content versions and the generation each entered at (policy status). */
+  private readonly versions = new ObjectVersions();
+  /** Which generations each proxy's recent snapshots are right for (policy status). */
+  private readonly history = new SnapshotHistory<ProxySnapshot>();
   /** The identities of the mesh, for one MeshSnapshot generation (see {@link meshIdentities}). */
   private identities: { generation: number; set: ReadonlySet<ServiceIdentity> } = { generation: -1, set: new Set() };
   /** Which service certificates the certificate manager keeps: those of the mesh's identities and of connected proxies. */
@@ -252,6 +263,7 @@ export class MeshController {
     this.unsubscribe.push(
       this.options.store.onChange((changes) => {
         this.storeChanged = true;
+        this.versions.changed(changes);
         this.debouncer.push({ configChanged: true, resync: false, rotated: new Set(), kinds: new Set(changes.map((c) => c.kind)), firstEventAt: this.timers.now() });
       }),
       this.options.certificates.onRotated((identity) =>
@@ -315,9 +327,14 @@ export class MeshController {
     return this.debouncer.flushNow();
   }
 
+  /** The MeshConfig the controller reads. */
+  private meshConfigName(): { namespace: string; name: string } {
+    return this.options.meshConfigNamespace === undefined ? DEFAULT_MESH_CONFIG : { ...DEFAULT_MESH_CONFIG, namespace: this.options.meshConfigNamespace };
+  }
+
   private rebuild(): MeshSnapshot {
     this.storeChanged = false;
-    const meshConfig = this.options.meshConfigNamespace === undefined ? DEFAULT_MESH_CONFIG : { ...DEFAULT_MESH_CONFIG, namespace: this.options.meshConfigNamespace };
+    const meshConfig = this.meshConfigName();
     const { snapshot, problems } = this.builder.build(this.options.store, {
       meshName: this.options.meshName,
       meshConfig,
@@ -325,6 +342,7 @@ export class MeshController {
       generation: ++this.generation,
       previous: this.generation > 1 ? this.mesh : undefined,
     });
+    this.versions.built(this.generation);
     const synced = this.options.sourceSynced?.() ?? true;
     const before = new Set(this.problemsLogged ? this.problems.map(formatProblem) : []);
     for (const p of synced ? problems : []) {
@@ -362,6 +380,7 @@ export class MeshController {
   onStreamClose(proxy: Proxy, streamId: number): void {
     if (this.admission.close(proxy, streamId) > 0) return;
     this.options.cache.clearSnapshot(proxy.uuid);
+    this.history.forget(proxy.uuid);
     if (!this.keepsCertificate(proxy.identity)) this.options.certificates.forget(proxy.identity);
   }
 
@@ -486,6 +505,7 @@ export class MeshController {
         slice = this.timers.now();
       }
     }
+    this.settled = this.mesh.generation;
     end();
     const fields = {
       reason,
@@ -547,11 +567,15 @@ export class MeshController {
       if (!snapshot) {
         if (previous) {
           this.registry.update(uuid, { dependencies: undefined });
+          this.history.failed(uuid, this.mesh.generation);
           return false;
         }
         this.options.logger.warn({ proxy: uuid, identity: proxy.identity, dropped: config.dropped }, 'first configuration of this proxy sent without its invalid resources');
         snapshot = config.validSnapshot!;
       }
+      if (previous && snapshot !== previous) this.history.replaced(uuid, { snapshot: previous, generation: record.generation, settled: this.settled });
+      if (config.violations.length > 0) this.history.partial(uuid);
+      else this.history.complete(uuid);
       // A partial first configuration (violations left out) is retried on every later change too.
       this.registry.update(uuid, {
         dependencies: config.violations.length > 0 ? undefined : config.dependencies,
@@ -570,8 +594,68 @@ export class MeshController {
         this.options.logger.error({ proxy: uuid, identity: proxy.identity, err: message }, 'configuration not generated; proxy keeps its last good one');
       }
       this.registry.update(uuid, { dependencies: undefined, lastError: message }); // retried on every later change
+      this.history.failed(uuid, this.mesh.generation);
       return false;
     }
+  }
+
+  /**
+   * The policy status of every policy object (see `src/status`): accepted, and reached N of M
+   * affected proxies, K NACKed, for its current generation. Computed on request.
+   * @param syncs what each ADS stream's proxy ACKed (`AdsServer.syncStates`): a proxy's newest stream counts.
+   * @param errors the source's errors (manifest errors), which make the objects they name not accepted.
+   */
+  policyStatuses(syncs: readonly StreamSync[], errors: readonly ObjectError[] = [], kinds?: ReadonlySet<PolicyKind>): PolicyStatus[] {
+    const objects = this.policyObjectStates(errors, kinds);
+    if (objects.length === 0) return [];
+    const index = this.progressIndex(syncs);
+    return objects.map((o) => index.status(o));
+  }
+
+  /** The newest MeshSnapshot generation whose push is complete (it changes when a push completes). */
+  get settledGeneration(): number {
+    return this.settled;
+  }
+
+  /** The status of one policy object, with the first proxies it waits for; undefined when there is no such object. */
+  policyStatusOf(kind: PolicyKind, namespace: string, name: string, syncs: readonly StreamSync[], errors: readonly ObjectError[] = []): PolicyStatusDetail | undefined {
+    const object = this.policyObjectStates(errors, new Set([kind])).find((o) => o.kind === kind && o.namespace === namespace && o.name === name);
+    return object && this.progressIndex(syncs).detail(object);
+  }
+
+  private policyObjectStates(errors: readonly ObjectError[], kinds?: ReadonlySet<PolicyKind>) {
+    const mc = this.meshConfigName();
+    return policyObjects({ store: this.options.store, mesh: this.mesh, problems: this.problems, errors, versions: this.versions, meshConfigName: `${mc.namespace}/${mc.name}`, kinds });
+  }
+
+  /** Each connected proxy's progress (newest stream), indexed for the status. */
+  private progressIndex(syncs: readonly StreamSync[]): ProgressIndex {
+    const newest = new Map<string, StreamSync>();
+    for (const s of syncs) {
+      const other = newest.get(s.proxy.uuid);
+      if (!other || s.streamId > other.streamId) newest.set(s.proxy.uuid, s);
+    }
+    const proxies: ProxyProgress[] = [];
+    for (const record of this.registry.connected()) {
+      const { uuid } = record.proxy;
+      const sync = newest.get(uuid);
+      const current = { snapshot: this.options.cache.getSnapshot(uuid), generation: record.generation, settled: this.settled };
+      const rejected = sync?.rejected;
+      const nackThrough = rejected?.snapshot ? this.history.through(uuid, rejected.snapshot, current) : undefined;
+      proxies.push({
+        uuid,
+        identity: record.proxy.identity,
+        clientType: record.proxy.clientType ?? 'envoy',
+        programmedThrough: sync?.acked ? this.history.through(uuid, sync.acked, current) : undefined,
+        nack: rejected && nackThrough !== undefined ? { through: nackThrough, type: rejected.type, message: rejected.message, at: rejected.at } : undefined,
+        behind: record.lastError !== undefined
+          ? `configuration not generated: ${record.lastError}`
+          : record.violations.length > 0
+            ? `configuration not sent: ${formatViolation(record.violations[0])}`
+            : undefined,
+      });
+    }
+    return new ProgressIndex(proxies, (identity, clientType) => proxyDependencies(this.context, { identity, clientType }));
   }
 }
 

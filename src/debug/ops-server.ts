@@ -27,6 +27,11 @@ export interface OpsSources {
   explain(params: URLSearchParams): { status: number; body: unknown };
   /** The proxy of a pod in the controller's store (`/debug/pod-proxy?namespace=<ns>&pod=<name>`, see `podProxy`). */
   podProxy(namespace: string, pod: string): PodProxy | PodProxyError;
+  /**
+   * The status of one policy object (`/debug/policy-status?kind=K&namespace=N&name=X`), or
+   * undefined when there is no such object.
+   */
+  policyStatus(kind: string, namespace: string, name: string): unknown;
 }
 
 /**
@@ -53,10 +58,10 @@ export const PAGE_SECURITY_HEADERS: Readonly<Record<string, string>> = {
 /**
  * The operations HTTP server: `/healthz` (200 while the process runs), `/readyz` (200 once
  * the sources synced, else 503), `/metrics` (Prometheus text format), `/debug/proxies`,
- * `/debug/config_dump?proxy=<uuid>`, `/debug/policies`, `/debug/explain?…` and
- * `/debug/pod-proxy?namespace=<ns>&pod=<name>` (JSON); the mesh page: `/` (with `/mesh.js` and
- * `/mesh.css`), `/debug/mesh` (JSON it reads) and `/debug/events` (server-sent events,
- * {@link MeshEvents}). Anything else is 404.
+ * `/debug/config_dump?proxy=<uuid>`, `/debug/policies`, `/debug/policy-status?kind=K&namespace=N&name=X`,
+ * `/debug/explain?…` and `/debug/pod-proxy?namespace=<ns>&pod=<name>` (JSON); the mesh page: `/`
+ * (with `/mesh.js` and `/mesh.css`), `/debug/mesh` (JSON it reads) and `/debug/events` (server-sent
+ * events, {@link MeshEvents}). Anything else is 404.
  */
 export class OpsServer {
   private server: http.Server | undefined;
@@ -157,6 +162,12 @@ export class OpsServer {
         if (!namespace || !pod) return json(400, { error: 'query parameters "namespace" and "pod" are required' });
         const found = this.sources.podProxy(namespace, pod);
         return 'error' in found ? json(found.status, { error: found.error }) : json(200, found);
+      }
+      case '/debug/policy-status': {
+        const [kind, namespace, name] = ['kind', 'namespace', 'name'].map((p) => url.searchParams.get(p) ?? '');
+        if (!kind || !name) return json(400, { error: 'query parameters "kind" and "name" are required ("namespace" defaults to "default")' });
+        const status = this.sources.policyStatus(kind, namespace || 'default', name);
+        return status === undefined ? json(404, { error: `no ${kind} ${namespace || 'default'}/${name}` }) : json(200, status);
       }
       default:
         res.writeHead(404, { 'content-type': 'text/plain' });

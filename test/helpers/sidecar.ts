@@ -19,7 +19,14 @@ export class SimulatedSidecar {
   private readonly waiters = new Waiters();
   private stopped = false;
 
-  constructor(readonly stream: AdsTestStream) {}
+  /**
+   * @param options.reject when it returns a message for a response, the sidecar NACKs that
+   *   response with it (as Envoy does a configuration it refuses) instead of applying and ACKing it.
+   */
+  constructor(
+    readonly stream: AdsTestStream,
+    private readonly options: { reject?: (response: DiscoveryResponse__Output) => string | undefined } = {},
+  ) {}
 
   /** Sends the first requests (CDS and LDS wildcard) and starts answering responses. */
   start(): this {
@@ -46,6 +53,12 @@ export class SimulatedSidecar {
   private apply(response: DiscoveryResponse__Output): void {
     const type = response.type_url ?? '';
     this.log.push(response);
+    const rejection = this.options.reject?.(response);
+    if (rejection !== undefined) {
+      this.stream.nack(response, rejection);
+      this.wake();
+      return;
+    }
     const decoded = decodeResources(response);
     const byName = new Map<string, Decoded>(decoded.map((r) => [String(r.name ?? r.cluster_name), r]));
     if (type === TypeUrl.Cluster || type === TypeUrl.Listener) this.resources.set(type, byName);

@@ -31,6 +31,7 @@ import {
   type StreamContext,
   type StreamInfo,
   type StreamRefusal,
+  type StreamSync,
   type TypeStateBase,
 } from './stream-common.js';
 
@@ -44,6 +45,8 @@ export type {
   NackInfo,
   StreamInfo,
   StreamMode,
+  StreamRejection,
+  StreamSync,
   TypeStreamInfo,
 } from './stream-common.js';
 export {
@@ -861,10 +864,23 @@ export class AdsServer {
 
   /** The authenticated streams, for the debug API. */
   streams(): StreamInfo[] {
-    const out: StreamInfo[] = [];
+    return this.ofAuthenticated((s) => s.info());
+  }
+
+  /**
+   * What each authenticated stream's proxy holds of its snapshots (see `StreamSync`), for the
+   * policy status: no copies, one entry per stream.
+   */
+  syncStates(): StreamSync[] {
+    return this.ofAuthenticated((s) => s.syncState());
+  }
+
+  /** `view` of every active stream, leaving out those it gives nothing for (not authenticated yet). */
+  private ofAuthenticated<T>(view: (s: ServedStream) => T | undefined): T[] {
+    const out: T[] = [];
     for (const s of this.active.values()) {
-      const info = s.info();
-      if (info) out.push(info);
+      const v = view(s);
+      if (v !== undefined) out.push(v);
     }
     return out;
   }

@@ -282,6 +282,11 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
     }
   }
 
+  /** Delta: a response of the type waits for its answer while a nonce of it is outstanding. */
+  protected override awaitsAnswer(st: DeltaTypeState): boolean {
+    return st.outstanding.size > 0;
+  }
+
   /** Sends the latest snapshot's changes (the push of a new snapshot). @returns whether any response was written. */
   protected pushSnapshot(): Promise<boolean> {
     return this.sync();

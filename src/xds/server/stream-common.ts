@@ -16,6 +16,7 @@ import type { Proxy } from '../../proxy/types.js';
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import type { ProxySnapshot } from '../cache/types.js';
 import { boundedText } from '../../util/bounded-text.js';
+import { lowerBound } from '../../util/order.js';
 import { RateLimiter } from '../../util/rate-limit.js';
 import type { Release, SendBudget } from './send-budget.js';
 import type {
@@ -84,6 +85,42 @@ export interface AdsHooks {
    *   SotW the request's own `version_info` is the last version the proxy accepted).
    */
   onNack?(proxy: Proxy, typeUrl: TypeUrl, versionInfo: string, errorDetail: NackDetail): void;
+  /**
+   * The stream's {@link StreamSync} changed: its proxy ACKed every type of a newer snapshot, or
+   * NACKed a response (see {@link ServedStream.syncState}).
+   */
+  onSyncChanged?(proxy: Proxy, streamId: number): void;
+}
+
+/** A NACK as {@link StreamSync} keeps it: the type, the snapshot the rejected response was made from, and the proxy's error. */
+export interface StreamRejection {
+  readonly typeUrl: TypeUrl;
+  /** `CDS`, `EDS`, … */
+  readonly type: string;
+  /** The snapshot the rejected response was made from; undefined when not known (a delta NACK of a response older than the type's last). */
+  readonly snapshot: ProxySnapshot | undefined;
+  readonly code: number;
+  /** `error_detail.message`, cut as in {@link NackInfo}. */
+  readonly message: string;
+  readonly at: Date;
+}
+
+/**
+ * What a stream's proxy holds of the snapshots it was served, for the policy status: the newest
+ * snapshot it holds entirely, and its newest NACK.
+ */
+export interface StreamSync {
+  readonly streamId: number;
+  readonly proxy: Proxy;
+  /**
+   * The newest snapshot of which the proxy ACKed everything it subscribed to: LDS and CDS are
+   * subscribed when the snapshot has any, every response written for it was ACKed (none NACKed
+   * since that type's last ACK), nothing of it is left to send and no request is waiting to be
+   * handled. Undefined until then.
+   */
+  readonly acked: ProxySnapshot | undefined;
+  /** Its newest NACK, or undefined. */
+  readonly rejected: StreamRejection | undefined;
 }
 
 /** The last NACK of a type on a stream, for the debug API. */
@@ -135,6 +172,8 @@ export interface ServedStream {
   readonly proxy?: Proxy;
   /** Debug view of the stream; `undefined` before it is authenticated. */
   info(): StreamInfo | undefined;
+  /** What the proxy holds of its snapshots (cheap: no copy); `undefined` before it is authenticated. */
+  syncState(): StreamSync | undefined;
   /** Ends the stream with a status (the client sees it as the call's error). */
   fail(code: grpc.status, details: string): void;
 }
@@ -399,6 +438,12 @@ export interface TypeStateBase {
   lastVersionSent?: string;
   versionAcked?: string;
   lastNack?: NackInfo;
+  /** The snapshot the type's last response was made from. */
+  sentFrom?: ProxySnapshot;
+  /** The type's last response waits for its ACK or NACK (SotW; delta streams count their outstanding nonces). */
+  unanswered?: boolean;
+  /** The type's last answer was a NACK. */
+  rejected?: boolean;
 }
 
 /** What a response logs at debug level besides its type and size. */
@@ -474,6 +519,10 @@ export abstract class StreamBase<
   private unflushed: Release | undefined;
   /** `delta ` in the log messages of delta streams, nothing in SotW ones. */
   private readonly logPrefix: string;
+  /** {@link StreamSync.acked}. */
+  private acked?: ProxySnapshot;
+  /** {@link StreamSync.rejected}. */
+  private rejected?: StreamRejection;
 
   /** Starts serving `call`: the first request authenticates the proxy. */
   constructor(
@@ -646,6 +695,33 @@ export abstract class StreamBase<
     };
   }
 
+  /** {@inheritDoc ServedStream.syncState} */
+  syncState(): StreamSync | undefined {
+    if (!this.proxy) return undefined;
+    return { streamId: this.streamId, proxy: this.proxy, acked: this.acked, rejected: this.rejected };
+  }
+
+  /** Whether a response of `st`'s type waits for its ACK or NACK (default: SotW's one response of the type). */
+  protected awaitsAnswer(st: S): boolean {
+    return st.unanswered === true;
+  }
+
+  /**
+   * After a job, with no other job waiting: when the proxy now holds everything the current
+   * snapshot has for it (see {@link StreamSync.acked}), that snapshot is its acked one.
+   */
+  private noteSync(): void {
+    const snapshot = this.snapshot;
+    if (!snapshot || this.acked === snapshot || this.pendingSnapshot || this.closed || !this.proxy) return;
+    // LDS and CDS, which every client asks for; a type the others refer to is asked for as the
+    // client takes LDS and CDS in (before it ACKs them), and then counts below.
+    for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) if ((snapshot.resources.get(type)?.size ?? 0) > 0 && !this.types.has(type)) return;
+    for (const st of this.types.values()) if (st.rejected || this.awaitsAnswer(st)) return;
+    this.acked = snapshot;
+    const proxy = this.proxy;
+    this.callHook('onSyncChanged', () => this.ctx.hooks.onSyncChanged?.(proxy, this.streamId));
+  }
+
   /** {@inheritDoc ServedStream.fail} */
   fail(code: grpc.status, details: string): void {
     if (this.closed) return;
@@ -689,6 +765,10 @@ export abstract class StreamBase<
   /** Records an ACK of `type` at `version`: debug view, log, onAck hook. */
   protected recordAck(type: TypeUrl, st: S, version: string): void {
     st.versionAcked = version;
+    st.unanswered = false;
+    st.rejected = false;
+    // Needed only to tell what a NACK of a response still unanswered rejected: keep no old snapshot alive.
+    if (!this.awaitsAnswer(st)) st.sentFrom = undefined;
     this.log.debug({ type: TYPE_SHORT_NAME[type], version }, 'ACK');
     this.callHook('onAck', () => this.ctx.hooks.onAck?.(this.proxy!, type, version));
   }
@@ -703,11 +783,23 @@ export abstract class StreamBase<
     const short = TYPE_SHORT_NAME[type];
     const detail: NackDetail = { code: error.code ?? 0, message: error.message ?? '' };
     st.lastNack = { version, code: detail.code, message: detail.message, at: new Date() };
+    st.unanswered = false;
+    st.rejected = true;
+    this.rejected = {
+      typeUrl: type,
+      type: short,
+      snapshot: version === st.lastVersionSent ? st.sentFrom : undefined,
+      code: detail.code,
+      message: detail.message,
+      at: st.lastNack.at,
+    };
     this.ctx.metrics.nacks.inc({ type: short });
     const notLogged = this.ctx.logLimits.takeNack(this.proxy!.identity, short);
     if (notLogged !== undefined) this.log.warn({ type: short, version, error: detail.message, ...(notLogged ? { notLogged } : {}) }, 'NACK');
     else this.nacksNotLogged++;
     this.callHook('onNack', () => this.ctx.hooks.onNack?.(this.proxy!, type, version, detail));
+    const proxy = this.proxy!;
+    this.callHook('onSyncChanged', () => this.ctx.hooks.onSyncChanged?.(proxy, this.streamId));
   }
 
   /**
@@ -718,6 +810,11 @@ export abstract class StreamBase<
    */
   protected async write(type: TypeUrl, response: Res, bytes: number, what: ResponseLog): Promise<void> {
     const short = TYPE_SHORT_NAME[type];
+    const st = this.types.get(type);
+    if (st) {
+      st.sentFrom = this.snapshot;
+      st.unanswered = true;
+    }
     if (bytes > LARGE_RESPONSE_BYTES) {
       this.log.warn({ type: short, proxy: this.proxy?.uuid, bytes, resources: what.resources }, `large ${this.logPrefix}xDS response`);
     }
@@ -845,6 +942,7 @@ export abstract class StreamBase<
           this.log.error({ err }, `${this.logPrefix}ADS stream job failed`);
           this.fail(grpc.status.INTERNAL, `internal error: ${errorMessage(err)}`);
         }
+        if (this.jobs.length === 0) this.noteSync();
       }
     } finally {
       this.running = false;
@@ -973,14 +1071,7 @@ function firstSorted(names: Iterable<string>, k: number): string[] {
   const out: string[] = [];
   for (const name of names) {
     if (out.length === k && name >= out[k - 1]) continue;
-    let lo = 0;
-    let hi = out.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (out[mid] < name) lo = mid + 1;
-      else hi = mid;
-    }
-    out.splice(lo, 0, name);
+    out.splice(lowerBound(out, name), 0, name);
     if (out.length > k) out.pop();
   }
   return out;

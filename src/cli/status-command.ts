@@ -1,0 +1,189 @@
+/**
+ * `trellis status` and `trellis wait --for programmed`: the policy status of a running controller
+ * (its operations API, `/debug/policies` and `/debug/policy-status`), read with Node's `fetch`.
+ */
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { parseGoDuration } from '../catalog/build-snapshot.js';
+import { POLICY_KINDS, type PolicyKind } from '../status/object-versions.js';
+import { isProgrammed, programmedSummary, type PolicyStatus, type PolicyStatusDetail } from '../status/policy-status.js';
+
+/** The operations server `trellis status` and `trellis wait` ask by default. */
+export const DEFAULT_CONTROLLER_URL = 'http://127.0.0.1:9091';
+
+/** Where a command writes. */
+export interface StatusOutput {
+  out(text: string): void;
+  err(text: string): void;
+}
+
+const STDIO: StatusOutput = { out: (t) => process.stdout.write(t), err: (t) => process.stderr.write(t) };
+
+/** Kind names a user may type (any case): the kind, its plural, and the short names kubectl knows for the SMI/OSM CRDs. */
+const KIND_ALIASES: ReadonlyMap<string, PolicyKind> = new Map(
+  POLICY_KINDS.flatMap((kind) => {
+    const lower = kind.toLowerCase();
+    const plural = lower.endsWith('y') ? `${lower.slice(0, -1)}ies` : lower.endsWith('s') ? `${lower}es` : `${lower}s`;
+    return [[lower, kind], [plural, kind]] as [string, PolicyKind][];
+  }),
+);
+
+/**
+ * `KIND/NAME` → the policy kind and name.
+ * @throws InvalidArgumentError for another shape or an unknown kind.
+ */
+export function parsePolicyRef(value: string): { kind: PolicyKind; name: string } {
+  const slash = value.indexOf('/');
+  const kind = slash > 0 ? KIND_ALIASES.get(value.slice(0, slash).toLowerCase()) : undefined;
+  const name = value.slice(slash + 1);
+  if (slash <= 0 || name === '' || name.includes('/')) throw new InvalidArgumentError(`"${value}" is not KIND/NAME (e.g. trafficsplit/bookstore-split)`);
+  if (!kind) throw new InvalidArgumentError(`"${value.slice(0, slash)}" is not a policy kind: one of ${POLICY_KINDS.join(', ')}`);
+  return { kind, name };
+}
+
+/** A duration: Go syntax (`60s`, `2m`) or a bare number of seconds. */
+function seconds(value: string): number {
+  const s = /^\d+(\.\d+)?$/.test(value) ? Number(value) : parseGoDuration(value);
+  if (s === undefined || s < 0) throw new InvalidArgumentError(`"${value}" is not a duration such as 60s or 2m`);
+  return s;
+}
+
+/** A whole number above 0. */
+function positiveInteger(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n < 1) throw new InvalidArgumentError(`"${value}" is not a whole number above 0`);
+  return n;
+}
+
+/** GETs `path` from the controller: status and parsed JSON body. @throws Error naming the controller when it cannot be reached or answers no JSON. */
+async function getJson(controllerUrl: string, path: string): Promise<{ status: number; body: unknown }> {
+  let response: Response;
+  try {
+    response = await fetch(new URL(path, controllerUrl), { signal: AbortSignal.timeout(10_000) });
+  } catch (err) {
+    throw new Error(`cannot reach the controller at ${controllerUrl}: ${err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err)}`);
+  }
+  const text = await response.text();
+  try {
+    return { status: response.status, body: JSON.parse(text) };
+  } catch {
+    throw new Error(`the controller at ${controllerUrl} answered ${response.status} without JSON: ${text.slice(0, 200).trim()}`);
+  }
+}
+
+/** The rows of `trellis status`, as text: one line per object, columns aligned. */
+export function statusTable(statuses: readonly PolicyStatus[]): string {
+  const rows = [['KIND', 'NAMESPACE', 'NAME', 'GENERATION', 'ACCEPTED', 'PROGRAMMED', 'NACKED', 'MESSAGE']];
+  for (const s of statuses) {
+    const message = !s.accepted ? s.problems[0] ?? '' : s.firstNack ? `${s.firstNack.type} NACK from ${s.firstNack.identity} ${s.firstNack.proxy}: ${s.firstNack.message}` : '';
+    rows.push([s.kind, s.namespace, s.name, String(s.generation), s.accepted ? 'True' : 'False', `${s.programmed}/${s.affected}`, String(s.nacked), message.replace(/\s+/g, ' ')]);
+  }
+  const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('  ').trimEnd()).join('\n') + '\n';
+}
+
+/**
+ * `trellis status`: the status of every policy object (`/debug/policies`' `status`), as a table
+ * or JSON, optionally of one namespace.
+ * @throws Error when the controller cannot be reached or has no status.
+ */
+export async function printStatus(options: { controller: string; output: 'table' | 'json'; namespace?: string }, io: StatusOutput = STDIO): Promise<void> {
+  const { status, body } = await getJson(options.controller, '/debug/policies');
+  const list = (body as { status?: PolicyStatus[] }).status;
+  if (status !== 200 || !Array.isArray(list)) throw new Error(`the controller at ${options.controller} has no policy status (HTTP ${status}${(body as { starting?: boolean }).starting ? ', starting' : ''})`);
+  const shown = options.namespace === undefined ? list : list.filter((s) => s.namespace === options.namespace);
+  io.out(options.output === 'json' ? `${JSON.stringify(shown, null, 2)}\n` : statusTable(shown));
+}
+
+/** How often `trellis wait` asks the controller, in ms. */
+export const WAIT_POLL_MS = 250;
+
+/**
+ * `trellis wait --for programmed KIND/NAME -n NS`: polls `/debug/policy-status` until every
+ * proxy the object affects has ACKed a configuration made for its current generation (with
+ * `generation`, for that generation or a later one: the controller may not have seen a change just
+ * applied yet; `kubectl get … -o jsonpath='{.metadata.generation}'` gives it in Kubernetes mode).
+ * @returns the exit status: 0 programmed; 1 when the object is not accepted, a proxy NACKed, or
+ *   `timeoutSeconds` passed (each printed with why).
+ */
+export async function waitProgrammed(
+  options: { controller: string; kind: PolicyKind; namespace: string; name: string; timeoutSeconds: number; generation?: number },
+  io: StatusOutput = STDIO,
+): Promise<number> {
+  const what = `${options.kind} ${options.namespace}/${options.name}`;
+  const query = new URLSearchParams({ kind: options.kind, namespace: options.namespace, name: options.name });
+  const deadline = Date.now() + options.timeoutSeconds * 1000;
+  let last: PolicyStatusDetail | undefined;
+  for (;;) {
+    const { status, body } = await getJson(options.controller, `/debug/policy-status?${query}`);
+    if (status === 200) {
+      const detail = body as PolicyStatusDetail;
+      last = detail;
+      // Judged only once a MeshSnapshot was built from the object's current content (and that is the generation asked for).
+      if (detail.meshGeneration !== null && detail.generation >= (options.generation ?? 0)) {
+        if (!detail.accepted) {
+          io.err(`${what} generation ${detail.generation} is not accepted:\n${detail.problems.map((p) => `  ${p}`).join('\n')}\n`);
+          return 1;
+        }
+        if (detail.nacked > 0) {
+          io.err(`${what} generation ${detail.generation} was NACKed: ${programmedSummary(detail)}\n`);
+          return 1;
+        }
+        if (isProgrammed(detail)) {
+          io.out(`${what} generation ${detail.generation} programmed: ${programmedSummary(detail)}\n`);
+          return 0;
+        }
+      }
+    } else if (status !== 404) {
+      throw new Error(`the controller at ${options.controller} answered ${status}: ${JSON.stringify(body)}`);
+    }
+    if (Date.now() >= deadline) break;
+    await new Promise((resolve) => setTimeout(resolve, Math.min(WAIT_POLL_MS, Math.max(0, deadline - Date.now()))));
+  }
+  if (!last) {
+    io.err(`timed out after ${options.timeoutSeconds} s: the controller at ${options.controller} has no ${what}\n`);
+    return 1;
+  }
+  const waiting = last.waiting.map((w) => `  ${w.identity} ${w.proxy}: ${w.reason}`).join('\n');
+  const state =
+    last.generation < (options.generation ?? 0)
+      ? `is at generation ${last.generation}, not ${options.generation} yet`
+      : `generation ${last.generation} ${last.meshGeneration === null ? 'is not in a configuration yet' : `is not programmed: ${programmedSummary(last)}`}${waiting ? `\n${waiting}` : ''}`;
+  io.err(`timed out after ${options.timeoutSeconds} s: ${what} ${state}\n`);
+  return 1;
+}
+
+/** Registers `trellis status` and `trellis wait`. */
+export function registerStatusCommands(program: Command): void {
+  const controllerOption = () => new Option('--controller <url>', "the controller's operations server").default(DEFAULT_CONTROLLER_URL);
+  program
+    .command('status')
+    .description('show each policy object: accepted, and how many of the proxies it affects have ACKed its current generation')
+    .addOption(controllerOption())
+    .addOption(new Option('--output <format>', 'table or json').choices(['table', 'json']).default('table'))
+    .option('-n, --namespace <ns>', 'only the objects of this namespace')
+    .action(async (opts: { controller: string; output: 'table' | 'json'; namespace?: string }) => {
+      try {
+        await printStatus(opts);
+      } catch (err) {
+        process.stderr.write(`trellis status: ${err instanceof Error ? err.message : String(err)}\n`);
+        process.exitCode = 1;
+      }
+    });
+  program
+    .command('wait')
+    .description('wait until every proxy a policy object affects has ACKed its current generation (exit 1 on NACK, timeout, or an object not accepted)')
+    .argument('<KIND/NAME>', 'the object, e.g. trafficsplit/bookstore-split', parsePolicyRef)
+    .addOption(new Option('--for <condition>', 'the condition to wait for').choices(['programmed']).makeOptionMandatory())
+    .option('-n, --namespace <ns>', 'the namespace of the object', 'default')
+    .addOption(new Option('--timeout <duration>', 'give up after this long (e.g. 60s, 2m)').argParser(seconds).default(60, '60s'))
+    .addOption(new Option('--generation <n>', 'wait for this generation of the object or a later one (metadata.generation in Kubernetes mode), not the one the controller has now').argParser(positiveInteger))
+    .addOption(controllerOption())
+    .action(async (ref: { kind: PolicyKind; name: string }, opts: { namespace: string; timeout: number; controller: string; generation?: number }) => {
+      try {
+        process.exitCode = await waitProgrammed({ controller: opts.controller, kind: ref.kind, namespace: opts.namespace, name: ref.name, timeoutSeconds: opts.timeout, generation: opts.generation });
+      } catch (err) {
+        process.stderr.write(`trellis wait: ${err instanceof Error ? err.message : String(err)}\n`);
+        process.exitCode = 1;
+      }
+    });
+}

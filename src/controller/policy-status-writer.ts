@@ -1,0 +1,146 @@
+/**
+ * Kubernetes mode: writes the policy status (`src/status/kubernetes-status.ts`) to the `status`
+ * subresource of the policy objects whose CRD has one (IngressBackend, UpstreamTrafficSetting).
+ * Only the leader writes; at most one evaluation per interval, and only when something that can
+ * change a status happened (a proxy ACKed or NACKed, the store changed, a push completed); at
+ * most `maxWritesPerInterval` PATCHes per interval, one at a time, never on the push path.
+ * Imported on demand (it loads `@kubernetes/client-node`).
+ */
+import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import { kubernetesStatus, sameStatus, STATUS_SUBRESOURCE_KINDS, type KubernetesPolicyStatus } from '../status/kubernetes-status.js';
+import type { PolicyKind } from '../status/object-versions.js';
+import type { PolicyStatus } from '../status/policy-status.js';
+import { apiClientConfig, apiErrorMessage, apiStatusCode } from '../util/kube-api.js';
+
+/** Which object's status to write. */
+export interface StatusTarget {
+  readonly group: string;
+  readonly version: string;
+  readonly plural: string;
+  readonly namespace: string;
+  readonly name: string;
+}
+
+/** Writes one object's `status` (a JSON merge patch of the status subresource). @throws the API client's error (see `apiStatusCode`). */
+export type StatusPatcher = (target: StatusTarget, status: KubernetesPolicyStatus) => Promise<void>;
+
+/** A {@link StatusPatcher} over `kubeConfig` (client-node's `CustomObjectsApi`). */
+export function statusPatcherFor(kubeConfig: KubeConfig): StatusPatcher {
+  const api = apiClientConfig(kubeConfig).makeApiClient(CustomObjectsApi);
+  return async (t, status) => {
+    await api.patchNamespacedCustomObjectStatus(
+      { group: t.group, version: t.version, namespace: t.namespace, plural: t.plural, name: t.name, body: { status } },
+      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+    );
+  };
+}
+
+/** Options of {@link PolicyStatusWriter}. */
+export interface PolicyStatusWriterOptions {
+  readonly patch: StatusPatcher;
+  /** The current statuses of the objects of `kinds` (the controller's, computed on call). */
+  readonly statuses: (kinds: ReadonlySet<PolicyKind>) => readonly PolicyStatus[];
+  /** The object's `status` as the store has it (the last one the API server told the watch). */
+  readonly storedStatus: (kind: PolicyKind, namespace: string, name: string) => unknown;
+  /** Whether this replica is the leader (only the leader writes). */
+  readonly isLeader: () => boolean;
+  /** A number that changes when a push completes (the controller's settled generation). */
+  readonly generation: () => number;
+  readonly logger: Logger;
+  /** How often it may evaluate, in ms (default 1000). */
+  readonly intervalMs?: number;
+  /** Most PATCHes per interval (default 10); the rest wait for the next. */
+  readonly maxWritesPerInterval?: number;
+}
+
+/** How many objects' last write errors are remembered (to log each distinct one once). */
+const MAX_REMEMBERED_ERRORS = 1000;
+
+/** What a status says, its transition times aside. */
+function fingerprint(status: KubernetesPolicyStatus): string {
+  return JSON.stringify({ ...status, conditions: status.conditions.map((c) => ({ ...c, lastTransitionTime: '' })) });
+}
+
+/** See the module comment. */
+export class PolicyStatusWriter {
+  private timer: NodeJS.Timeout | undefined;
+  private dirty = true;
+  private running: Promise<void> | undefined;
+  private seenGeneration = -1;
+  /** What was last written per object (until the watch brings it back into the store). */
+  private readonly written = new Map<string, string>();
+  /** The last error logged per object (each distinct one once). */
+  private readonly errors = new Map<string, string>();
+  private readonly kinds = new Set(STATUS_SUBRESOURCE_KINDS.keys());
+
+  constructor(private readonly options: PolicyStatusWriterOptions) {}
+
+  /** Starts evaluating every interval. */
+  start(): void {
+    this.timer = setInterval(() => {
+      if (!this.running) this.running = this.tick().finally(() => (this.running = undefined));
+    }, this.options.intervalMs ?? 1000);
+    this.timer.unref();
+  }
+
+  /** Something that can change a status happened. */
+  poke(): void {
+    this.dirty = true;
+  }
+
+  /** Stops; waits for a write in progress. */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.running;
+  }
+
+  /** One evaluation: the statuses that differ from what the objects have are written, up to the per-interval limit. Never rejects. */
+  async tick(): Promise<void> {
+    if (!this.options.isLeader()) {
+      this.written.clear();
+      this.dirty = true; // a new leader evaluates everything
+      return;
+    }
+    const generation = this.options.generation();
+    if (!this.dirty && generation === this.seenGeneration) return;
+    this.dirty = false;
+    this.seenGeneration = generation;
+    const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+    const due: { key: string; target: StatusTarget; status: KubernetesPolicyStatus }[] = [];
+    for (const s of this.options.statuses(this.kinds)) {
+      const resource = STATUS_SUBRESOURCE_KINDS.get(s.kind);
+      if (!resource || s.generation === 0) continue;
+      const key = `${s.kind}/${s.namespace}/${s.name}`;
+      const stored = this.options.storedStatus(s.kind, s.namespace, s.name);
+      const status = kubernetesStatus(s, stored, now);
+      if (sameStatus(status, stored)) {
+        this.written.delete(key);
+        continue;
+      }
+      // Written already, not back from the watch yet: the same again would only churn.
+      if (this.written.get(key) === fingerprint(status)) continue;
+      due.push({ key, target: { ...resource, namespace: s.namespace, name: s.name }, status });
+    }
+    const max = this.options.maxWritesPerInterval ?? 10;
+    if (due.length > max) this.dirty = true; // the rest at the next interval
+    for (const { key, target, status } of due.slice(0, max)) {
+      try {
+        await this.options.patch(target, status);
+        this.written.set(key, fingerprint(status));
+        this.errors.delete(key);
+      } catch (err) {
+        if (apiStatusCode(err) === 404) continue; // deleted meanwhile
+        this.dirty = true;
+        const message = apiErrorMessage(err);
+        if (this.errors.get(key) !== message) {
+          if (this.errors.size >= MAX_REMEMBERED_ERRORS) this.errors.clear();
+          this.errors.set(key, message);
+          this.options.logger.warn({ object: key, err: message }, 'policy status not written; retrying');
+        }
+        if (apiStatusCode(err) === undefined) return; // the API server is unreachable: the next interval
+      }
+    }
+  }
+}
