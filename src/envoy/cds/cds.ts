@@ -146,8 +146,10 @@ export function generateOwnClusters(context: GenerationContext, profile: ProxyPr
 /**
  * Whether `change` makes a sidecar's Clusters regenerate (Istio's `cdsNeedsPush` idea):
  * for any change but one that only moves endpoints (EDS), only re-weights TrafficSplits (RDS: the
- * same clusters are reached) or only rotates the certificate (SDS: clusters name the secret, not its content).
+ * same clusters are reached) or only rotates the certificate (SDS: clusters name the secret, not its content);
+ * a change of MeshConfig's TLS settings alone is one (the upstream clusters' TLS contexts).
  */
 export function clustersNeedPush(change: PushChange): boolean {
-  return meshChangeKind(change) === 'other';
+  const kind = meshChangeKind(change);
+  return kind === 'tls-settings' || kind === 'other';
 }
