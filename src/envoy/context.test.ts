@@ -188,6 +188,38 @@ describe('GenerationContext.outboundView', () => {
     assert.ok(two.outboundView(serviceIdentity('bookbuyer', 'extra')), 'a new identity gets a view');
   });
 
+  it('keeps every view of the generation before without computing one when what views read is the same (MeshConfig TLS settings, endpoints), and computes them when a TrafficTarget changes', () => {
+    const store = new ObjectStore();
+    const builder = new MeshSnapshotBuilder();
+    let context: GenerationContext | undefined;
+    const next = (objects: ReturnType<typeof bookstoreMesh>): GenerationContext => {
+      store.replaceAll('test', objects);
+      const { snapshot } = builder.build(store, { meshName: 'osm', generation: (context?.snapshot.generation ?? 0) + 1, ...(context ? { previous: context.snapshot } : {}) });
+      return (context = new GenerationContext(snapshot, context));
+    };
+    const identities = [bookbuyer.identity, bookthief.identity, serviceIdentity('bookstore', 'bookstore')];
+    const one = next(bookstoreMesh({ permissive: false }));
+    const views = identities.map((identity) => one.outboundView(identity));
+    assert.equal(one.outboundViewsComputed, identities.length);
+    const ciphers = bookstoreMesh({ permissive: false }).map((o) => (o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), sidecar: { cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] } } } : o));
+    const two = next(ciphers);
+    assert.notEqual(two.snapshot.settings, one.snapshot.settings);
+    assert.deepEqual(identities.map((identity) => two.outboundView(identity)), views, 'the same view objects');
+    assert.deepEqual(views.map((view) => two.outboundViewId(view)), views.map((view) => one.outboundViewId(view)), 'with their numbers');
+    assert.equal(two.outboundViewsComputed, 0, 'none computed');
+    const moved = ciphers.map((o) => (o.kind === 'Pod' && o.metadata.name === 'bookstore-v2-1' ? { ...o, status: { podIP: '10.244.9.9', phase: 'Running' } } : o));
+    const three = next(moved);
+    assert.deepEqual(identities.map((identity) => three.outboundView(identity)), views);
+    assert.equal(three.outboundViewsComputed, 0, 'an endpoint change: none computed');
+    const grant = k8s.trafficTarget('bookstore', 'thief-access', 'bookstore', [{ ns: 'bookthief', sa: 'bookthief' }], [{ kind: 'HTTPRouteGroup', name: 'bookstore-service-routes' }]);
+    const four = next([...moved, grant]);
+    const thief = four.outboundView(bookthief.identity);
+    assert.notEqual(thief, views[1], 'bookthief now reaches bookstore');
+    assert.ok(thief.destinations.some((d) => d.service.name === 'bookstore'));
+    assert.equal(four.outboundView(bookbuyer.identity), views[0], 'bookbuyer reaches the same services: its view of the generation before');
+    assert.equal(four.outboundViewsComputed, 2);
+  });
+
   it('permissive: keeps the view of the generation before for an identity it was never asked for', () => {
     const store = new ObjectStore();
     store.replaceAll('test', bookstoreMesh({ permissive: true }));

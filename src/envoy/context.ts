@@ -7,7 +7,7 @@
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { Proxy, ServiceIdentity, XdsClientType } from '../proxy/types.js';
 import { sameElements } from '../util/same.js';
-import { computeOutboundView, outboundViewKey, sameOutboundView, type OutboundView } from './outbound.js';
+import { computeOutboundView, outboundViewKey, sameOutboundView, sameOutboundViewInputs, type OutboundView } from './outbound.js';
 import type { NamedResource } from './resource.js';
 
 /**
@@ -97,6 +97,7 @@ export class GenerationContext {
   private readonly carriedLayers: ReadonlyMap<string, LayerEntry>;
   /** The last view number given, shared along the chain of contexts (numbers are never reused). */
   private readonly viewCounter: { last: number };
+  private computedViews = 0;
 
   /**
    * @param snapshot the MeshSnapshot of this generation.
@@ -113,6 +114,17 @@ export class GenerationContext {
     for (const [kind, ofKind] of previous?.entries ?? []) this.entries.set(kind, carry(this.sequence, ofKind));
     this.carriedViews = carry(this.sequence, previous?.carriedViews, previous?.viewsByIdentity);
     this.carriedLayers = carry(this.sequence, previous?.carriedLayers, previous?.layers);
+    // What the views read is what the generation before read: its views are this one's.
+    if (previous && sameOutboundViewInputs(previous.snapshot, snapshot)) {
+      for (const [identity, entry] of previous.viewsByIdentity) this.viewsByIdentity.set(identity, entry);
+      for (const [key, entry] of previous.viewsByContent) this.viewsByContent.set(key, entry);
+      for (const entry of [...previous.viewsByContent.values(), ...previous.viewsByIdentity.values()]) this.viewIds.set(entry.view, entry.id);
+    }
+  }
+
+  /** How many outbound views this context computed (`computeOutboundView`), not kept from the generation before. */
+  get outboundViewsComputed(): number {
+    return this.computedViews;
   }
 
   /** The context of the generation before, while this one is the newest (undefined after). */
@@ -178,6 +190,9 @@ export class GenerationContext {
    * can be shared; and the view the generation before had for `identity`, when it reaches the
    * very same services the same way, is kept (what is derived from it alone then carries over).
    * In permissive mode the view is computed once per generation, for the first identity asked.
+   * When what views read is the same as in the generation before (`sameOutboundViewInputs`: a
+   * change of endpoints, of MeshConfig's TLS or telemetry settings), that generation's views are
+   * this one's, none computed again.
    */
   outboundView(identity: ServiceIdentity): OutboundView {
     let entry = this.viewsByIdentity.get(identity);
@@ -190,6 +205,7 @@ export class GenerationContext {
     }
     if (!entry) {
       const computed = computeOutboundView(this.snapshot, identity);
+      this.computedViews++;
       const key = outboundViewKey(computed);
       entry = this.viewsByContent.get(key);
       if (!entry) {
