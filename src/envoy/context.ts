@@ -42,6 +42,13 @@ export function proxyProfile(proxy: Pick<Proxy, 'identity' | 'clientType'>): Pro
  */
 export const MAX_IDLE_GENERATIONS = 256;
 
+/**
+ * How many identities' views one view epoch keeps (see `GenerationContext.outboundView`): past
+ * it, what the epoch remembered is dropped and views are computed again (identities that left
+ * are not kept for ever while nothing else changes).
+ */
+export const MAX_EPOCH_VIEWS = 65_536;
+
 /** One shared object and the inputs it was built from. */
 interface SharedEntry {
   readonly inputs: readonly unknown[];
@@ -88,8 +95,17 @@ export class GenerationContext {
   private readonly viewsByIdentity = new Map<ServiceIdentity, ViewEntry>();
   /** The views of the generations before, by identity (what this one may keep). */
   private readonly carriedViews: ReadonlyMap<ServiceIdentity, ViewEntry>;
-  /** By {@link outboundViewKey}: identities reaching the same destinations the same way share one view. */
-  private readonly viewsByContent = new Map<string, ViewEntry>();
+  /**
+   * By {@link outboundViewKey}: identities reaching the same destinations the same way share one
+   * view. One map per view epoch: the generations of one epoch share it.
+   */
+  private readonly viewsByContent: Map<string, ViewEntry>;
+  /**
+   * The views computed (or kept after a comparison) by identity since what views read last
+   * changed (`sameOutboundViewInputs`): one map shared by the generations of that epoch, whose
+   * views are every one of them's.
+   */
+  private readonly epochViews: Map<ServiceIdentity, ViewEntry>;
   private readonly viewIds = new WeakMap<OutboundView, number>();
   /** Layers by kind and key ({@link layer}): this generation's. */
   private readonly layers = new Map<string, LayerEntry>();
@@ -114,12 +130,10 @@ export class GenerationContext {
     for (const [kind, ofKind] of previous?.entries ?? []) this.entries.set(kind, carry(this.sequence, ofKind));
     this.carriedViews = carry(this.sequence, previous?.carriedViews, previous?.viewsByIdentity);
     this.carriedLayers = carry(this.sequence, previous?.carriedLayers, previous?.layers);
-    // What the views read is what the generation before read: its views are this one's.
-    if (previous && sameOutboundViewInputs(previous.snapshot, snapshot)) {
-      for (const [identity, entry] of previous.viewsByIdentity) this.viewsByIdentity.set(identity, entry);
-      for (const [key, entry] of previous.viewsByContent) this.viewsByContent.set(key, entry);
-      for (const entry of [...previous.viewsByContent.values(), ...previous.viewsByIdentity.values()]) this.viewIds.set(entry.view, entry.id);
-    }
+    // What the views read is what the generation before read: the views of its epoch are this one's.
+    const sameViews = previous !== undefined && sameOutboundViewInputs(previous.snapshot, snapshot);
+    this.epochViews = sameViews ? previous.epochViews : new Map();
+    this.viewsByContent = sameViews ? previous.viewsByContent : new Map();
   }
 
   /** How many outbound views this context computed (`computeOutboundView`), not kept from the generation before. */
@@ -190,9 +204,9 @@ export class GenerationContext {
    * can be shared; and the view the generation before had for `identity`, when it reaches the
    * very same services the same way, is kept (what is derived from it alone then carries over).
    * In permissive mode the view is computed once per generation, for the first identity asked.
-   * When what views read is the same as in the generation before (`sameOutboundViewInputs`: a
-   * change of endpoints, of MeshConfig's TLS or telemetry settings), that generation's views are
-   * this one's, none computed again.
+   * While what views read stays the same from one generation to the next (`sameOutboundViewInputs`:
+   * a change of endpoints, of MeshConfig's TLS or telemetry settings), a view computed in one of
+   * those generations is kept as it is, not computed again.
    */
   outboundView(identity: ServiceIdentity): OutboundView {
     let entry = this.viewsByIdentity.get(identity);
@@ -204,17 +218,26 @@ export class GenerationContext {
       if (entry) this.viewsByIdentity.set(identity, entry);
     }
     if (!entry) {
-      const computed = computeOutboundView(this.snapshot, identity);
-      this.computedViews++;
-      const key = outboundViewKey(computed);
-      entry = this.viewsByContent.get(key);
+      entry = this.epochViews.get(identity) ?? (permissive ? this.epochViews.values().next().value : undefined);
       if (!entry) {
-        const previous = this.carriedViews;
-        const before = previous.get(identity) ?? (permissive ? previous.values().next().value : undefined);
-        entry = before && sameOutboundView(before.view, computed) ? before : { view: computed, id: ++this.viewCounter.last, usedAt: this.sequence };
-        this.viewsByContent.set(key, entry);
-        this.viewIds.set(entry.view, entry.id);
+        const computed = computeOutboundView(this.snapshot, identity);
+        this.computedViews++;
+        const key = outboundViewKey(computed);
+        entry = this.viewsByContent.get(key);
+        if (!entry) {
+          const previous = this.carriedViews;
+          const before = previous.get(identity) ?? (permissive ? previous.values().next().value : undefined);
+          entry = before && sameOutboundView(before.view, computed) ? before : { view: computed, id: ++this.viewCounter.last, usedAt: this.sequence };
+          this.viewsByContent.set(key, entry);
+        }
+        if (this.epochViews.size >= MAX_EPOCH_VIEWS) {
+          this.epochViews.clear();
+          this.viewsByContent.clear();
+          this.viewsByContent.set(key, entry);
+        }
+        this.epochViews.set(identity, entry);
       }
+      this.viewIds.set(entry.view, entry.id);
       this.viewsByIdentity.set(identity, entry);
     }
     entry.usedAt = this.sequence;
