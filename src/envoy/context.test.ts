@@ -207,6 +207,9 @@ describe('GenerationContext.outboundView', () => {
     assert.deepEqual(identities.map((identity) => two.outboundView(identity)), views, 'the same view objects');
     assert.deepEqual(views.map((view) => two.outboundViewId(view)), views.map((view) => one.outboundViewId(view)), 'with their numbers');
     assert.equal(two.outboundViewsComputed, 0, 'none computed');
+    // A generation that asks for one identity's view only (a scoped push), then one that asks for all.
+    const scoped = next(ciphers.map((o) => (o.kind === 'Pod' && o.metadata.name === 'bookstore-v2-1' ? { ...o, status: { podIP: '10.244.9.8', phase: 'Running' } } : o)));
+    assert.equal(scoped.outboundView(bookbuyer.identity), views[0]);
     const moved = ciphers.map((o) => (o.kind === 'Pod' && o.metadata.name === 'bookstore-v2-1' ? { ...o, status: { podIP: '10.244.9.9', phase: 'Running' } } : o));
     const three = next(moved);
     assert.deepEqual(identities.map((identity) => three.outboundView(identity)), views);
