@@ -188,7 +188,7 @@ describe('GenerationContext.outboundView', () => {
     assert.ok(two.outboundView(serviceIdentity('bookbuyer', 'extra')), 'a new identity gets a view');
   });
 
-  it('keeps every view of the generation before without computing one when what views read is the same (MeshConfig TLS settings, endpoints), and computes them when a TrafficTarget changes', () => {
+  it('keeps every view of the generation before without computing one when what views read is the same (MeshConfig TLS settings, endpoints), and computes those a change names (a TrafficTarget, a service port)', () => {
     const store = new ObjectStore();
     const builder = new MeshSnapshotBuilder();
     let context: GenerationContext | undefined;
@@ -220,7 +220,16 @@ describe('GenerationContext.outboundView', () => {
     assert.notEqual(thief, views[1], 'bookthief now reaches bookstore');
     assert.ok(thief.destinations.some((d) => d.service.name === 'bookstore'));
     assert.equal(four.outboundView(bookbuyer.identity), views[0], 'bookbuyer reaches the same services: its view of the generation before');
-    assert.equal(four.outboundViewsComputed, 2);
+    assert.equal(four.outboundView(serviceIdentity('bookstore', 'bookstore')), views[2]);
+    assert.equal(four.outboundViewsComputed, 2, 'only the views of the identities the change names (bookthief, bookstore) are computed, not bookbuyer\'s');
+    // A service bookbuyer reaches changes its port: bookbuyer's view is computed again.
+    const ported = [...moved, grant].map((o) =>
+      o.kind === 'Service' && o.metadata.name === 'bookstore' ? { ...o, spec: { ...(o.spec as object), ports: [{ name: 'http', port: 8080, targetPort: 14001 }] } } : o,
+    );
+    const five = next(ported);
+    const buyer = five.outboundView(bookbuyer.identity);
+    assert.notEqual(buyer, views[0]);
+    assert.ok(buyer.destinations.some((d) => d.service.name === 'bookstore' && d.service.port === 8080));
   });
 
   it('permissive: keeps the view of the generation before for an identity it was never asked for', () => {

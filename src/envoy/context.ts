@@ -4,7 +4,9 @@
  * before; every generator takes it with the {@link ProxyProfile} it generates for. Nothing here
  * is module-level: two controllers (or a test's reference controller) share nothing.
  */
-import type { MeshSnapshot } from '../catalog/types.js';
+import { serviceKey } from '../catalog/names.js';
+import { diffMeshSnapshots } from '../catalog/snapshot-diff.js';
+import type { MeshService, MeshSnapshot } from '../catalog/types.js';
 import type { Proxy, ServiceIdentity, XdsClientType } from '../proxy/types.js';
 import { sameElements } from '../util/same.js';
 import { computeOutboundView, outboundViewKey, sameOutboundView, sameOutboundViewInputs, type OutboundView } from './outbound.js';
@@ -132,8 +134,29 @@ export class GenerationContext {
     this.carriedLayers = carry(this.sequence, previous?.carriedLayers, previous?.layers);
     // What the views read is what the generation before read: the views of its epoch are this one's.
     const sameViews = previous !== undefined && sameOutboundViewInputs(previous.snapshot, snapshot);
-    this.epochViews = sameViews ? previous.epochViews : new Map();
+    this.epochViews = sameViews ? previous.epochViews : GenerationContext.keptViews(previous, snapshot);
     this.viewsByContent = sameViews ? previous.viewsByContent : new Map();
+  }
+
+  /**
+   * The views of `previous`'s epoch that a change to `snapshot` cannot alter, by identity: those of
+   * identities the change does not name (`diffMeshSnapshots`: a TrafficTarget from or to them, a
+   * service of theirs or of an identity they may reach that appeared, went or changed), reaching no
+   * service it names (endpoints aside: a view holds none). None for a mesh-wide change, or a change
+   * of the permissive mode.
+   */
+  private static keptViews(previous: GenerationContext | undefined, snapshot: MeshSnapshot): Map<ServiceIdentity, ViewEntry> {
+    const kept = new Map<ServiceIdentity, ViewEntry>();
+    const before = previous?.snapshot;
+    if (!previous || !before || before.settings.permissiveTrafficPolicyMode !== snapshot.settings.permissiveTrafficPolicyMode) return kept;
+    const change = diffMeshSnapshots(before, snapshot);
+    if (change === 'all') return kept;
+    const touched = (svc: MeshService): boolean => change.services.has(serviceKey(svc));
+    for (const [identity, entry] of previous.epochViews) {
+      if (change.identities.has(identity) || entry.view.upstreams.some(touched) || entry.view.destinations.some((d) => touched(d.service))) continue;
+      kept.set(identity, entry);
+    }
+    return kept;
   }
 
   /** How many outbound views this context computed (`computeOutboundView`), not kept from the generation before. */
