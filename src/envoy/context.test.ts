@@ -150,6 +150,20 @@ describe('the inbound side carried over', () => {
     assert.match(JSON.stringify(second[0]!.transport_socket), /ECDHE-ECDSA-AES256-GCM-SHA384/);
   });
 
+  it('makes a new transport socket part only of an upstream cluster on a MeshConfig TLS change: the rest is the same object (SMI)', () => {
+    const next = generations();
+    const buyer = proxyProfile(parseCommonName('a0000000-0000-4000-8000-000000000001.sidecar.bookbuyer.bookbuyer.cluster.local'));
+    const clusterOf = (context: GenerationContext) => generateProxyResources(context, buyer, certs).get(TypeUrl.Cluster)!.find((r) => r.name === 'bookstore/bookstore-v1|14001')!;
+    const first = clusterOf(next(bookstoreMesh({ permissive: false })));
+    const second = clusterOf(next(withCiphers(bookstoreMesh({ permissive: false }))));
+    assert.equal(second.parts?.length, 2);
+    assert.equal(second.parts?.[0], first.parts?.[0], 'all but the transport socket: the same object');
+    assert.notEqual(second.parts?.[1], first.parts?.[1]);
+    assert.deepEqual({ ...second.parts?.[0], ...second.parts?.[1] }, second.resource, 'the parts are the cluster');
+    assert.match(JSON.stringify(second.parts?.[1]), /ECDHE-ECDSA-AES256-GCM-SHA384/);
+    assert.doesNotMatch(JSON.stringify(second.parts?.[0]), /transport_socket/);
+  });
+
   it('keeps the inbound listener and routes through a MeshConfig change that is not of TLS settings (permissive)', () => {
     const next = generations();
     const one = next(bookstoreMesh({ permissive: true }));
