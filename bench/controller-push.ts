@@ -3,7 +3,8 @@
  * `MeshController` on the manifests source, N proxies opened through `onStreamOpen` (as the
  * ADS server opens them), then the benchmark's four change scenarios. Per phase: controller CPU
  * (user + system), time spent in garbage collection (V8 `gc` performance entries), heap held
- * after a forced collection, RSS, and snapshots set. No gRPC: what it measures is the
+ * after a forced collection, RSS, snapshots set, and the resource types generated (by type, from
+ * `trellis_configuration_types_generated_total`: a count that does not depend on the machine's load). No gRPC: what it measures is the
  * controller's own work (generation, validation, encoding, snapshots), which `npm run bench`
  * sees mixed with the streams' sending.
  *
@@ -45,6 +46,8 @@ interface Phase {
   /** Memory of Buffers and other objects outside the V8 heap after that collection, MB. */
   readonly externalMb: number;
   readonly rssMb: number;
+  /** Resource types generated, by type (`trellis_configuration_types_generated_total`), e.g. `CDS 1000`. */
+  readonly types: string;
 }
 
 async function main(): Promise<void> {
@@ -87,7 +90,12 @@ async function main(): Promise<void> {
       snapshotsSet++;
       set(uuid, snapshot);
     };
-    const controller = new MeshController({ store, certificates, cache, logger, metrics: new Registry(), meshName: MESH_NAME, debounceQuietMs: 1, debounceMaxDelayMs: 5, resyncIntervalMs: 0 });
+    const metrics = new Registry();
+    const typesGenerated = async (): Promise<Map<string, number>> => {
+      const metric = (await metrics.getMetricsAsJSON()).find((m) => m.name === 'trellis_configuration_types_generated_total');
+      return new Map((metric?.values ?? []).map((v) => [String(v.labels.type), v.value]));
+    };
+    const controller = new MeshController({ store, certificates, cache, logger, metrics, meshName: MESH_NAME, debounceQuietMs: 1, debounceMaxDelayMs: 5, resyncIntervalMs: 0 });
     controller.start();
     const phases: Phase[] = [];
     // GC entries reach the observer asynchronously: let them arrive before reading the sum.
@@ -100,6 +108,7 @@ async function main(): Promise<void> {
       gc?.();
       await settled();
       await session?.post('Profiler.start');
+      const types0 = await typesGenerated();
       const [gc0, set0, t0, cpu0] = [gcMs, snapshotsSet, nowMs(), process.cpuUsage()];
       await run();
       const cpu = process.cpuUsage(cpu0);
@@ -108,6 +117,7 @@ async function main(): Promise<void> {
         await writeFile(path.join(profileDir, `${name.replaceAll(' ', '-')}.cpuprofile`), JSON.stringify(profile));
       }
       const [wallMs, sets] = [nowMs() - t0, snapshotsSet - set0];
+      const types = [...(await typesGenerated())].map(([type, n]) => [type, n - (types0.get(type) ?? 0)] as const).filter(([, n]) => n > 0).map(([type, n]) => `${type} ${n}`).join(', ');
       await settled();
       const spentGc = gcMs - gc0;
       const rssMb = process.memoryUsage().rss / 2 ** 20;
@@ -115,7 +125,7 @@ async function main(): Promise<void> {
       const memory = process.memoryUsage();
       const heapMb = gc ? memory.heapUsed / 2 ** 20 : Number.NaN;
       const externalMb = gc ? memory.external / 2 ** 20 : Number.NaN;
-      phases.push({ name, wallMs, cpuMs: (cpu.user + cpu.system) / 1000, gcMs: spentGc, snapshotsSet: sets, heapMb, externalMb, rssMb });
+      phases.push({ name, wallMs, cpuMs: (cpu.user + cpu.system) / 1000, gcMs: spentGc, snapshotsSet: sets, heapMb, externalMb, rssMb, types: types || '—' });
     };
     const warmUpMib = values['warm-up-config'];
     await measure('warm-up', async () => {
@@ -148,12 +158,12 @@ async function main(): Promise<void> {
     certificates.stop();
     await source.stop();
     const f = (v: number, d = 0): string => (Number.isNaN(v) ? '—' : v.toFixed(d));
-    const rows = phases.map((p) => `| ${p.name} | ${f(p.wallMs)} | ${f(p.cpuMs)} | ${f(p.gcMs)} | ${f((100 * p.gcMs) / Math.max(1, p.wallMs))} | ${p.snapshotsSet} | ${f(p.heapMb)} | ${f(p.externalMb)} | ${f(p.rssMb)} |`);
+    const rows = phases.map((p) => `| ${p.name} | ${f(p.wallMs)} | ${f(p.cpuMs)} | ${f(p.gcMs)} | ${f((100 * p.gcMs) / Math.max(1, p.wallMs))} | ${p.snapshotsSet} | ${f(p.heapMb)} | ${f(p.externalMb)} | ${f(p.rssMb)} | ${p.types} |`);
     process.stdout.write(
       [
         `S=${services} N=${count} mode=${mode} (in process, no ADS streams; node ${process.version})`,
-        '| phase | wall ms | CPU ms | GC ms | GC % of wall | snapshots set | heap after GC MB | external MB | RSS MB |',
-        '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+        '| phase | wall ms | CPU ms | GC ms | GC % of wall | snapshots set | heap after GC MB | external MB | RSS MB | types generated |',
+        '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |',
         ...rows,
         '',
       ].join('\n'),

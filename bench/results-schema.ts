@@ -157,8 +157,8 @@ export interface RunDetails {
   failure?: string;
   /** The real Envoys' details (`--envoys K`). */
   envoys?: EnvoyRunDetails;
-  /** The controller's manifests debounce and push debounce, part of every change's time (ms). */
-  debounce_ms: { manifests: number; push_quiet: number; push_max: number };
+  /** The waits a change goes through: the watcher's quiet period, the settle of a recently modified file (counted from its modification, from 2026-12-02-issue14-s9; absent before), the push debouncer's: part of every change's time (ms). */
+  debounce_ms: { manifests: number; manifests_settle?: number; push_quiet: number; push_max: number };
 }
 
 /** More about the real Envoys of a run. */

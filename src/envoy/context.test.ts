@@ -150,6 +150,20 @@ describe('the inbound side carried over', () => {
     assert.match(JSON.stringify(second[0]!.transport_socket), /ECDHE-ECDSA-AES256-GCM-SHA384/);
   });
 
+  it('makes a new transport socket part only of an upstream cluster on a MeshConfig TLS change: the rest is the same object (SMI)', () => {
+    const next = generations();
+    const buyer = proxyProfile(parseCommonName('a0000000-0000-4000-8000-000000000001.sidecar.bookbuyer.bookbuyer.cluster.local'));
+    const clusterOf = (context: GenerationContext) => generateProxyResources(context, buyer, certs).get(TypeUrl.Cluster)!.find((r) => r.name === 'bookstore/bookstore-v1|14001')!;
+    const first = clusterOf(next(bookstoreMesh({ permissive: false })));
+    const second = clusterOf(next(withCiphers(bookstoreMesh({ permissive: false }))));
+    assert.equal(second.parts?.length, 2);
+    assert.equal(second.parts?.[0], first.parts?.[0], 'all but the transport socket: the same object');
+    assert.notEqual(second.parts?.[1], first.parts?.[1]);
+    assert.deepEqual({ ...second.parts?.[0], ...second.parts?.[1] }, second.resource, 'the parts are the cluster');
+    assert.match(JSON.stringify(second.parts?.[1]), /ECDHE-ECDSA-AES256-GCM-SHA384/);
+    assert.doesNotMatch(JSON.stringify(second.parts?.[0]), /transport_socket/);
+  });
+
   it('keeps the inbound listener and routes through a MeshConfig change that is not of TLS settings (permissive)', () => {
     const next = generations();
     const one = next(bookstoreMesh({ permissive: true }));
@@ -186,6 +200,50 @@ describe('GenerationContext.outboundView', () => {
     assert.equal(two.outboundView(bookbuyer.identity), view);
     assert.equal(two.outboundViewId(view), one.outboundViewId(view));
     assert.ok(two.outboundView(serviceIdentity('bookbuyer', 'extra')), 'a new identity gets a view');
+  });
+
+  it('keeps every view of the generation before without computing one when what views read is the same (MeshConfig TLS settings, endpoints), and computes those a change names (a TrafficTarget, a service port)', () => {
+    const store = new ObjectStore();
+    const builder = new MeshSnapshotBuilder();
+    let context: GenerationContext | undefined;
+    const next = (objects: ReturnType<typeof bookstoreMesh>): GenerationContext => {
+      store.replaceAll('test', objects);
+      const { snapshot } = builder.build(store, { meshName: 'osm', generation: (context?.snapshot.generation ?? 0) + 1, ...(context ? { previous: context.snapshot } : {}) });
+      return (context = new GenerationContext(snapshot, context));
+    };
+    const identities = [bookbuyer.identity, bookthief.identity, serviceIdentity('bookstore', 'bookstore')];
+    const one = next(bookstoreMesh({ permissive: false }));
+    const views = identities.map((identity) => one.outboundView(identity));
+    assert.equal(one.outboundViewsComputed, identities.length);
+    const ciphers = bookstoreMesh({ permissive: false }).map((o) => (o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), sidecar: { cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] } } } : o));
+    const two = next(ciphers);
+    assert.notEqual(two.snapshot.settings, one.snapshot.settings);
+    assert.deepEqual(identities.map((identity) => two.outboundView(identity)), views, 'the same view objects');
+    assert.deepEqual(views.map((view) => two.outboundViewId(view)), views.map((view) => one.outboundViewId(view)), 'with their numbers');
+    assert.equal(two.outboundViewsComputed, 0, 'none computed');
+    // A generation that asks for one identity's view only (a scoped push), then one that asks for all.
+    const scoped = next(ciphers.map((o) => (o.kind === 'Pod' && o.metadata.name === 'bookstore-v2-1' ? { ...o, status: { podIP: '10.244.9.8', phase: 'Running' } } : o)));
+    assert.equal(scoped.outboundView(bookbuyer.identity), views[0]);
+    const moved = ciphers.map((o) => (o.kind === 'Pod' && o.metadata.name === 'bookstore-v2-1' ? { ...o, status: { podIP: '10.244.9.9', phase: 'Running' } } : o));
+    const three = next(moved);
+    assert.deepEqual(identities.map((identity) => three.outboundView(identity)), views);
+    assert.equal(three.outboundViewsComputed, 0, 'an endpoint change: none computed');
+    const grant = k8s.trafficTarget('bookstore', 'thief-access', 'bookstore', [{ ns: 'bookthief', sa: 'bookthief' }], [{ kind: 'HTTPRouteGroup', name: 'bookstore-service-routes' }]);
+    const four = next([...moved, grant]);
+    const thief = four.outboundView(bookthief.identity);
+    assert.notEqual(thief, views[1], 'bookthief now reaches bookstore');
+    assert.ok(thief.destinations.some((d) => d.service.name === 'bookstore'));
+    assert.equal(four.outboundView(bookbuyer.identity), views[0], 'bookbuyer reaches the same services: its view of the generation before');
+    assert.equal(four.outboundView(serviceIdentity('bookstore', 'bookstore')), views[2]);
+    assert.equal(four.outboundViewsComputed, 2, 'only the views of the identities the change names (bookthief, bookstore) are computed, not bookbuyer\'s');
+    // A service bookbuyer reaches changes its port: bookbuyer's view is computed again.
+    const ported = [...moved, grant].map((o) =>
+      o.kind === 'Service' && o.metadata.name === 'bookstore' ? { ...o, spec: { ...(o.spec as object), ports: [{ name: 'http', port: 8080, targetPort: 14001 }] } } : o,
+    );
+    const five = next(ported);
+    const buyer = five.outboundView(bookbuyer.identity);
+    assert.notEqual(buyer, views[0]);
+    assert.ok(buyer.destinations.some((d) => d.service.name === 'bookstore' && d.service.port === 8080));
   });
 
   it('permissive: keeps the view of the generation before for an identity it was never asked for', () => {

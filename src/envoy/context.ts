@@ -4,10 +4,12 @@
  * before; every generator takes it with the {@link ProxyProfile} it generates for. Nothing here
  * is module-level: two controllers (or a test's reference controller) share nothing.
  */
-import type { MeshSnapshot } from '../catalog/types.js';
+import { serviceKey } from '../catalog/names.js';
+import { diffMeshSnapshots } from '../catalog/snapshot-diff.js';
+import type { MeshService, MeshSnapshot } from '../catalog/types.js';
 import type { Proxy, ServiceIdentity, XdsClientType } from '../proxy/types.js';
 import { sameElements } from '../util/same.js';
-import { computeOutboundView, outboundViewKey, sameOutboundView, type OutboundView } from './outbound.js';
+import { computeOutboundView, outboundViewKey, sameOutboundView, sameOutboundViewInputs, type OutboundView } from './outbound.js';
 import type { NamedResource } from './resource.js';
 
 /**
@@ -41,6 +43,13 @@ export function proxyProfile(proxy: Pick<Proxy, 'identity' | 'clientType'>): Pro
  * Only what left the mesh stays that long for nothing.
  */
 export const MAX_IDLE_GENERATIONS = 256;
+
+/**
+ * How many identities' views one view epoch keeps (see `GenerationContext.outboundView`): past
+ * it, what the epoch remembered is dropped and views are computed again (identities that left
+ * are not kept for ever while nothing else changes).
+ */
+export const MAX_EPOCH_VIEWS = 65_536;
 
 /** One shared object and the inputs it was built from. */
 interface SharedEntry {
@@ -88,8 +97,17 @@ export class GenerationContext {
   private readonly viewsByIdentity = new Map<ServiceIdentity, ViewEntry>();
   /** The views of the generations before, by identity (what this one may keep). */
   private readonly carriedViews: ReadonlyMap<ServiceIdentity, ViewEntry>;
-  /** By {@link outboundViewKey}: identities reaching the same destinations the same way share one view. */
-  private readonly viewsByContent = new Map<string, ViewEntry>();
+  /**
+   * By {@link outboundViewKey}: identities reaching the same destinations the same way share one
+   * view. One map per view epoch: the generations of one epoch share it.
+   */
+  private readonly viewsByContent: Map<string, ViewEntry>;
+  /**
+   * The views computed (or kept after a comparison) by identity since what views read last
+   * changed (`sameOutboundViewInputs`): one map shared by the generations of that epoch, whose
+   * views are every one of them's.
+   */
+  private readonly epochViews: Map<ServiceIdentity, ViewEntry>;
   private readonly viewIds = new WeakMap<OutboundView, number>();
   /** Layers by kind and key ({@link layer}): this generation's. */
   private readonly layers = new Map<string, LayerEntry>();
@@ -97,6 +115,7 @@ export class GenerationContext {
   private readonly carriedLayers: ReadonlyMap<string, LayerEntry>;
   /** The last view number given, shared along the chain of contexts (numbers are never reused). */
   private readonly viewCounter: { last: number };
+  private computedViews = 0;
 
   /**
    * @param snapshot the MeshSnapshot of this generation.
@@ -113,6 +132,36 @@ export class GenerationContext {
     for (const [kind, ofKind] of previous?.entries ?? []) this.entries.set(kind, carry(this.sequence, ofKind));
     this.carriedViews = carry(this.sequence, previous?.carriedViews, previous?.viewsByIdentity);
     this.carriedLayers = carry(this.sequence, previous?.carriedLayers, previous?.layers);
+    // What the views read is what the generation before read: the views of its epoch are this one's.
+    const sameViews = previous !== undefined && sameOutboundViewInputs(previous.snapshot, snapshot);
+    this.epochViews = sameViews ? previous.epochViews : GenerationContext.keptViews(previous, snapshot);
+    this.viewsByContent = sameViews ? previous.viewsByContent : new Map();
+  }
+
+  /**
+   * The views of `previous`'s epoch that a change to `snapshot` cannot alter, by identity: those of
+   * identities the change does not name (`diffMeshSnapshots`: a TrafficTarget from or to them, a
+   * service of theirs or of an identity they may reach that appeared, went or changed), reaching no
+   * service it names (endpoints aside: a view holds none). None for a mesh-wide change, or a change
+   * of the permissive mode.
+   */
+  private static keptViews(previous: GenerationContext | undefined, snapshot: MeshSnapshot): Map<ServiceIdentity, ViewEntry> {
+    const kept = new Map<ServiceIdentity, ViewEntry>();
+    const before = previous?.snapshot;
+    if (!previous || !before || before.settings.permissiveTrafficPolicyMode !== snapshot.settings.permissiveTrafficPolicyMode) return kept;
+    const change = diffMeshSnapshots(before, snapshot);
+    if (change === 'all') return kept;
+    const touched = (svc: MeshService): boolean => change.services.has(serviceKey(svc));
+    for (const [identity, entry] of previous.epochViews) {
+      if (change.identities.has(identity) || entry.view.upstreams.some(touched) || entry.view.destinations.some((d) => touched(d.service))) continue;
+      kept.set(identity, entry);
+    }
+    return kept;
+  }
+
+  /** How many outbound views this context computed (`computeOutboundView`), not kept from the generation before. */
+  get outboundViewsComputed(): number {
+    return this.computedViews;
   }
 
   /** The context of the generation before, while this one is the newest (undefined after). */
@@ -178,6 +227,9 @@ export class GenerationContext {
    * can be shared; and the view the generation before had for `identity`, when it reaches the
    * very same services the same way, is kept (what is derived from it alone then carries over).
    * In permissive mode the view is computed once per generation, for the first identity asked.
+   * While what views read stays the same from one generation to the next (`sameOutboundViewInputs`:
+   * a change of endpoints, of MeshConfig's TLS or telemetry settings), a view computed in one of
+   * those generations is kept as it is, not computed again.
    */
   outboundView(identity: ServiceIdentity): OutboundView {
     let entry = this.viewsByIdentity.get(identity);
@@ -189,16 +241,26 @@ export class GenerationContext {
       if (entry) this.viewsByIdentity.set(identity, entry);
     }
     if (!entry) {
-      const computed = computeOutboundView(this.snapshot, identity);
-      const key = outboundViewKey(computed);
-      entry = this.viewsByContent.get(key);
+      entry = this.epochViews.get(identity) ?? (permissive ? this.epochViews.values().next().value : undefined);
       if (!entry) {
-        const previous = this.carriedViews;
-        const before = previous.get(identity) ?? (permissive ? previous.values().next().value : undefined);
-        entry = before && sameOutboundView(before.view, computed) ? before : { view: computed, id: ++this.viewCounter.last, usedAt: this.sequence };
-        this.viewsByContent.set(key, entry);
-        this.viewIds.set(entry.view, entry.id);
+        const computed = computeOutboundView(this.snapshot, identity);
+        this.computedViews++;
+        const key = outboundViewKey(computed);
+        entry = this.viewsByContent.get(key);
+        if (!entry) {
+          const previous = this.carriedViews;
+          const before = previous.get(identity) ?? (permissive ? previous.values().next().value : undefined);
+          entry = before && sameOutboundView(before.view, computed) ? before : { view: computed, id: ++this.viewCounter.last, usedAt: this.sequence };
+          this.viewsByContent.set(key, entry);
+        }
+        if (this.epochViews.size >= MAX_EPOCH_VIEWS) {
+          this.epochViews.clear();
+          this.viewsByContent.clear();
+          this.viewsByContent.set(key, entry);
+        }
+        this.epochViews.set(identity, entry);
       }
+      this.viewIds.set(entry.view, entry.id);
       this.viewsByIdentity.set(identity, entry);
     }
     entry.usedAt = this.sequence;

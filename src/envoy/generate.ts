@@ -8,7 +8,7 @@ import { identityParts } from '../proxy/types.js';
 import { generateEgressRouteConfigurations } from './rds/egress.js';
 import { generateIngressRouteConfigurations } from './rds/ingress.js';
 import { generateProxylessResources, generateProxylessRouteConfigurations, proxylessResourcesNeedPush } from './proxyless.js';
-import type { PushChange } from './push-change.js';
+import { withMeshChangeKind, type PushChange } from './push-change.js';
 import type { NamedResource } from './resource.js';
 import { generateSecrets, secretsNeedPush, type ProxyCertificates } from './sds/sds.js';
 
@@ -135,9 +135,11 @@ const SIDECAR_NEEDS_PUSH: readonly (readonly [TypeUrl, (change: PushChange) => b
  * The types of a proxy's resources that `change` makes regenerate, from each type's predicate
  * (`clustersNeedPush`, …; a proxyless client's `proxylessResourcesNeedPush`): only EDS when
  * only endpoints changed, only RDS when only TrafficSplit weights did, only SDS when only the
- * certificate rotated, every type for anything else; none when nothing of the proxy changed.
+ * certificate rotated, Clusters and Listeners only when only MeshConfig's TLS settings did (their
+ * TLS contexts), every type for anything else; none when nothing of the proxy changed.
  */
-export function typesToRegenerate(change: PushChange): ReadonlySet<TypeUrl> {
+export function typesToRegenerate(pushChange: PushChange): ReadonlySet<TypeUrl> {
+  const change = withMeshChangeKind(pushChange);
   const out = new Set<TypeUrl>();
   for (const [type, needsPush] of SIDECAR_NEEDS_PUSH) {
     if (change.clientType === 'grpc' ? proxylessResourcesNeedPush(type, change) : needsPush(change)) out.add(type);

@@ -79,3 +79,21 @@ export function computeOutboundView(snapshot: MeshSnapshot, identity: ServiceIde
   const sorted = [...upstreams.entries()].sort(byKey).map(([, s]) => s);
   return { destinations, upstreams: sorted };
 }
+
+/**
+ * Whether every identity's outbound view is the same in `a` and `b` without computing it: what
+ * {@link computeOutboundView} reads is the same, namely the permissive mode, the services (the
+ * same MeshService objects in the same order: a rebuild keeps unchanged ones), the TrafficTargets
+ * and TrafficSplits (the same lists: a rebuild keeps them when unchanged) and the services of
+ * each identity. Endpoints, MeshConfig's other settings and the other policies are not read.
+ */
+export function sameOutboundViewInputs(a: MeshSnapshot, b: MeshSnapshot): boolean {
+  if (a.settings.permissiveTrafficPolicyMode !== b.settings.permissiveTrafficPolicyMode) return false;
+  if (a.trafficTargets !== b.trafficTargets || a.trafficSplits !== b.trafficSplits || !sameElements(a.services, b.services)) return false;
+  if (a.servicesByIdentity.size !== b.servicesByIdentity.size) return false;
+  for (const [identity, keys] of a.servicesByIdentity) {
+    const other = b.servicesByIdentity.get(identity);
+    if (!other || !sameElements(keys, other)) return false;
+  }
+  return true;
+}

@@ -22,6 +22,10 @@ function pushChange(after: KubeObject[], extra: Partial<PushChange> = {}): PushC
 const movePod = (): KubeObject[] =>
   bookstoreMesh().map((o) => (o.kind === 'Pod' && o.metadata.name === 'bookstore-v2-1' ? { ...o, status: { podIP: '10.244.9.9', phase: 'Running' } } : o));
 
+/** The bookstore mesh with its MeshConfig's `spec.sidecar` (and `spec.observability`) set. */
+const withMeshConfig = (sidecar: Record<string, unknown>, observability?: Record<string, unknown>): KubeObject[] =>
+  bookstoreMesh().map((o) => (o.kind === 'MeshConfig' ? { ...o, spec: { ...(o.spec as object), sidecar, ...(observability ? { observability } : {}) } } : o));
+
 const sorted = (types: ReadonlySet<TypeUrl>) => [...types].sort();
 
 describe('typesToRegenerate (the per-type needs-push predicates)', () => {
@@ -45,6 +49,24 @@ describe('typesToRegenerate (the per-type needs-push predicates)', () => {
 
   it('nothing that concerns the proxy regenerates nothing', () => {
     assert.deepEqual(sorted(typesToRegenerate(pushChange(movePod(), { change: NOTHING }))), []);
+  });
+
+  it("a change of MeshConfig's TLS settings alone regenerates Clusters and Listeners only (their TLS contexts), for sidecars and proxyless clients", () => {
+    const ciphers = pushChange(withMeshConfig({ cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] }));
+    assert.equal(ciphers.change, 'all');
+    assert.deepEqual(sorted(typesToRegenerate(ciphers)), [TypeUrl.Cluster, TypeUrl.Listener].sort());
+    assert.deepEqual(sorted(typesToRegenerate({ ...ciphers, clientType: 'grpc' })), [TypeUrl.Cluster, TypeUrl.Listener].sort());
+    const versions = pushChange(withMeshConfig({ tlsMinProtocolVersion: 'TLSv1_3', ecdhCurves: ['X25519'] }));
+    assert.deepEqual(sorted(typesToRegenerate(versions)), [TypeUrl.Cluster, TypeUrl.Listener].sort());
+    assert.deepEqual(sorted(typesToRegenerate({ ...versions, certificateRotated: true })), [TypeUrl.Cluster, TypeUrl.Listener, TypeUrl.Secret].sort());
+  });
+
+  it('a TLS settings change with any other change regenerates every type', () => {
+    const logs = pushChange(withMeshConfig({ cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] }, { enableAccessLog: true }));
+    assert.deepEqual(sorted(typesToRegenerate(logs)), [...ALL].sort(), 'another MeshConfig setting');
+    const grant = k8s.trafficTarget('bookstore', 'thief-access', 'bookstore', [{ ns: 'bookthief', sa: 'bookthief' }], [{ kind: 'HTTPRouteGroup', name: 'bookstore-service-routes' }]);
+    const access = pushChange([...withMeshConfig({ cipherSuites: ['ECDHE-ECDSA-AES256-GCM-SHA384'] }), grant]);
+    assert.deepEqual(sorted(typesToRegenerate(access)), [...ALL].sort(), 'a TrafficTarget too');
   });
 
   it('any other change regenerates every type, for sidecars and proxyless clients', () => {

@@ -34,7 +34,10 @@ function upstreamHttp(svc: MeshService): UpstreamHttp | undefined {
  * ({@link upstreamTlsContext}), SNI = FQDN, and the service's UpstreamTrafficSetting as circuit
  * breakers, connect timeout and max requests per connection (Envoy `config.cluster.v3.Cluster`;
  * OSM v1.2 `getUpstreamServiceCluster`). One shared object per service (it names no identity), so
- * every proxy's snapshot holds the very same encoded bytes, encoded and checked once.
+ * every proxy's snapshot holds the very same encoded bytes, encoded and checked once. Given as
+ * two parts (`NamedResource.parts`): all but the transport socket, which reads no MeshConfig
+ * setting, and the transport socket, so that a MeshConfig change (its TLS settings) makes a new
+ * socket part only, and the rest of the cluster is not checked and encoded again.
  */
 export function upstreamCluster(context: GenerationContext, svc: MeshService): NamedResource<Cluster> {
   const name = clusterName(svc);
@@ -42,18 +45,13 @@ export function upstreamCluster(context: GenerationContext, svc: MeshService): N
   // The identities behind the service are the SANs it accepts.
   const backing = snapshot.identitiesByService.get(serviceKey(svc)) ?? [];
   const sans = context.shared('SubjectAltNameMatchers', name, [backing], sanMatchers);
-  const inputs = [svc, upstreamTrafficSettingFor(snapshot, svc), snapshot.settings, backing, sans] as const;
-  return { name, resource: context.shared('Cluster', name, inputs, buildUpstreamCluster) };
+  const base = context.shared('UpstreamClusterBase', name, [svc, upstreamTrafficSettingFor(snapshot, svc)], upstreamClusterBase);
+  const socket = context.shared('UpstreamClusterSocket', name, [svc, snapshot.settings, backing, sans], upstreamClusterSocket);
+  return { name, resource: context.shared('Cluster', name, [base, socket], (b: Cluster, s: Cluster): Cluster => ({ ...b, ...s })), parts: [base, socket] };
 }
 
-/** A service's upstream cluster from its inputs alone (see {@link upstreamCluster}). */
-function buildUpstreamCluster(
-  svc: MeshService,
-  setting: UpstreamTrafficSettingPolicy | undefined,
-  settings: MeshSettings,
-  backing: readonly ServiceIdentity[],
-  sans: ReturnType<typeof sanMatchers>,
-): Cluster {
+/** All of a service's upstream cluster but its transport socket, from its inputs alone (see {@link upstreamCluster}). */
+function upstreamClusterBase(svc: MeshService, setting: UpstreamTrafficSettingPolicy | undefined): Cluster {
   const name = clusterName(svc);
   return {
     name,
@@ -62,8 +60,12 @@ function buildUpstreamCluster(
     eds_cluster_config: { eds_config: ADS_CONFIG_SOURCE, service_name: name },
     lb_policy: 'ROUND_ROBIN',
     ...upstreamSettingFields(setting, CONNECT_TIMEOUT_MS, upstreamHttp(svc)),
-    transport_socket: tlsTransportSocket(upstreamTlsContext(svc, settings, backing, sans), true),
   };
+}
+
+/** The transport socket of a service's upstream cluster, as a Cluster part, from its inputs alone (see {@link upstreamCluster}). */
+function upstreamClusterSocket(svc: MeshService, settings: MeshSettings, backing: readonly ServiceIdentity[], sans: ReturnType<typeof sanMatchers>): Cluster {
+  return { transport_socket: tlsTransportSocket(upstreamTlsContext(svc, settings, backing, sans), true) };
 }
 
 function staticCluster(name: string, port: number, svc?: MeshService): Cluster {
@@ -146,8 +148,10 @@ export function generateOwnClusters(context: GenerationContext, profile: ProxyPr
 /**
  * Whether `change` makes a sidecar's Clusters regenerate (Istio's `cdsNeedsPush` idea):
  * for any change but one that only moves endpoints (EDS), only re-weights TrafficSplits (RDS: the
- * same clusters are reached) or only rotates the certificate (SDS: clusters name the secret, not its content).
+ * same clusters are reached) or only rotates the certificate (SDS: clusters name the secret, not its content);
+ * a change of MeshConfig's TLS settings alone is one (the upstream clusters' TLS contexts).
  */
 export function clustersNeedPush(change: PushChange): boolean {
-  return meshChangeKind(change) === 'other';
+  const kind = meshChangeKind(change);
+  return kind === 'tls-settings' || kind === 'other';
 }

@@ -366,8 +366,10 @@ function sharedOutboundListener(
  * Whether `change` makes a sidecar's Listeners regenerate (Istio's `cdsNeedsPush` idea):
  * for any change but one that only moves endpoints (EDS; `onlyEndpointsChanged` excludes headless
  * services, whose addresses are in filter chain matches), only re-weights HTTP TrafficSplits (RDS;
- * a TCP apex's weights are in listeners, `onlySplitWeightsChanged` excludes it) or only rotates the certificate (SDS).
+ * a TCP apex's weights are in listeners, `onlySplitWeightsChanged` excludes it) or only rotates the certificate (SDS);
+ * a change of MeshConfig's TLS settings alone is one (the inbound and ingress chains' TLS contexts).
  */
 export function listenersNeedPush(change: PushChange): boolean {
-  return meshChangeKind(change) === 'other';
+  const kind = meshChangeKind(change);
+  return kind === 'tls-settings' || kind === 'other';
 }

@@ -325,13 +325,15 @@ describe('resources given as parts (NamedResource.parts)', () => {
     }
   });
 
-  it('are not needed for an upstream cluster: one object for proxies of different identities', () => {
+  it('of an upstream cluster are one object each for proxies of different identities, as the cluster is', () => {
     const bookthief = parseCommonName('a0000000-0000-4000-8000-000000000002.sidecar.bookthief.bookthief.cluster.local');
     const permissive = new GenerationContext(buildMeshSnapshot(memoryStore(bookstoreMesh({ permissive: true })), { meshName: 'osm', generation: 1 }).snapshot);
     const of = (proxy: Proxy) => generateProxyResources(permissive, proxyProfile(proxy), { certChainPem: 'c', privateKeyPem: 'k', caPem: 'r' }).get(TypeUrl.Cluster)!.find((c) => c.name === 'bookstore/bookstore-v1|14001')!;
     const [a, b] = [of(bookbuyer), of(bookthief)];
     assert.equal(a.resource, b.resource, 'one cluster object');
-    assert.equal(a.parts, undefined);
+    assert.equal(a.parts?.length, 2, 'all but the transport socket, and the transport socket');
+    assert.equal(a.parts?.[0], b.parts?.[0]);
+    assert.equal(a.parts?.[1], b.parts?.[1]);
     const certOf = (c: NamedResource) => (c.resource as Obj).transport_socket.typed_config.common_tls_context.tls_certificate_sds_secret_configs[0].name;
     assert.deepEqual([certOf(a), certOf(b)], ['service-cert', 'service-cert']);
   });

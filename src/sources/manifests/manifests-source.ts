@@ -54,8 +54,9 @@ export interface ManifestsSourceOptions {
    */
   maxTotalBytes?: number;
   /**
-   * A file modified less than this long ago is read again this long after, until two reads
-   * agree, so a file being written is not taken half written; in ms (default 200; 0: off).
+   * A file modified less than this long ago is read again once its modification is this old,
+   * until two reads agree, so a file being written is not taken half written; in ms (default
+   * 200; 0: off). The watcher's quiet period ({@link debounceMs}) counts in it.
    */
   settleMs?: number;
 }
@@ -101,8 +102,9 @@ interface FileState {
  *   order; one that does not fit in what is left is not parsed and keeps its previous objects
  *   (so a first load takes the files in path order until the bound). It is read again at
  *   every rescan, and loads once the others leave room.
- * - A file modified less than `settleMs` ago is read again until two reads agree: a file being
- *   written (truncated, then written in chunks) is not taken half written.
+ * - A file modified less than `settleMs` ago is read again once its modification is `settleMs`
+ *   old, until two reads agree: a file being written (truncated, then written in chunks) is not
+ *   taken half written.
  * - A document rejected by validation is skipped; if the same kind/namespace/name was loaded
  *   from this file before, that previous version is kept.
  * - A file that was deleted contributes nothing any more.

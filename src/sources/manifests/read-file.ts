@@ -83,9 +83,13 @@ export async function readManifestFile(file: string, maxBytes: number): Promise<
 
 /**
  * {@link readManifestFile}, waiting until a file being written is written: when the file was
- * modified less than `settleMs` ago, it is read again `settleMs` later, until two reads find
- * the same content, size and modification time (a write in several chunks, or truncate then
- * write, is not taken half done). After `attempts` re-reads that all differ: `unsettled`.
+ * modified less than `settleMs` ago, it is read again once its modification is `settleMs` old
+ * (at most `settleMs` later, whatever a clock skew makes its modification time say), until two
+ * reads find the same content, size and modification time: it is taken once it has stayed
+ * unchanged for `settleMs` (a write in several chunks, or truncate then write, is not taken
+ * half done). The wait counts from the modification, not from the read: the file watcher's own
+ * quiet period before the first read is part of it, not added to it. After `attempts` re-reads
+ * that all differ: `unsettled`.
  * @param settleMs the quiet period, in ms (0: read once).
  * @param attempts how many times to re-read at most.
  * @param now the clock, in ms since the epoch (tests).
@@ -94,7 +98,7 @@ export async function readSettledManifestFile(file: string, maxBytes: number, se
   let read = await readManifestFile(file, maxBytes);
   for (let i = 0; read.status === 'ok' && now() - read.mtimeMs < settleMs; i++) {
     if (i === attempts) return { status: 'unsettled' };
-    await delay(settleMs);
+    await delay(Math.min(settleMs, Math.max(1, read.mtimeMs + settleMs - now())));
     const again = await readManifestFile(file, maxBytes);
     if (again.status === 'ok' && again.text === read.text && again.size === read.size && again.mtimeMs === read.mtimeMs) break;
     read = again;
