@@ -262,7 +262,7 @@ export async function runController(options: ControllerOptions): Promise<Running
   // take long to sync (an unreachable API server); /readyz tells when then.
   if (!kube) await warmUp;
   logger.info(
-    { ...(options.manifests !== undefined ? { manifests: path.resolve(options.manifests) } : { kubernetes: true }), xdsPort, xdsPlaintextPort, httpPort, mesh: options.meshName, services: controller.snapshot.services.length },
+    { ...(options.manifests !== undefined ? { manifests: path.resolve(options.manifests) } : { kubernetes: true }), xdsPort, xdsPlaintextPort, httpPort, meshPage: meshPageUrl(options.httpAddress, httpPort), mesh: options.meshName, services: controller.snapshot.services.length },
     'controller started',
   );
   return { xdsPort, xdsPlaintextPort, httpPort, controller, replica, stop: () => lifecycle.stop() };
@@ -441,6 +441,12 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
     },
     logger,
   );
+}
+
+/** The mesh page's URL on the operations server (`http://HOST:PORT/`; an IPv6 host in brackets). */
+function meshPageUrl(httpAddress: string, port: number): string {
+  const { host } = splitHostPort(httpAddress);
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}/`;
 }
 
 /** The `/debug/mesh` view (the mesh page's): see `meshView`; policy status from {@link policiesView}'s `status` when it has one. */

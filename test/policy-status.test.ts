@@ -283,6 +283,9 @@ spec:
     const absent = captured();
     assert.equal(await waitProgrammed({ controller: controllerUrl, kind: 'TrafficSplit', namespace: 'bookstore', name: 'absent-split', timeoutSeconds: 0.3 }, absent), 1);
     assert.match(absent.stderr, /timed out after 0\.3 s: the controller at .* has no TrafficSplit bookstore\/absent-split/);
+    const unknown = captured();
+    assert.equal(await waitProgrammed({ controller: controllerUrl, kind: 'TrafficSplit', namespace: 'default', name: 'bookstore-split', timeoutSeconds: 60, unknownGraceMs: 300 }, unknown), 1);
+    assert.match(unknown.stderr, /^the controller at .* has no TrafficSplit default\/bookstore-split \(for 0\.3 s\): check KIND\/NAME and -n\n$/, 'an object the controller does not know ends the wait long before its timeout');
     const behind = captured();
     assert.equal(await waitProgrammed({ controller: controllerUrl, kind: 'TrafficSplit', namespace: 'bookstore', name: 'bookstore-split', timeoutSeconds: 0.3, generation: 9 }, behind), 1);
     assert.match(behind.stderr, /timed out after 0\.3 s: TrafficSplit bookstore\/bookstore-split is at generation 4, not 9 yet/);

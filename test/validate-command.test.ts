@@ -87,7 +87,7 @@ describe('trellis validate', () => {
       `${at('broken.yaml', 4)}YAML syntax error: Flow map in block collection must be sufficiently indented and end with a }`,
       `warning: ${at('split.yaml', 10)}TrafficSplit bookstore/bookstore-split: spec.colour: unknown field for TrafficSplit split.smi-spec.io/v1alpha2: it is ignored (a typo?)`,
       `${at('faults.yaml', 1)}TrafficTarget bookstore/ghost-routes: spec.rules[0].name: HTTPRouteGroup bookstore/no-such-routes does not exist; it is not in force`,
-      `${at('faults.yaml', 14)}TrafficSplit bookstore/bad-split: spec.backends[0].service: Service bookstore/no-such-backend does not exist`,
+      `${at('faults.yaml', 14)}TrafficSplit bookstore/bad-split: spec.backends[0].service: Service bookstore/no-such-backend does not exist; the TrafficSplit applies without this backend`,
       'bookstore/bookstore (sidecar): invalid configuration not sent: RouteConfiguration "rds-inbound.14001": virtual_hosts[0].typed_per_filter_config[envoy.filters.http.local_ratelimit]<LocalRateLimit>.response_headers_to_add[0].header.value: string.well_known_regex: must be a valid HTTP header value (no NUL, CR or LF), got "yes\\r\\nInjected: 1"',
     ]);
     assert.equal(lines.at(-1), `${faulty}: 4 errors, 1 warning (mesh osm; 6 identities: sidecar and proxyless configurations checked)`);

@@ -561,15 +561,15 @@ function resolveTrafficSplits(
     const backends: { service: string; weight: number }[] = [];
     (split.spec.backends ?? []).forEach((b, i) => {
       if (!Number.isInteger(b.weight) || b.weight < 0) {
-        report(`spec.backends[${i}].weight`, `${String(b.weight)} is not a non-negative integer`);
+        report(`spec.backends[${i}].weight`, `${String(b.weight)} is not a non-negative integer; the TrafficSplit applies without this backend`);
         return;
       }
       if (!serviceNames.has(`${ns}/${b.service}`)) {
-        report(`spec.backends[${i}].service`, `Service ${ns}/${b.service} does not exist`);
+        report(`spec.backends[${i}].service`, `Service ${ns}/${b.service} does not exist; the TrafficSplit applies without this backend`);
         return;
       }
       if (b.weight > MAX_UINT32) {
-        report(`spec.backends[${i}].weight`, `${b.weight} is above ${MAX_UINT32}, the largest weight Envoy accepts`);
+        report(`spec.backends[${i}].weight`, `${b.weight} is above ${MAX_UINT32}, the largest weight Envoy accepts; the TrafficSplit applies without this backend`);
         return;
       }
       if (b.weight > 0) backends.push({ service: b.service, weight: b.weight });

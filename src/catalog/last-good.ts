@@ -9,6 +9,8 @@ export const PREVIOUS_NOTE = '; its previous version, applied in part, stays in 
 export const NOT_IN_FORCE_NOTE = '; it is not in force';
 
 const NOTES = [KEPT_NOTE, PREVIOUS_NOTE, NOT_IN_FORCE_NOTE];
+/** The end of a message saying what the policy applies without (`; the TrafficTarget applies without match "X"`). */
+const APPLIES_WITHOUT = /; the \w+ applies without [^;]*$/;
 
 /** What {@link keepLastGood} resolved. */
 export interface KeptPolicies<T> {
@@ -55,7 +57,9 @@ export function keepLastGood<T extends { readonly name: string }>(
   };
   const note = (indexes: readonly number[], text: string): void => {
     for (const i of indexes) {
-      if (!NOTES.some((n) => problems[i].message.endsWith(n))) problems[i] = { ...problems[i], message: `${problems[i].message}${text}` };
+      // What this version would apply without is moot when an earlier version stays in force.
+      const message = text === NOT_IN_FORCE_NOTE ? problems[i].message : problems[i].message.replace(APPLIES_WITHOUT, '');
+      if (!NOTES.some((n) => message.endsWith(n))) problems[i] = { ...problems[i], message: `${message}${text}` };
     }
   };
   const partial = new Set<string>();

@@ -62,6 +62,25 @@ describe('policy problem messages say what is in force', () => {
     );
   });
 
+  it('a TrafficSplit with a backend that does not exist applies without it on a first load, and keeps its last valid version after an edit', () => {
+    const split = (backends: { service: string; weight: number }[]) =>
+      bookstoreMesh().map((o) => (o.kind === 'TrafficSplit' && o.metadata.name === 'bookstore-split' ? k8s.trafficSplit('bookstore', 'bookstore-split', 'bookstore', backends) : o));
+    const fresh = build(split([{ service: 'bookstore-v1', weight: 50 }, { service: 'bookstore-v3', weight: 50 }]));
+    assert.deepEqual(fresh.texts, [
+      'TrafficSplit bookstore/bookstore-split: spec.backends[1].service: Service bookstore/bookstore-v3 does not exist; the TrafficSplit applies without this backend',
+    ]);
+    assert.deepEqual(fresh.snapshot.trafficSplits.find((s) => s.name === 'bookstore/bookstore-split')?.backends, [{ service: 'bookstore-v1', weight: 50 }]);
+    const valid = build(split([{ service: 'bookstore-v1', weight: 50 }, { service: 'bookstore-v2', weight: 50 }]));
+    const edited = build(split([{ service: 'bookstore-v1', weight: 50 }, { service: 'bookstore-v3', weight: 50 }]), valid.snapshot, 2);
+    assert.deepEqual(edited.texts, [
+      'TrafficSplit bookstore/bookstore-split: spec.backends[1].service: Service bookstore/bookstore-v3 does not exist; its last valid version stays in force',
+    ]);
+    assert.deepEqual(edited.snapshot.trafficSplits.find((s) => s.name === 'bookstore/bookstore-split')?.backends, [
+      { service: 'bookstore-v1', weight: 50 },
+      { service: 'bookstore-v2', weight: 50 },
+    ]);
+  });
+
   it('a policy that was never valid is said not to be in force', () => {
     const objects = [...bookstoreMesh(), k8s.trafficSplit('bookstore', 'nowhere', 'no-such-apex', [{ service: 'bookstore-v1', weight: 1 }])];
     const first = build(objects);

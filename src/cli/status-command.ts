@@ -97,21 +97,26 @@ export async function printStatus(options: { controller: string; output: 'table'
 /** How often `trellis wait` asks the controller, in ms. */
 export const WAIT_POLL_MS = 250;
 
+/** How long `trellis wait` waits for an object the controller does not know (one applied a moment ago may not be loaded yet), in ms. */
+export const UNKNOWN_OBJECT_GRACE_MS = 10_000;
+
 /**
  * `trellis wait --for programmed KIND/NAME -n NS`: polls `/debug/policy-status` until every
  * proxy the object affects has ACKed a configuration made for its current generation (with
  * `generation`, for that generation or a later one: the controller may not have seen a change just
  * applied yet; `kubectl get … -o jsonpath='{.metadata.generation}'` gives it in Kubernetes mode).
- * @returns the exit status: 0 programmed; 1 when the object is not accepted, a proxy NACKed, or
- *   `timeoutSeconds` passed (each printed with why).
+ * @returns the exit status: 0 programmed; 1 when the object is not accepted, a proxy NACKed,
+ *   the controller has not known it for {@link UNKNOWN_OBJECT_GRACE_MS}, or `timeoutSeconds`
+ *   passed (each printed with why).
  */
 export async function waitProgrammed(
-  options: { controller: string; kind: PolicyKind; namespace: string; name: string; timeoutSeconds: number; generation?: number },
+  options: { controller: string; kind: PolicyKind; namespace: string; name: string; timeoutSeconds: number; generation?: number; unknownGraceMs?: number },
   io: StatusOutput = STDIO,
 ): Promise<number> {
   const what = `${options.kind} ${options.namespace}/${options.name}`;
   const query = new URLSearchParams({ kind: options.kind, namespace: options.namespace, name: options.name });
-  const deadline = Date.now() + options.timeoutSeconds * 1000;
+  const started = Date.now();
+  const deadline = started + options.timeoutSeconds * 1000;
   let last: PolicyStatusDetail | undefined;
   for (;;) {
     const { status, body } = await getJson(options.controller, `/debug/policy-status?${query}`);
@@ -135,6 +140,9 @@ export async function waitProgrammed(
       }
     } else if (status !== 404) {
       throw new Error(`the controller at ${options.controller} answered ${status}: ${JSON.stringify(body)}`);
+    } else if (Date.now() - started >= (options.unknownGraceMs ?? UNKNOWN_OBJECT_GRACE_MS)) {
+      io.err(`the controller at ${options.controller} has no ${what} (for ${(options.unknownGraceMs ?? UNKNOWN_OBJECT_GRACE_MS) / 1000} s): check KIND/NAME and -n\n`);
+      return 1;
     }
     if (Date.now() >= deadline) break;
     await new Promise((resolve) => setTimeout(resolve, Math.min(WAIT_POLL_MS, Math.max(0, deadline - Date.now()))));
