@@ -178,6 +178,8 @@ describe('trellis explain', () => {
     const noHeaders = explain({ ...BOOKS_BOUGHT, headers: {} });
     assert.equal(noHeaders.inbound[0].route?.misses[0].reason, 'header client-app is missing (the route wants it to match bookbuyer)');
     assert.match(formatExplanation(noHeaders), /not matched: bookstore\/bookstore-service-routes\/books-bought: header client-app is missing/);
+    const why = formatExplanation(noHeaders).split('\nsource proxy')[0];
+    assert.match(why, /^why:\n  - bookstore\/bookstore-v1 .*\(404\); not matched: bookstore\/bookstore-service-routes\/books-bought: header client-app is missing/m, 'the summary says which header was missing');
   });
 
   it('permissive mode allows bookthief too, as permissive', async () => {

@@ -255,8 +255,18 @@ function routeThrough(configs: readonly NamedResource<RouteConfiguration>[], nam
     return { hop, route, denied: null };
   }
   const hop = { routeConfiguration: name, virtualHost: host.name ?? null, route: null, misses, clusters: [] };
-  return { hop, route: undefined, denied: `no route of virtual host ${host.name ?? ''} in ${name} matches ${request.method} ${request.path} (404)` };
+  return { hop, route: undefined, denied: `no route of virtual host ${host.name ?? ''} in ${name} matches ${request.method} ${request.path} (404)${missSummary(misses)}` };
 }
+
+/** The routes that did not match and why, for a denial's one line: at most {@link MAX_MISSES_SAID}, then how many more. */
+function missSummary(misses: readonly RouteMiss[]): string {
+  if (misses.length === 0) return '';
+  const said = misses.slice(0, MAX_MISSES_SAID).map((m) => `${m.route}: ${m.reason}`);
+  const more = misses.length > MAX_MISSES_SAID ? `; ${misses.length - MAX_MISSES_SAID} more` : '';
+  return `; not matched: ${said.join('; ')}${more}`;
+}
+
+const MAX_MISSES_SAID = 3;
 
 /** An RBAC filter's verdict for `principal`. */
 function rbacVerdict(filter: string, config: Parameters<typeof rbacPolicies>[0], principal: string | undefined): RbacVerdict {
