@@ -2,7 +2,7 @@
  * Real Envoy (1.40) on every manifest set we have: OSM's anchor sets (test/helpers/anchor-sets.ts,
  * the sets test/anchors.test.ts checks with the validator) and the repository's
  * examples/bookstore. Per set one controller (in this process, ADS on its lab bridge's address
- * :15128); per step of the set, for every identity of a monitored namespace, one Envoy with a
+ * :19215, not the default 15128, so a controller started by hand on 0.0.0.0:15128 cannot collide); per step of the set, for every identity of a monitored namespace, one Envoy with a
  * `trellis bootstrap` bootstrap in state of the world and one in delta xDS, each in its own
  * network namespace (they all bind the sidecar ports), as uid 1500. A step is done when each
  * Envoy ACKed every type at the version last sent and its admin `/config_dump?include_eds`
@@ -35,6 +35,8 @@ const PARALLEL_SETS = 3;
 const LAB_PREFIXES = Array.from({ length: PARALLEL_SETS }, (_, i) => `tle${i}`);
 /** Each lab a /26 of the engineer's 10.252.0.0/24: bridge .1, .65, .129. */
 const labSubnet = (i: number) => `10.252.0.${i * 64}/26`;
+/** The controllers' mTLS ADS port on their lab bridges (the range of this test, not the default 15128). */
+const XDS_PORT = 19215;
 /** Operations servers on 19210 + N (the range of this test). */
 const httpPort = (i: number) => 19210 + i;
 
@@ -122,7 +124,7 @@ async function runSet(set: ManifestSet, lab: LabNetwork, labIndex: number, envoy
       manifests,
       meshName: 'osm',
       stateDir: path.join(work, 'state'),
-      xdsAddress: `${lab.bridgeAddress}:15128`,
+      xdsAddress: `${lab.bridgeAddress}:${XDS_PORT}`,
       httpAddress: `127.0.0.1:${httpPort(labIndex)}`,
       resyncIntervalMs: 600_000,
       debounceQuietMs: 20,
@@ -152,7 +154,7 @@ async function runSet(set: ManifestSet, lab: LabNetwork, labIndex: number, envoy
           const address = nextAddress++;
           starting.push(
             startLabSidecar({
-              lab, envoyPath, stateDir: path.join(work, 'state'), xdsAddress: `${lab.bridgeAddress}:15128`,
+              lab, envoyPath, stateDir: path.join(work, 'state'), xdsAddress: `${lab.bridgeAddress}:${XDS_PORT}`,
               namespace, serviceAccount, delta,
               name: `${serviceAccount}.${namespace}.${delta ? 'delta' : 'sotw'}`,
               podIp: pod?.status?.podIP ?? `10.244.255.${address}`,
