@@ -9,6 +9,7 @@
 import { Command, Option } from 'commander';
 import { ExplainError, type Explanation, type ExplainQuery } from '../explain/explain.js';
 import { explainQueryParams, parseHeaderArguments } from '../explain/http.js';
+import { getFromController } from './controller-http.js';
 
 /** `trellis explain`'s exit status for an answer: 0 allowed, 1 denied or partial. */
 export function explainExitCode(explanation: Pick<Explanation, 'decision'>): 0 | 1 {
@@ -22,23 +23,16 @@ export const EXPLAIN_ERROR_EXIT = 2;
 async function explainOnline(controller: string, query: ExplainQuery): Promise<Explanation> {
   const url = new URL('/debug/explain', controller);
   url.search = explainQueryParams(query).toString();
-  let response: Response;
-  try {
-    response = await fetch(url);
-  } catch (err) {
-    const cause = err instanceof Error && err.cause instanceof Error ? err.cause.message : err instanceof Error ? err.message : String(err);
-    throw new Error(`cannot reach the controller at ${controller}: ${cause} (start it, or pass --manifests DIR to explain offline)`);
-  }
-  const text = await response.text();
+  const { status, text } = await getFromController(controller, `${url.pathname}${url.search}`, { timeoutMs: 10_000, unreachableHint: ' (start it, or pass --manifests DIR to explain offline)' });
   let body: unknown;
   try {
     body = JSON.parse(text);
   } catch {
-    throw new Error(`the controller at ${controller} answered ${response.status} with no JSON: ${text.slice(0, 200).trim()}`);
+    throw new Error(`the controller at ${controller} answered ${status} with no JSON: ${text.slice(0, 200).trim()}`);
   }
   const error = (body as { error?: unknown }).error;
-  if (response.status === 400 || response.status === 404) throw new ExplainError(response.status === 404 ? 'unknown' : 'invalid', String(error));
-  if (!response.ok) throw new Error(`the controller at ${controller} answered ${response.status}: ${typeof error === 'string' ? error : text.trim()}`);
+  if (status === 400 || status === 404) throw new ExplainError(status === 404 ? 'unknown' : 'invalid', String(error));
+  if (status < 200 || status > 299) throw new Error(`the controller at ${controller} answered ${status}: ${typeof error === 'string' ? error : text.trim()}`);
   return body as Explanation;
 }
 

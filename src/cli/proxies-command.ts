@@ -4,6 +4,7 @@
  * `/debug/pod-proxy`, `/debug/config_dump`), in either mode, without a kubeconfig.
  */
 import { Option, type Command } from 'commander';
+import { getFromController } from './controller-http.js';
 
 /** Where a command writes its results (standard output; `kube-commands.ts` has the same shape). */
 type CommandOutput = { write(text: string): void };
@@ -43,13 +44,8 @@ export interface ProxyView {
  * @throws Error `cannot reach the controller at URL: …` when it does not answer.
  */
 async function get(controllerUrl: string, path: string): Promise<{ status: number; body: string }> {
-  let response: Response;
-  try {
-    response = await fetch(new URL(path, controllerUrl), { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
-  } catch (err) {
-    throw new Error(`cannot reach the controller at ${controllerUrl}: ${err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err)}`);
-  }
-  return { status: response.status, body: await response.text() };
+  const { status, text } = await getFromController(controllerUrl, path, { timeoutMs: REQUEST_TIMEOUT_MS });
+  return { status, body: text };
 }
 
 /** The `error` member of a JSON error body, else the body itself. */

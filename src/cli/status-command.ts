@@ -5,6 +5,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { parseGoDuration } from '../catalog/build-snapshot.js';
 import { POLICY_KINDS, type PolicyKind } from '../status/object-versions.js';
+import { getFromController } from './controller-http.js';
 import { isProgrammed, programmedSummary, type PolicyStatus, type PolicyStatusDetail } from '../status/policy-status.js';
 
 /** The operations server `trellis status` and `trellis wait` ask by default. */
@@ -54,19 +55,20 @@ function positiveInteger(value: string): number {
   return n;
 }
 
-/** GETs `path` from the controller: status and parsed JSON body. @throws Error naming the controller when it cannot be reached or answers no JSON. */
-async function getJson(controllerUrl: string, path: string): Promise<{ status: number; body: unknown }> {
-  let response: Response;
+/** How long one request to the controller may take, in ms (`trellis wait`: never past its deadline). */
+const REQUEST_TIMEOUT_MS = 10_000;
+
+/**
+ * GETs `path` from the controller: status and parsed JSON body.
+ * @param timeoutMs bound on the request ({@link getFromController}).
+ * @throws Error naming the controller when it cannot be reached, does not answer in time, answers too much or no JSON.
+ */
+async function getJson(controllerUrl: string, path: string, timeoutMs = REQUEST_TIMEOUT_MS): Promise<{ status: number; body: unknown }> {
+  const { status, text } = await getFromController(controllerUrl, path, { timeoutMs });
   try {
-    response = await fetch(new URL(path, controllerUrl), { signal: AbortSignal.timeout(10_000) });
-  } catch (err) {
-    throw new Error(`cannot reach the controller at ${controllerUrl}: ${err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err)}`);
-  }
-  const text = await response.text();
-  try {
-    return { status: response.status, body: JSON.parse(text) };
+    return { status, body: JSON.parse(text) };
   } catch {
-    throw new Error(`the controller at ${controllerUrl} answered ${response.status} without JSON: ${text.slice(0, 200).trim()}`);
+    throw new Error(`the controller at ${controllerUrl} answered ${status} without JSON: ${text.slice(0, 200).trim()}`);
   }
 }
 
@@ -119,7 +121,8 @@ export async function waitProgrammed(
   const deadline = started + options.timeoutSeconds * 1000;
   let last: PolicyStatusDetail | undefined;
   for (;;) {
-    const { status, body } = await getJson(options.controller, `/debug/policy-status?${query}`);
+    // One request never outlasts the deadline (at least 1 s each, so the last one can still answer).
+    const { status, body } = await getJson(options.controller, `/debug/policy-status?${query}`, Math.min(REQUEST_TIMEOUT_MS, Math.max(1000, deadline - Date.now())));
     if (status === 200) {
       const detail = body as PolicyStatusDetail;
       last = detail;

@@ -54,6 +54,9 @@ export interface PolicyStatusWriterOptions {
   readonly maxWritesPerInterval?: number;
 }
 
+/** How long {@link PolicyStatusWriter.stop} waits for a write in progress, in ms (an API server that never answers must not hold the controller's shutdown). */
+export const STOP_WAIT_MS = 5000;
+
 /** How many objects' last write errors are remembered (to log each distinct one once). */
 const MAX_REMEMBERED_ERRORS = 1000;
 
@@ -89,11 +92,17 @@ export class PolicyStatusWriter {
     this.dirty = true;
   }
 
-  /** Stops; waits for a write in progress. */
+  /** Stops; waits for a write in progress, at most {@link STOP_WAIT_MS} (then leaves it: the process is ending). */
   async stop(): Promise<void> {
     clearInterval(this.timer);
     this.timer = undefined;
-    await this.running;
+    const running = this.running;
+    if (!running) return;
+    let timer: NodeJS.Timeout | undefined;
+    const gaveUp = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), STOP_WAIT_MS)));
+    const left = await Promise.race([running.then(() => false), gaveUp]);
+    clearTimeout(timer);
+    if (left) this.options.logger.warn({ waitedMs: STOP_WAIT_MS }, 'policy status write still in progress at stop: left (the API server does not answer)');
   }
 
   /** One evaluation: the statuses that differ from what the objects have are written, up to the per-interval limit. Never rejects. */

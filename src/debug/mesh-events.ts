@@ -76,12 +76,16 @@ export class MeshEvents {
       return;
     }
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
+    // The version the other clients were last told stays theirs: a change they were not told of
+    // yet is sent to them (resetting it here would lose that change for them until the next one).
+    const version = this.options.version();
+    if (this.clients.size === 0) this.lastVersion = version;
+    else if (version !== this.lastVersion) this.changed();
     this.clients.add(res);
     const forget = () => this.drop(res);
     req.once('close', forget);
     res.once('close', forget);
-    this.lastVersion = this.options.version();
-    this.write(res, `retry: 3000\n${this.event()}`);
+    this.write(res, `retry: 3000\n${this.event(version)}`);
     this.arm();
   }
 
@@ -118,8 +122,8 @@ export class MeshEvents {
     this.clients.clear();
   }
 
-  private event(): string {
-    return `event: mesh\ndata: ${JSON.stringify({ version: this.lastVersion ?? '', seq: this.seq })}\n\n`;
+  private event(version = this.lastVersion): string {
+    return `event: mesh\ndata: ${JSON.stringify({ version: version ?? '', seq: this.seq })}\n\n`;
   }
 
   private broadcast(): void {

@@ -6,6 +6,7 @@ import type { Registry } from 'prom-client';
 import type { PodProxy, PodProxyError } from './pod-proxy.js';
 import { splitHostPort } from '../util/address.js';
 import { MeshEvents, type MeshEventsOptions } from './mesh-events.js';
+import { TimeBudget, type TimeBudgetOptions } from './time-budget.js';
 
 /** What the operations server reads; each function is called per request. */
 export interface OpsSources {
@@ -59,7 +60,7 @@ export const PAGE_SECURITY_HEADERS: Readonly<Record<string, string>> = {
  * The operations HTTP server: `/healthz` (200 while the process runs), `/readyz` (200 once
  * the sources synced, else 503), `/metrics` (Prometheus text format), `/debug/proxies`,
  * `/debug/config_dump?proxy=<uuid>`, `/debug/policies`, `/debug/policy-status?kind=K&namespace=N&name=X`,
- * `/debug/explain?…` and `/debug/pod-proxy?namespace=<ns>&pod=<name>` (JSON); the mesh page: `/`
+ * `/debug/explain?…` (429 past its time budget, see {@link TimeBudget}) and `/debug/pod-proxy?namespace=<ns>&pod=<name>` (JSON); the mesh page: `/`
  * (with `/mesh.js` and `/mesh.css`), `/debug/mesh` (JSON it reads) and `/debug/events` (server-sent
  * events, {@link MeshEvents}). Anything else is 404.
  */
@@ -69,14 +70,21 @@ export class OpsServer {
   readonly events: MeshEvents;
   /** The page's files, read once each. */
   private readonly page = new Map<string, Promise<Buffer>>();
+  /** The event-loop time `/debug/explain` may take (it generates configuration per call). */
+  private readonly explainBudget: TimeBudget;
 
-  /** @param events options of the page's event streams (tests shorten the heartbeat). */
+  /**
+   * @param events options of the page's event streams (tests shorten the heartbeat).
+   * @param explainBudget bound on the time `/debug/explain` takes (default: 250 ms a second); past it, 429 with `Retry-After`.
+   */
   constructor(
     private readonly sources: OpsSources,
     private readonly logger: Logger,
     events: Omit<MeshEventsOptions, 'version'> = {},
+    explainBudget: TimeBudgetOptions = {},
   ) {
     this.events = new MeshEvents({ ...events, version: () => sources.meshVersion() });
+    this.explainBudget = new TimeBudget(explainBudget);
   }
 
   /**
@@ -153,7 +161,12 @@ export class OpsServer {
       case '/debug/events':
         return this.events.connect(req, res);
       case '/debug/explain': {
-        const { status, body } = this.sources.explain(url.searchParams);
+        if (!this.explainBudget.available()) {
+          res.writeHead(429, { 'content-type': 'application/json', 'retry-after': String(this.explainBudget.retryAfterSeconds) });
+          res.end(`${JSON.stringify({ error: 'too many explain requests: each one generates configuration on the controller; try again shortly' })}\n`);
+          return;
+        }
+        const { status, body } = this.explainBudget.run(() => this.sources.explain(url.searchParams));
         return json(status, body);
       }
       case '/debug/pod-proxy': {

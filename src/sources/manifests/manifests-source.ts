@@ -575,8 +575,10 @@ export async function listManifestFiles(root: string): Promise<string[]> {
       } else if (isManifestFileName(entry.name)) {
         if (!entry.isSymbolicLink()) found.push(relative);
         else {
+          // A link whose target cannot be reached (dangling, a loop) is listed: reading it reports
+          // it, where skipping it would drop the manifest without a word.
           const target = await stat(path.join(root, relative)).catch(() => undefined);
-          if (target && !target.isDirectory()) found.push(relative);
+          if (!target?.isDirectory()) found.push(relative);
         }
       }
     }

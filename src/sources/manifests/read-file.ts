@@ -1,5 +1,5 @@
 import { constants } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { lstat, open } from 'node:fs/promises';
 import { setTimeout as delay } from 'node:timers/promises';
 
 /** The default largest manifest file read, in bytes (4 MiB; the API server caps one object at about 1.5 MB). */
@@ -51,7 +51,11 @@ export async function readManifestFile(file: string, maxBytes: number): Promise<
     handle = await open(file, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0));
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? String(err);
-    if (code === 'ENOENT' || code === 'ENOTDIR') return { status: 'missing' };
+    if (code === 'ENOENT' || code === 'ENOTDIR') {
+      // A symbolic link that is there but leads nowhere is an error to report, not a file removed.
+      const link = await lstat(file).catch(() => undefined);
+      return link?.isSymbolicLink() ? { status: 'error', code: 'a symbolic link to a file that does not exist' } : { status: 'missing' };
+    }
     // Opening a Unix socket fails with ENXIO.
     if (code === 'ENXIO') return { status: 'not-regular', type: 'a socket' };
     return { status: 'error', code };
