@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import assert from 'node:assert/strict';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, afterEach, before, beforeEach, it } from 'node:test';
@@ -233,6 +233,22 @@ for (const target of ['fake', 'real'] as const) describeOn(target, `Kubernetes s
 });
 
 // Each test is skipped on its own when kubectl is missing (a skipped suite would not count its tests as skipped).
+/**
+ * Deletes the Services of the file's earlier suites that hold a ClusterIP the example names: the
+ * real server gave theirs at random from 10.96.0.0/16, so one may hold 10.96.10.1 and the
+ * example's create would be refused (`provided IP is already allocated`).
+ */
+async function freeExampleClusterIps(k: Kubectl): Promise<void> {
+  const wanted = new Set<string>();
+  for (const file of await readdir(EXAMPLE)) {
+    for (const m of (await readFile(path.join(EXAMPLE, file), 'utf8')).matchAll(/clusterIP: (\d+\.\d+\.\d+\.\d+)/g)) wanted.add(m[1]);
+  }
+  const list = JSON.parse(await k.ok(['get', 'services', '--all-namespaces', '-o', 'json'])) as { items: { metadata: { namespace: string; name: string }; spec: { clusterIP?: string } }[] };
+  for (const svc of list.items) {
+    if (svc.spec.clusterIP && wanted.has(svc.spec.clusterIP)) await k.ok(['delete', 'service', '-n', svc.metadata.namespace, svc.metadata.name]);
+  }
+}
+
 // Against a fake, and a real kube-apiserver (skipped without its binaries, which .ci/run installs).
 for (const target of ['fake', 'real'] as const) describeOn(target, `controller with --kubernetes, driven by a real kubectl, against the ${target} API server`, () => {
   let dir: string;
@@ -321,7 +337,10 @@ for (const target of ['fake', 'real'] as const) describeOn(target, `controller w
 
   it('serves proxies what kubectl applies: the bookstore example, then a split changed to 100/0', { skip: kubectl.skip }, async () => {
     // A real server refuses objects in a namespace not created yet (the directory's files are applied in name order).
-    if (server instanceof RealKubeApiServer) await k.apply(path.join(EXAMPLE, 'namespaces.yaml'));
+    if (server instanceof RealKubeApiServer) {
+      await k.apply(path.join(EXAMPLE, 'namespaces.yaml'));
+      await freeExampleClusterIps(k);
+    }
     await k.apply(EXAMPLE);
     // The proxy's pod, as the sidecar injector labels it (the controller checks proxy identities against pods).
     await k.ok(['label', 'pod', '-n', 'bookbuyer', '--all', `osm-proxy-uuid=${buyerUuid}`]);
