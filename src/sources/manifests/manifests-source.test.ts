@@ -92,6 +92,39 @@ describe('ManifestsSource', () => {
     await assert.rejects(source.start(), /manifests directory .*missing/);
   });
 
+  it('sees at a full rescan every edit since the last read, of a file or of a linked file outside the directory, even one that keeps the size', async () => {
+    const outside = await mkdtemp(path.join(tmpdir(), 'trellis-manifests-target-'));
+    try {
+      const target = path.join(outside, 'split.yaml');
+      await writeFile(target, split(50, 50));
+      await symlink(target, path.join(dir, 'split.yaml'));
+      await writeFile(path.join(dir, 'sa.yaml'), serviceAccount('sa'));
+      source = new ManifestsSource({ dir, store, logger, watch: false });
+      await source.start();
+      assert.deepEqual(weights(store), [50, 50]);
+      // Old enough for a full rescan to record the files' identities and skip reading them next time.
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      await source.rescan();
+      await writeFile(target, split(60, 40));
+      await writeFile(path.join(dir, 'sa.yaml'), serviceAccount('sb'));
+      await source.rescan();
+      assert.deepEqual(weights(store), [60, 40]);
+      assert.ok(store.get('ServiceAccount', 'bookstore', 'sb'));
+      assert.equal(store.get('ServiceAccount', 'bookstore', 'sa'), undefined);
+      // The link pointed at another file of the same size and times: a new inode.
+      const other = path.join(outside, 'other.yaml');
+      await writeFile(other, split(70, 30));
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      await source.rescan();
+      await rm(path.join(dir, 'split.yaml'));
+      await symlink(other, path.join(dir, 'split.yaml'));
+      await source.rescan();
+      assert.deepEqual(weights(store), [70, 30]);
+    } finally {
+      await rm(outside, { recursive: true, force: true });
+    }
+  });
+
   it('keeps a file\'s previous objects while it has a YAML syntax error', async () => {
     const file = path.join(dir, 'split.yaml');
     await writeFile(file, `${serviceAccount('sa')}---\n${split(50, 50)}`);

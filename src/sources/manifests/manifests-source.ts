@@ -1,3 +1,4 @@
+import type { BigIntStats } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
@@ -18,6 +19,13 @@ export const MANIFEST_EXTENSIONS: readonly string[] = ['.yaml', '.yml', '.json']
 
 /** Every how many root checks a full rescan runs (30 s with {@link ROOT_CHECK_INTERVAL_MS}). */
 const FULL_RESCAN_EVERY_CHECKS = 30;
+
+/**
+ * How old a file's last change (its ctime) must be, in ms, when its identity is recorded for
+ * that identity to vouch for its content: the kernel stamps times from a coarse clock, so a
+ * file rewritten to the same size within a tick of the stat that recorded it keeps its times.
+ */
+const IDENTITY_TRUST_AGE_MS = 1000;
 
 /** How many files a scan reads at once. */
 const READ_BATCH = 64;
@@ -78,6 +86,12 @@ interface FileState {
   lines: readonly number[];
   /** Errors to report for this file (parse errors, or a read error). */
   errors: readonly ManifestError[];
+  /**
+   * What `stat` said of the file just before `text` was read ({@link fileIdentity}), when its
+   * last change was old enough to vouch for the content; a full rescan does not read a file
+   * whose identity is still this one. Undefined: read it at every full rescan.
+   */
+  identity?: string | undefined;
 }
 
 /**
@@ -88,7 +102,9 @@ interface FileState {
  * replaces this source's contribution to the store (`store.replaceAll('manifests:'+dir, …)`).
  * The directory is watched with chokidar; any add/change/unlink (including an editor's atomic
  * save: write a temp file, rename it over the original) triggers, after a short quiet period,
- * a rescan of the whole directory. Files whose text is unchanged are not parsed again.
+ * a rescan of the files it named. Files whose text is unchanged are not parsed again; a full
+ * rescan (every 30 s, or of a folder event) does not read a file whose device, inode, size and
+ * times are those seen before its last read.
  *
  * Keep-last-good rules, so that proxies keep their configuration while someone is editing:
  * - A file with a YAML syntax error anywhere keeps ALL the objects it contributed before,
@@ -260,7 +276,7 @@ export class ManifestsSource {
       }
       if (!this.#rootMissing && info.ino === this.#rootIno) {
         // A safety net for what no event reports (a symlinked file's target edited outside
-        // the directory): a full rescan now and then; unchanged files cost a read, no parse.
+        // the directory): a full rescan now and then; an unchanged file costs a stat.
         if (++this.#checksSinceFullScan >= FULL_RESCAN_EVERY_CHECKS) {
           this.#checksSinceFullScan = 0;
           await this.rescan();
@@ -341,14 +357,28 @@ export class ManifestsSource {
     // Files the watcher did not name keep their state without being read again; the others
     // are read a batch at a time (a full scan of a large directory is I/O bound), then judged
     // against the total bound, then parsed one at a time (a parse tree at a time in memory).
-    const toRead = relativePaths.filter((r) => dirty === 'all' || dirty.has(r) || !this.#files.has(r) || this.#files.get(r)?.overBudget === true);
+    const candidates = relativePaths.filter((r) => dirty === 'all' || dirty.has(r) || !this.#files.has(r) || this.#files.get(r)?.overBudget === true);
     // The sizes first (a stat each): a file that does not fit in the total bound is not read.
+    // A full rescan does not read a file whose identity (device, inode, size, times) is the one
+    // recorded before its last read: any write changes its ctime, a rename its inode.
     const statSizes = new Map<string, number | undefined>();
-    for (let i = 0; i < toRead.length; i += READ_BATCH) {
-      const batch = toRead.slice(i, i + READ_BATCH);
-      const infos = await Promise.all(batch.map((r) => stat(path.join(this.#absoluteDir, r)).catch(() => undefined)));
-      // A file over the per-file limit is not judged here: reading it reports that.
-      batch.forEach((r, j) => statSizes.set(r, infos[j]?.isFile() && infos[j].size <= this.#maxFileBytes ? infos[j].size : undefined));
+    const identities = new Map<string, string | undefined>();
+    const toRead: string[] = [];
+    for (let i = 0; i < candidates.length; i += READ_BATCH) {
+      const batch = candidates.slice(i, i + READ_BATCH);
+      const statedAt = Date.now();
+      const infos = await Promise.all(batch.map((r) => stat(path.join(this.#absoluteDir, r), { bigint: true }).catch(() => undefined)));
+      batch.forEach((r, j) => {
+        const info = infos[j];
+        const identity = info?.isFile() ? fileIdentity(info, statedAt) : undefined;
+        const previous = this.#files.get(r);
+        const named = dirty !== 'all' && dirty.has(r);
+        if (!named && identity !== undefined && previous?.identity === identity && !previous.overBudget && previous.errors === previous.parsed?.errors) return;
+        toRead.push(r);
+        identities.set(r, identity);
+        // A file over the per-file limit is not judged here: reading it reports that.
+        statSizes.set(r, info?.isFile() && info.size <= BigInt(this.#maxFileBytes) ? Number(info.size) : undefined);
+      });
     }
     const refusedUnread = this.#overBudget(relativePaths, statSizes);
     // Then the content of the others, at most READ_BATCH files and READ_BATCH_BYTES at once
@@ -378,12 +408,21 @@ export class ManifestsSource {
       reads.set(relative, { status: 'over-budget', size: read.size, wouldLoad });
     }
     const loaded = new Map<string, FileState | undefined>();
-    for (const relative of toRead) loaded.set(relative, await this.#loadFile(relative, this.#files.get(relative), reads.get(relative) as JudgedRead));
+    for (const relative of toRead) {
+      const read = reads.get(relative) as JudgedRead;
+      const state = await this.#loadFile(relative, this.#files.get(relative), read);
+      const identity = read.status === 'ok' ? identities.get(relative) : undefined;
+      loaded.set(relative, state === undefined || state.identity === identity ? state : { ...state, identity });
+    }
     for (const relative of relativePaths) {
       const state = loaded.has(relative) ? loaded.get(relative) : this.#files.get(relative);
       if (state) next.set(relative, state);
     }
+    const same = next.size === this.#files.size && [...next].every(([relative, state]) => this.#files.get(relative) === state);
     this.#files = next;
+    // Nothing read differs from what was loaded (a full rescan of unchanged files): the objects,
+    // errors and warnings are those already given.
+    if (same && this.#synced) return;
 
     const objects: KubeObject[] = [];
     const owner = new Map<string, string>();
@@ -544,6 +583,17 @@ function formatBytes(n: number): string {
   if (n < 1024) return `${n} bytes`;
   const [value, unit] = n < 1024 * 1024 ? [n / 1024, 'KiB'] : n < 1024 ** 3 ? [n / 1024 / 1024, 'MiB'] : [n / 1024 ** 3, 'GiB'];
   return `${Number.isInteger(value) ? value : value.toFixed(1)} ${unit}`;
+}
+
+/**
+ * A file's identity for {@link FileState.identity}: device, inode, size, modification and
+ * change times (ns), or undefined when its last change is less than
+ * {@link IDENTITY_TRUST_AGE_MS} older than `statedAtMs`, the moment of the stat, or it is empty.
+ */
+function fileIdentity(info: BigIntStats, statedAtMs: number): string | undefined {
+  // A file of size 0 may have content stat does not describe (procfs): read it every time.
+  if (info.size === 0n || statedAtMs - Number(info.ctimeNs / 1_000_000n) < IDENTITY_TRUST_AGE_MS) return undefined;
+  return `${info.dev}:${info.ino}:${info.size}:${info.mtimeNs}:${info.ctimeNs}`;
 }
 
 /** True for a file name with a manifest extension (`.yaml`, `.yml`, `.json`). */
