@@ -102,7 +102,7 @@ Full matrix of issue 5: the default (3 × 2 × 2 = 12 runs, SMI). Permissive:
 const ENVOY_MB = 50;
 
 /** Debounce windows that are part of every change's measured time. */
-const DEBOUNCE = { manifests: 50, manifests_settle: 200, push_quiet: 100, push_max: 1000 };
+const DEBOUNCE = { manifests: 50, manifests_settle: 200, push_quiet: 0, push_max: 1000 };
 
 interface Config {
   proxies: number;

@@ -75,7 +75,10 @@ export interface ControllerOptions {
   readonly xdsUnreadTimeoutMs?: number;
   /** Validity of service certificates when no MeshConfig says otherwise, in seconds. */
   readonly certValiditySeconds?: number;
-  /** Push debounce quiet period, in ms. */
+  /**
+   * Push debounce quiet period, in ms (default: {@link MANIFESTS_PUSH_QUIET_MS} with a
+   * manifests directory, the controller's 100 ms with Kubernetes).
+   */
   readonly debounceQuietMs?: number;
   /** Kubernetes mode: namespace of the CA Secret and the leader Lease (default `$POD_NAMESPACE`, else `osm-system`). */
   readonly controllerNamespace?: string;
@@ -297,6 +300,14 @@ function newSource(options: ControllerOptions, store: ObjectStore, kubernetes: K
 }
 
 /** The (stopped) mesh controller over the parts started before it. */
+/**
+ * The push quiet period with a manifests directory, in ms: none. The source gives the store one
+ * batch per rescan, after its own quiet period and the settle of what was just written, so the
+ * files an editor or `git checkout` touches together are already one change. (Kubernetes watch
+ * events come one object at a time: the controller's 100 ms quiet period merges them.)
+ */
+export const MANIFESTS_PUSH_QUIET_MS = 0;
+
 function newMeshController(
   options: ControllerOptions,
   parts: { store: ObjectStore; certificates: CertificateManager; cache: SnapshotCache; source: ManifestsSource | KubernetesSource; metrics: Registry; meshConfigNamespace: string; logger: Logger },
@@ -317,7 +328,7 @@ function newMeshController(
         }
       : undefined,
     resyncIntervalMs: options.resyncIntervalMs,
-    debounceQuietMs: options.debounceQuietMs,
+    debounceQuietMs: options.debounceQuietMs ?? (source instanceof ManifestsSource ? MANIFESTS_PUSH_QUIET_MS : undefined),
     verifyPodIdentity: !(source instanceof ManifestsSource),
     podIdentityGraceMs: options.podIdentityGraceMs,
     sourceSynced: () => source.synced,
