@@ -131,7 +131,7 @@ describeOn('real', 'trellis injector against a real kube-apiserver: its ServiceA
     await server.applyFile(path.join(ROOT, 'deploy/10-rbac.yaml'));
     const manifests = await injectorManifests();
     // Its ServiceAccount and RBAC; not the Deployment, Service, PodDisruptionBudget (no pods run).
-    await server.applyAll(manifests.filter((m) => ['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding'].includes(m.kind)));
+    await server.applyAll(manifests.filter((m) => ['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding', 'ValidatingAdmissionPolicy', 'ValidatingAdmissionPolicyBinding'].includes(m.kind)));
     const shipped = manifests.find((m) => m.kind === 'MutatingWebhookConfiguration') as WebhookConfiguration;
     assert.equal(shipped.metadata.name, WEBHOOK_CONFIG);
 
@@ -345,10 +345,12 @@ describeOn('real', 'trellis injector against a real kube-apiserver: its ServiceA
     };
     const mergePatch = k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch);
     await refused('list Secrets in osm-system', () => core.listNamespacedSecret({ namespace: 'osm-system' }));
-    await refused('read a bootstrap Secret (create only)', async () => core.readNamespacedSecret({ namespace: 'bookbuyer', name: (await bookbuyerSecrets())[0] }));
+    await refused('read a bootstrap Secret (create, patch, delete only)', async () => core.readNamespacedSecret({ namespace: 'bookbuyer', name: (await bookbuyerSecrets())[0] }));
+    await refused('list Secrets of a namespace of the mesh', () => core.listNamespacedSecret({ namespace: 'bookbuyer' }));
     await refused('list Secrets cluster-wide', () => core.listSecretForAllNamespaces());
     await refused('delete the CA Secret', () => core.deleteNamespacedSecret({ namespace: 'osm-system', name: 'trellis-ca' }));
-    await refused('list Pods', () => core.listNamespacedPod({ namespace: 'bookbuyer' }));
+    await refused('read a Pod (list only, by label)', async () => core.readNamespacedPod({ namespace: 'bookbuyer', name: (await server.core.listNamespacedPod({ namespace: 'bookbuyer' })).items[0].metadata!.name! }));
+    await refused('delete a Pod', async () => core.deleteNamespacedPod({ namespace: 'bookbuyer', name: (await server.core.listNamespacedPod({ namespace: 'bookbuyer' })).items[0].metadata!.name! }));
     await refused('list Namespaces', () => core.listNamespace());
     await refused('label a Namespace', () => core.patchNamespace({ name: 'outside', body: { metadata: { labels: { 'openservicemesh.io/monitored-by': 'osm' } } } }, mergePatch));
     await refused('read another MutatingWebhookConfiguration', () => admission.readMutatingWebhookConfiguration({ name: 'other' }));

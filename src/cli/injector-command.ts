@@ -4,6 +4,7 @@
  * `osm-healthcheck` container). The injector's modules, and with them `@kubernetes/client-node`,
  * are imported only when `trellis injector` runs.
  */
+import { readFile, stat } from 'node:fs/promises';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { applyInterception, INBOUND_PORT, interceptionRules, OUTBOUND_PORT, PROXY_UID, type InterceptionOptions } from '../injector/iptables.js';
 import { splitHostPort } from '../util/address.js';
@@ -61,6 +62,24 @@ function listenAddress(value: string): { host: string; port: number } {
   return { host: host || '0.0.0.0', port };
 }
 
+/** The largest --client-ca-file read (a CA bundle of a few certificates is a few KiB). */
+const MAX_CLIENT_CA_BYTES = 1024 * 1024;
+
+/** The PEM of --client-ca-file. @throws Error naming the file when it is larger than {@link MAX_CLIENT_CA_BYTES} or holds no certificate. */
+async function readClientCa(file: string): Promise<string> {
+  if ((await stat(file)).size > MAX_CLIENT_CA_BYTES) throw new Error(`--client-ca-file ${file}: larger than ${MAX_CLIENT_CA_BYTES} bytes`);
+  const pem = await readFile(file, 'utf8');
+  if (!pem.includes('-----BEGIN CERTIFICATE-----')) throw new Error(`--client-ca-file ${file}: no PEM certificate`);
+  return pem;
+}
+
+/** A flag's positive integer. */
+function positiveInteger(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError(`"${value}" is not a positive integer`);
+  return n;
+}
+
 /** Adds `trellis injector`, `trellis iptables-init` and `trellis healthcheck` to `program`. */
 export function registerInjectorCommands(program: Command): void {
   const namespace = process.env.POD_NAMESPACE || 'osm-system';
@@ -82,18 +101,27 @@ export function registerInjectorCommands(program: Command): void {
     .option('--envoy-image <image>', 'Envoy image when MeshConfig spec.sidecar.envoyImage is unset', 'envoyproxy/envoy:v1.40.0')
     .option('--trellis-image <image>', 'image of the init and healthcheck containers when MeshConfig spec.sidecar.initContainerImage is unset', 'trellis:latest')
     .option('--trellis-command <argv>', 'how trellis runs in that image, space-separated', 'node /app/bin/trellis.js')
-    .option('--delta', 'bootstraps use incremental xDS (DELTA_GRPC)', false))
+    .option('--delta', 'bootstraps use incremental xDS (DELTA_GRPC)', false)
+    .option('--client-ca-file <file>', "CA (PEM) of the API server's webhook client certificate: AdmissionReviews without one are refused (403)")
+    .option('--max-secret-creations-per-second <n>', 'bootstrap Secrets created per second at most; beyond, pods are refused (429) and retried by their controller', positiveInteger, 20)
+    .option('--max-concurrent-secret-creations <n>', 'bootstrap Secret creations in progress at once at most; beyond, pods are refused (429)', positiveInteger, 8)
+    .option('--secret-adopt-timeout <seconds>', 'a bootstrap Secret whose pod is not stored within this time is deleted', positiveInteger, 120))
     .action(async (opts: LogOptions & {
       kubeconfig?: string; meshName: string; namespace: string; caSecret: string; stateDir?: string; meshConfig: string;
       webhookConfigName?: string; webhookConfig: boolean; address: string; dnsName?: string[]; ipAddress?: string[];
       xdsAddress?: string; envoyImage: string; trellisImage: string; trellisCommand: string; delta: boolean;
+      clientCaFile?: string; maxSecretCreationsPerSecond: number; maxConcurrentSecretCreations: number; secretAdoptTimeout: number;
     }) => {
       const logger = createLogger(opts);
       try {
         const listen = listenAddress(opts.address);
         const [{ runInjector }, { loadKubeConfig }] = await Promise.all([import('../injector/run.js'), import('../sources/kubernetes/kubernetes-source.js')]);
+        const clientCaPem = opts.clientCaFile !== undefined ? await readClientCa(opts.clientCaFile) : undefined;
         const injector = await runInjector({
           kubeConfig: loadKubeConfig(opts.kubeconfig),
+          clientCaPem,
+          secretCreationBounds: { maxPerWindow: opts.maxSecretCreationsPerSecond, windowMs: 1000, maxConcurrent: opts.maxConcurrentSecretCreations },
+          adoptTimeoutMs: opts.secretAdoptTimeout * 1000,
           namespace: opts.namespace,
           ca: opts.stateDir !== undefined ? { stateDir: opts.stateDir } : { secretName: opts.caSecret },
           meshConfig: { namespace: opts.namespace, name: opts.meshConfig },
