@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { BigIntStats } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
@@ -26,6 +27,15 @@ const FULL_RESCAN_EVERY_CHECKS = 30;
  * file rewritten to the same size within a tick of the stat that recorded it keeps its times.
  */
 const IDENTITY_TRUST_AGE_MS = 1000;
+
+/**
+ * How many full rescans in a row an unchanged identity may spare a file its read: each full
+ * rescan also reads the trusted files whose turn it is ({@link identityTurn}, a fixed share of
+ * them), so a change that `stat` does not show is seen within this many full rescans (5 min):
+ * a write through a shared memory mapping (it changes no time once the page is dirty and sends
+ * no inotify event), or a file system that keeps no ctime (FAT's is its 2 s mtime; FUSE ones).
+ */
+const IDENTITY_TRUSTED_FULL_RESCANS = 10;
 
 /** How many files a scan reads at once. */
 const READ_BATCH = 64;
@@ -104,7 +114,8 @@ interface FileState {
  * save: write a temp file, rename it over the original) triggers, after a short quiet period,
  * a rescan of the files it named. Files whose text is unchanged are not parsed again; a full
  * rescan (every 30 s, or of a folder event) does not read a file whose device, inode, size and
- * times are those seen before its last read.
+ * times are those seen before its last read, but for a tenth of them in turn (each file is read
+ * at least every tenth full rescan: `stat` does not show a write through a memory mapping).
  *
  * Keep-last-good rules, so that proxies keep their configuration while someone is editing:
  * - A file with a YAML syntax error anywhere keeps ALL the objects it contributed before,
@@ -151,6 +162,8 @@ export class ManifestsSource {
   #watcher: FSWatcher | undefined;
   #rootCheck: NodeJS.Timeout | undefined;
   #checksSinceFullScan = 0;
+  /** Full rescans run so far: whose turn it is to be read although its identity is unchanged. */
+  #fullScans = 0;
   /** Files named by watcher events since the last rescan, or `'all'`. */
   #dirty: Set<string> | 'all' = new Set();
   #rootIno = 0;
@@ -357,10 +370,12 @@ export class ManifestsSource {
     // Files the watcher did not name keep their state without being read again; the others
     // are read a batch at a time (a full scan of a large directory is I/O bound), then judged
     // against the total bound, then parsed one at a time (a parse tree at a time in memory).
+    const turn = dirty === 'all' ? this.#fullScans++ % IDENTITY_TRUSTED_FULL_RESCANS : -1;
     const candidates = relativePaths.filter((r) => dirty === 'all' || dirty.has(r) || !this.#files.has(r) || this.#files.get(r)?.overBudget === true);
     // The sizes first (a stat each): a file that does not fit in the total bound is not read.
     // A full rescan does not read a file whose identity (device, inode, size, times) is the one
-    // recorded before its last read: any write changes its ctime, a rename its inode.
+    // recorded before its last read (any write changes its ctime, a rename its inode), unless
+    // it is the file's turn to be read anyway ({@link IDENTITY_TRUSTED_FULL_RESCANS}).
     const statSizes = new Map<string, number | undefined>();
     const identities = new Map<string, string | undefined>();
     const toRead: string[] = [];
@@ -373,7 +388,8 @@ export class ManifestsSource {
         const identity = info?.isFile() ? fileIdentity(info, statedAt) : undefined;
         const previous = this.#files.get(r);
         const named = dirty !== 'all' && dirty.has(r);
-        if (!named && identity !== undefined && previous?.identity === identity && !previous.overBudget && previous.errors === previous.parsed?.errors) return;
+        const trusted = identity !== undefined && previous?.identity === identity && identityTurn(r) !== turn;
+        if (!named && trusted && !previous.overBudget && previous.errors === previous.parsed?.errors) return;
         toRead.push(r);
         identities.set(r, identity);
         // A file over the per-file limit is not judged here: reading it reports that.
@@ -594,6 +610,15 @@ function fileIdentity(info: BigIntStats, statedAtMs: number): string | undefined
   // A file of size 0 may have content stat does not describe (procfs): read it every time.
   if (info.size === 0n || statedAtMs - Number(info.ctimeNs / 1_000_000n) < IDENTITY_TRUST_AGE_MS) return undefined;
   return `${info.dev}:${info.ino}:${info.size}:${info.mtimeNs}:${info.ctimeNs}`;
+}
+
+/**
+ * Which of the {@link IDENTITY_TRUSTED_FULL_RESCANS} full rescans in turn reads the file at
+ * `relative` although its identity is unchanged: from a hash of its path, so the files read
+ * are a fixed share of the directory and each file's turn comes back at the same interval.
+ */
+function identityTurn(relative: string): number {
+  return createHash('sha1').update(relative).digest().readUInt32BE(0) % IDENTITY_TRUSTED_FULL_RESCANS;
 }
 
 /** True for a file name with a manifest extension (`.yaml`, `.yml`, `.json`). */
