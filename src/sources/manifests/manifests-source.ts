@@ -37,6 +37,12 @@ const IDENTITY_TRUST_AGE_MS = 1000;
  */
 const IDENTITY_TRUSTED_FULL_RESCANS = 10;
 
+/**
+ * The longest a rescan's result may wait for the rescans queued behind it (files written one
+ * after another by a tool), in ms, counted from the first one held: the store then gets it.
+ */
+const HOLD_MAX_MS = 1000;
+
 /** How many files a scan reads at once. */
 const READ_BATCH = 64;
 
@@ -171,6 +177,10 @@ export class ManifestsSource {
   #rootChecking = false;
   #timer: NodeJS.Timeout | undefined;
   #chain: Promise<void> = Promise.resolve();
+  /** Rescans queued or running. */
+  #queued = 0;
+  /** When the first rescan whose result the store has not got yet was held (ms since the epoch). */
+  #heldSince: number | undefined;
   #started = false;
   #stopped = false;
   #synced = false;
@@ -329,15 +339,21 @@ export class ManifestsSource {
     return this.#rescan('all');
   }
 
-  /** Rescans, re-reading only `dirty` files (and new ones) unless it is `'all'`. */
-  #rescan(dirty: ReadonlySet<string> | 'all'): Promise<void> {
+  /**
+   * Rescans, re-reading only `dirty` files (and new ones) unless it is `'all'`. `mayHold`: the
+   * result may wait for the rescans behind it (a rescan of watcher events; see {@link HOLD_MAX_MS}).
+   */
+  #rescan(dirty: ReadonlySet<string> | 'all', mayHold = false): Promise<void> {
+    this.#queued++;
     this.#chain = this.#chain.then(() =>
-      this.#scanOnce(dirty).catch((err: unknown) => {
-        const code = systemErrorCode(err);
-        // The directory removed or unreadable (ENOENT, EACCES): expected, and the objects stay; anything else is a fault.
-        if (code !== undefined) this.#logger.warn({ err: (err as Error).message, code }, 'rescanning the manifests directory failed; keeping the previous objects');
-        else this.#logger.error({ err }, 'rescanning the manifests directory failed; keeping the previous objects');
-      }),
+      this.#scanOnce(dirty, mayHold)
+        .catch((err: unknown) => {
+          const code = systemErrorCode(err);
+          // The directory removed or unreadable (ENOENT, EACCES): expected, and the objects stay; anything else is a fault.
+          if (code !== undefined) this.#logger.warn({ err: (err as Error).message, code }, 'rescanning the manifests directory failed; keeping the previous objects');
+          else this.#logger.error({ err }, 'rescanning the manifests directory failed; keeping the previous objects');
+        })
+        .finally(() => this.#queued--),
     );
     return this.#chain;
   }
@@ -349,11 +365,11 @@ export class ManifestsSource {
       this.#timer = undefined;
       const dirty = this.#dirty;
       this.#dirty = new Set();
-      void this.#rescan(dirty);
+      void this.#rescan(dirty, true);
     }, this.#debounceMs);
   }
 
-  async #scanOnce(dirty: ReadonlySet<string> | 'all'): Promise<void> {
+  async #scanOnce(dirty: ReadonlySet<string> | 'all', mayHold: boolean): Promise<void> {
     // The watcher named every file added, changed or removed (a folder event makes it 'all'):
     // the file list is the known one plus the named manifests; a named file that is gone is
     // dropped when reading it finds nothing. The periodic full rescan lists the directory.
@@ -437,8 +453,16 @@ export class ManifestsSource {
     const same = next.size === this.#files.size && [...next].every(([relative, state]) => this.#files.get(relative) === state);
     this.#files = next;
     // Nothing read differs from what was loaded (a full rescan of unchanged files): the objects,
-    // errors and warnings are those already given.
-    if (same && this.#synced) return;
+    // errors and warnings are those already given (unless a result is held).
+    if (same && this.#synced && this.#heldSince === undefined) return;
+    // Files named while this scan of watcher events read (a tool writing a set of files one by
+    // one: a policy, then the routes it names) are read by the rescan behind it: the store gets
+    // both at once (the controller pushes a manifests change at once), unless held HOLD_MAX_MS.
+    if (mayHold && this.#synced && !this.#stopped && (this.#queued > 1 || this.#timer !== undefined)) {
+      this.#heldSince ??= Date.now();
+      if (Date.now() - this.#heldSince < HOLD_MAX_MS) return;
+    }
+    this.#heldSince = undefined;
 
     const objects: KubeObject[] = [];
     const owner = new Map<string, string>();
