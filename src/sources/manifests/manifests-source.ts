@@ -456,7 +456,7 @@ export class ManifestsSource {
     // errors and warnings are those already given (unless a result is held).
     if (same && this.#synced && this.#heldSince === undefined) return;
     // Files named while this scan of watcher events read (a tool writing a set of files one by
-    // one: a policy, then the routes it names) are read by the rescan behind it: the store gets
+    // one: a policy moved from a file to another) are read by the rescan behind it: the store gets
     // both at once (the controller pushes a manifests change at once), unless held HOLD_MAX_MS.
     if (mayHold && this.#synced && !this.#stopped && (this.#queued > 1 || this.#timer !== undefined)) {
       this.#heldSince ??= Date.now();
