@@ -299,7 +299,6 @@ function newSource(options: ControllerOptions, store: ObjectStore, kubernetes: K
   return new ManifestsSource({ dir: options.manifests ?? '', store, logger: logger.child({ component: 'manifests' }), maxFileBytes: options.maxManifestBytes, maxTotalBytes: options.maxManifestsTotalBytes });
 }
 
-/** The (stopped) mesh controller over the parts started before it. */
 /**
  * The push quiet period with a manifests directory, in ms: none. The source gives the store one
  * batch per rescan, after its own quiet period and the settle of what was just written, so the
@@ -308,6 +307,7 @@ function newSource(options: ControllerOptions, store: ObjectStore, kubernetes: K
  */
 export const MANIFESTS_PUSH_QUIET_MS = 0;
 
+/** The (stopped) mesh controller over the parts started before it. */
 function newMeshController(
   options: ControllerOptions,
   parts: { store: ObjectStore; certificates: CertificateManager; cache: SnapshotCache; source: ManifestsSource | KubernetesSource; metrics: Registry; meshConfigNamespace: string; logger: Logger },

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { BigIntStats } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
@@ -26,6 +27,21 @@ const FULL_RESCAN_EVERY_CHECKS = 30;
  * file rewritten to the same size within a tick of the stat that recorded it keeps its times.
  */
 const IDENTITY_TRUST_AGE_MS = 1000;
+
+/**
+ * How many full rescans in a row an unchanged identity may spare a file its read: each full
+ * rescan also reads the trusted files whose turn it is ({@link identityTurn}, a fixed share of
+ * them), so a change that `stat` does not show is seen within this many full rescans (5 min):
+ * a write through a shared memory mapping (it changes no time once the page is dirty and sends
+ * no inotify event), or a file system that keeps no ctime (FAT's is its 2 s mtime; FUSE ones).
+ */
+const IDENTITY_TRUSTED_FULL_RESCANS = 10;
+
+/**
+ * The longest a rescan's result may wait for the rescans queued behind it (files written one
+ * after another by a tool), in ms, counted from the first one held: the store then gets it.
+ */
+const HOLD_MAX_MS = 1000;
 
 /** How many files a scan reads at once. */
 const READ_BATCH = 64;
@@ -104,7 +120,8 @@ interface FileState {
  * save: write a temp file, rename it over the original) triggers, after a short quiet period,
  * a rescan of the files it named. Files whose text is unchanged are not parsed again; a full
  * rescan (every 30 s, or of a folder event) does not read a file whose device, inode, size and
- * times are those seen before its last read.
+ * times are those seen before its last read, but for a tenth of them in turn (each file is read
+ * at least every tenth full rescan: `stat` does not show a write through a memory mapping).
  *
  * Keep-last-good rules, so that proxies keep their configuration while someone is editing:
  * - A file with a YAML syntax error anywhere keeps ALL the objects it contributed before,
@@ -151,6 +168,8 @@ export class ManifestsSource {
   #watcher: FSWatcher | undefined;
   #rootCheck: NodeJS.Timeout | undefined;
   #checksSinceFullScan = 0;
+  /** Full rescans run so far: whose turn it is to be read although its identity is unchanged. */
+  #fullScans = 0;
   /** Files named by watcher events since the last rescan, or `'all'`. */
   #dirty: Set<string> | 'all' = new Set();
   #rootIno = 0;
@@ -158,6 +177,10 @@ export class ManifestsSource {
   #rootChecking = false;
   #timer: NodeJS.Timeout | undefined;
   #chain: Promise<void> = Promise.resolve();
+  /** Rescans queued or running. */
+  #queued = 0;
+  /** When the first rescan whose result the store has not got yet was held (ms since the epoch). */
+  #heldSince: number | undefined;
   #started = false;
   #stopped = false;
   #synced = false;
@@ -316,15 +339,21 @@ export class ManifestsSource {
     return this.#rescan('all');
   }
 
-  /** Rescans, re-reading only `dirty` files (and new ones) unless it is `'all'`. */
-  #rescan(dirty: ReadonlySet<string> | 'all'): Promise<void> {
+  /**
+   * Rescans, re-reading only `dirty` files (and new ones) unless it is `'all'`. `mayHold`: the
+   * result may wait for the rescans behind it (a rescan of watcher events; see {@link HOLD_MAX_MS}).
+   */
+  #rescan(dirty: ReadonlySet<string> | 'all', mayHold = false): Promise<void> {
+    this.#queued++;
     this.#chain = this.#chain.then(() =>
-      this.#scanOnce(dirty).catch((err: unknown) => {
-        const code = systemErrorCode(err);
-        // The directory removed or unreadable (ENOENT, EACCES): expected, and the objects stay; anything else is a fault.
-        if (code !== undefined) this.#logger.warn({ err: (err as Error).message, code }, 'rescanning the manifests directory failed; keeping the previous objects');
-        else this.#logger.error({ err }, 'rescanning the manifests directory failed; keeping the previous objects');
-      }),
+      this.#scanOnce(dirty, mayHold)
+        .catch((err: unknown) => {
+          const code = systemErrorCode(err);
+          // The directory removed or unreadable (ENOENT, EACCES): expected, and the objects stay; anything else is a fault.
+          if (code !== undefined) this.#logger.warn({ err: (err as Error).message, code }, 'rescanning the manifests directory failed; keeping the previous objects');
+          else this.#logger.error({ err }, 'rescanning the manifests directory failed; keeping the previous objects');
+        })
+        .finally(() => this.#queued--),
     );
     return this.#chain;
   }
@@ -336,11 +365,11 @@ export class ManifestsSource {
       this.#timer = undefined;
       const dirty = this.#dirty;
       this.#dirty = new Set();
-      void this.#rescan(dirty);
+      void this.#rescan(dirty, true);
     }, this.#debounceMs);
   }
 
-  async #scanOnce(dirty: ReadonlySet<string> | 'all'): Promise<void> {
+  async #scanOnce(dirty: ReadonlySet<string> | 'all', mayHold: boolean): Promise<void> {
     // The watcher named every file added, changed or removed (a folder event makes it 'all'):
     // the file list is the known one plus the named manifests; a named file that is gone is
     // dropped when reading it finds nothing. The periodic full rescan lists the directory.
@@ -357,10 +386,12 @@ export class ManifestsSource {
     // Files the watcher did not name keep their state without being read again; the others
     // are read a batch at a time (a full scan of a large directory is I/O bound), then judged
     // against the total bound, then parsed one at a time (a parse tree at a time in memory).
+    const turn = dirty === 'all' ? this.#fullScans++ % IDENTITY_TRUSTED_FULL_RESCANS : -1;
     const candidates = relativePaths.filter((r) => dirty === 'all' || dirty.has(r) || !this.#files.has(r) || this.#files.get(r)?.overBudget === true);
     // The sizes first (a stat each): a file that does not fit in the total bound is not read.
     // A full rescan does not read a file whose identity (device, inode, size, times) is the one
-    // recorded before its last read: any write changes its ctime, a rename its inode.
+    // recorded before its last read (any write changes its ctime, a rename its inode), unless
+    // it is the file's turn to be read anyway ({@link IDENTITY_TRUSTED_FULL_RESCANS}).
     const statSizes = new Map<string, number | undefined>();
     const identities = new Map<string, string | undefined>();
     const toRead: string[] = [];
@@ -373,7 +404,8 @@ export class ManifestsSource {
         const identity = info?.isFile() ? fileIdentity(info, statedAt) : undefined;
         const previous = this.#files.get(r);
         const named = dirty !== 'all' && dirty.has(r);
-        if (!named && identity !== undefined && previous?.identity === identity && !previous.overBudget && previous.errors === previous.parsed?.errors) return;
+        const trusted = identity !== undefined && previous?.identity === identity && identityTurn(r) !== turn;
+        if (!named && trusted && !previous.overBudget && previous.errors === previous.parsed?.errors) return;
         toRead.push(r);
         identities.set(r, identity);
         // A file over the per-file limit is not judged here: reading it reports that.
@@ -421,8 +453,16 @@ export class ManifestsSource {
     const same = next.size === this.#files.size && [...next].every(([relative, state]) => this.#files.get(relative) === state);
     this.#files = next;
     // Nothing read differs from what was loaded (a full rescan of unchanged files): the objects,
-    // errors and warnings are those already given.
-    if (same && this.#synced) return;
+    // errors and warnings are those already given (unless a result is held).
+    if (same && this.#synced && this.#heldSince === undefined) return;
+    // Files named while this scan of watcher events read (a tool writing a set of files one by
+    // one: a policy moved from a file to another) are read by the rescan behind it: the store gets
+    // both at once (the controller pushes a manifests change at once), unless held HOLD_MAX_MS.
+    if (mayHold && this.#synced && !this.#stopped && (this.#queued > 1 || this.#timer !== undefined)) {
+      this.#heldSince ??= Date.now();
+      if (Date.now() - this.#heldSince < HOLD_MAX_MS) return;
+    }
+    this.#heldSince = undefined;
 
     const objects: KubeObject[] = [];
     const owner = new Map<string, string>();
@@ -594,6 +634,15 @@ function fileIdentity(info: BigIntStats, statedAtMs: number): string | undefined
   // A file of size 0 may have content stat does not describe (procfs): read it every time.
   if (info.size === 0n || statedAtMs - Number(info.ctimeNs / 1_000_000n) < IDENTITY_TRUST_AGE_MS) return undefined;
   return `${info.dev}:${info.ino}:${info.size}:${info.mtimeNs}:${info.ctimeNs}`;
+}
+
+/**
+ * Which of the {@link IDENTITY_TRUSTED_FULL_RESCANS} full rescans in turn reads the file at
+ * `relative` although its identity is unchanged: from a hash of its path, so the files read
+ * are a fixed share of the directory and each file's turn comes back at the same interval.
+ */
+function identityTurn(relative: string): number {
+  return createHash('sha1').update(relative).digest().readUInt32BE(0) % IDENTITY_TRUSTED_FULL_RESCANS;
 }
 
 /** True for a file name with a manifest extension (`.yaml`, `.yml`, `.json`). */
