@@ -230,7 +230,10 @@ export async function runController(options: ControllerOptions): Promise<Running
   // wait): a mesh reconnecting all at once then gets its configuration without waiting for either.
   const warmUp = warmUpInBackground(controller, kube, options.warmUpConfigurationBytes, () => lifecycle.stopping, logger).finally(() => (parts.warm = true));
 
-  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger, changed: () => ops.events.changed(), syncChanged: () => parts.statusWriter?.poke() });
+  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger, changed: () => ops.events.changed(), syncChanged: () => {
+    parts.statusWriter?.poke();
+    ops.events.changed(); // the page's policy status: what a cached /debug/mesh answer must not outlive
+  } });
   parts.ads = ads;
   // The ADS server's stop closes each of its listeners (the plaintext one too).
   const xdsPort = await lifecycle.start('ADS server', async () => {

@@ -389,6 +389,12 @@ async function load() {
     do {
       again = false;
       const response = await fetch('debug/mesh', { cache: 'no-store' });
+      if (response.status === 429) {
+        // The controller's budget for the view is spent: once more after the time it names.
+        const seconds = Math.min(60, Math.max(1, Number(response.headers.get('retry-after')) || 1));
+        setTimeout(load, seconds * 1000);
+        return;
+      }
       if (!response.ok) throw new Error(`/debug/mesh: ${response.status}`);
       render(await response.json());
     } while (again);
