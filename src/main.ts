@@ -454,7 +454,7 @@ function meshPageUrl(httpAddress: string, port: number): string {
 
 /** The `/debug/mesh` view (the mesh page's): see `meshView`; policy status from {@link policiesView}'s `status` when it has one. */
 function meshPageView(meshName: string, parts: Parts): unknown {
-  const { controller, source, ads } = parts;
+  const { controller, source, ads, cache } = parts;
   if (!controller || !source) return { meshName, starting: true };
   const manifests = source instanceof ManifestsSource ? source : undefined;
   return meshView({
@@ -462,6 +462,7 @@ function meshPageView(meshName: string, parts: Parts): unknown {
     meshIdentities: controller.meshIdentities(),
     connected: controller.registry.connected(),
     streams: ads?.streams() ?? [],
+    snapshotOf: (uuid) => cache?.getSnapshot(uuid),
     policies: policiesView(meshName, parts),
     manifestErrors: manifests?.errors().map(formatManifestError) ?? [],
     manifestWarnings: manifests?.warnings().length ?? 0,
