@@ -72,12 +72,22 @@ async function getJson(controllerUrl: string, path: string, timeoutMs = REQUEST_
   }
 }
 
-/** The rows of `trellis status`, as text: one line per object, columns aligned. */
+/**
+ * The rows of `trellis status`, as text: one line per object, columns aligned. An object not
+ * accepted is not in any configuration (the controller keeps its last accepted version, or leaves
+ * it out when it has none): its PROGRAMMED count is of that, marked `(last accepted)`, and its
+ * message says so.
+ */
 export function statusTable(statuses: readonly PolicyStatus[]): string {
   const rows = [['KIND', 'NAMESPACE', 'NAME', 'GENERATION', 'ACCEPTED', 'PROGRAMMED', 'NACKED', 'MESSAGE']];
   for (const s of statuses) {
-    const message = !s.accepted ? s.problems[0] ?? '' : s.firstNack ? `${s.firstNack.type} NACK from ${s.firstNack.identity} ${s.firstNack.proxy}: ${s.firstNack.message}` : '';
-    rows.push([s.kind, s.namespace, s.name, String(s.generation), s.accepted ? 'True' : 'False', `${s.programmed}/${s.affected}`, String(s.nacked), message.replace(/\s+/g, ' ')]);
+    const message = !s.accepted
+      ? `generation ${s.generation} not accepted, the proxies keep the last accepted version (if any): ${s.problems[0] ?? ''}`
+      : s.firstNack
+        ? `${s.firstNack.type} NACK from ${s.firstNack.identity} ${s.firstNack.proxy}: ${s.firstNack.message}`
+        : '';
+    const programmed = `${s.programmed}/${s.affected}${s.accepted ? '' : ' (last accepted)'}`;
+    rows.push([s.kind, s.namespace, s.name, String(s.generation), s.accepted ? 'True' : 'False', programmed, String(s.nacked), message.replace(/\s+/g, ' ')]);
   }
   const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
   return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('  ').trimEnd()).join('\n') + '\n';
