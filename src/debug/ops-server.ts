@@ -165,7 +165,7 @@ export class OpsServer {
       }
       const bytes = await body;
       res.writeHead(200, { 'content-type': page.type, ...PAGE_SECURITY_HEADERS });
-      res.end(bytes);
+      res.end(page.file === 'index.html' ? withMeshData(bytes, this.meshJson()) : bytes);
       return;
     }
     switch (url.pathname) {
@@ -197,14 +197,10 @@ export class OpsServer {
         if (!this.viewBudget.available()) return tooMany(res, this.viewBudget, VIEW_REFUSED('policies'));
         return json(200, this.viewBudget.run(() => this.sources.policies()));
       case '/debug/mesh': {
-        const key = `${this.sources.meshVersion()}|${this.events.changes}`;
-        let answer = this.meshAnswer;
-        if (!answer || answer.key !== key || performance.now() - answer.at >= MESH_VIEW_CACHE_MS) {
-          if (!this.viewBudget.available()) return tooMany(res, this.viewBudget, VIEW_REFUSED('mesh'));
-          answer = this.meshAnswer = { key, at: performance.now(), json: this.viewBudget.run(() => JSON.stringify(this.sources.mesh())) };
-        }
+        const answer = this.meshJson();
+        if (answer === undefined) return tooMany(res, this.viewBudget, VIEW_REFUSED('mesh'));
         res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' });
-        res.end(answer.json);
+        res.end(answer);
         return;
       }
       case '/debug/events':
@@ -233,6 +229,17 @@ export class OpsServer {
     }
   }
 
+  /** The `/debug/mesh` answer: the cached one while nothing changed, else computed within the views' budget; undefined when the budget is spent. */
+  private meshJson(): string | undefined {
+    const key = `${this.sources.meshVersion()}|${this.events.changes}`;
+    const cached = this.meshAnswer;
+    if (cached && cached.key === key && performance.now() - cached.at < MESH_VIEW_CACHE_MS) return cached.json;
+    if (!this.viewBudget.available()) return undefined;
+    const json = this.viewBudget.run(() => JSON.stringify(this.sources.mesh()));
+    this.meshAnswer = { key, at: performance.now(), json };
+    return json;
+  }
+
   /** Stops listening and closes open connections (the page's event streams first). */
   async stop(): Promise<void> {
     this.events.close();
@@ -251,4 +258,23 @@ const VIEW_REFUSED = (view: 'mesh' | 'policies'): string => `too many /debug/${v
 function tooMany(res: http.ServerResponse, budget: TimeBudget, error: string): void {
   res.writeHead(429, { 'content-type': 'application/json', 'retry-after': String(budget.retryAfterSeconds) });
   res.end(`${JSON.stringify({ error })}\n`);
+}
+
+/** The page's empty JSON data block, which {@link withMeshData} fills. */
+const MESH_DATA_BLOCK = '<script type="application/json" id="mesh-data"></script>';
+
+/**
+ * `html` (the page) with `json` (the `/debug/mesh` answer) in its JSON data block, so the page
+ * draws the mesh before its first fetch. `<`, `>`, `&` and the line separators are written as
+ * `\u` escapes (the same JSON): no name can end the block or open markup. Without `json` (the
+ * views' budget is spent), the page as it is.
+ */
+function withMeshData(html: Buffer, json: string | undefined): Buffer | string {
+  if (json === undefined) return html;
+  const text = html.toString('utf8');
+  const at = text.indexOf(MESH_DATA_BLOCK);
+  if (at < 0) return html;
+  const safe = json.replace(/[<>&\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  const open = MESH_DATA_BLOCK.slice(0, MESH_DATA_BLOCK.length - '</script>'.length);
+  return `${text.slice(0, at)}${open}${safe}</script>${text.slice(at + MESH_DATA_BLOCK.length)}`;
 }

@@ -447,5 +447,16 @@ document.getElementById('graph').addEventListener('click', (event) => focusIdent
 document.getElementById('access-details').addEventListener('toggle', () => {
   if (lastView) drawAccessTable(lastView);
 });
+// The first /debug/mesh answer, embedded by the server in a JSON data block (not a script the
+// Content-Security-Policy would refuse): drawn at once, before any fetch (a headless screenshot
+// shows it); then the page loads and listens as usual.
+const embedded = document.getElementById('mesh-data')?.textContent;
+if (embedded) {
+  try {
+    render(JSON.parse(embedded));
+  } catch {
+    // Drawn from /debug/mesh below instead.
+  }
+}
 load();
 listen();
