@@ -4,15 +4,13 @@
  * (0 of 0), with and without `--require-proxies`, and an object deleted while waiting.
  */
 import assert from 'node:assert/strict';
-import { cp, mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import pino from 'pino';
 import { waitProgrammed, type StatusOutput, type WaitOptions } from '../src/cli/status-command.js';
-import { runController, type RunningController } from '../src/main.js';
-
-const EXAMPLE = path.resolve(import.meta.dirname, '../examples/bookstore');
+import type { RunningController } from '../src/main.js';
+import { startStatusController } from './helpers/status-mesh.js';
 
 describe('trellis wait: no affected proxy, and a deleted object', () => {
   let dir: string;
@@ -21,18 +19,7 @@ describe('trellis wait: no affected proxy, and a deleted object', () => {
 
   before(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-s10s-wait-'));
-    manifests = path.join(dir, 'manifests');
-    await cp(EXAMPLE, manifests, { recursive: true });
-    running = await runController({
-      manifests,
-      meshName: 'osm',
-      stateDir: path.join(dir, 'state'),
-      xdsAddress: '127.0.0.1:0',
-      httpAddress: '127.0.0.1:0',
-      resyncIntervalMs: 0,
-      debounceQuietMs: 20,
-      logger: pino({ level: 'silent' }),
-    });
+    ({ running, manifests } = await startStatusController(dir));
   });
 
   after(async () => {
