@@ -233,7 +233,10 @@ export async function runController(options: ControllerOptions): Promise<Running
   // wait): a mesh reconnecting all at once then gets its configuration without waiting for either.
   const warmUp = warmUpInBackground(controller, kube, options.warmUpConfigurationBytes, () => lifecycle.stopping, logger).finally(() => (parts.warm = true));
 
-  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger, changed: () => ops.events.changed(), syncChanged: () => parts.statusWriter?.poke() });
+  const ads = newAdsServer(options, { cache, controller, kube, metrics, logger, changed: () => ops.events.changed(), syncChanged: () => {
+    parts.statusWriter?.poke();
+    ops.events.changed(); // the page's policy status: what a cached /debug/mesh answer must not outlive
+  } });
   parts.ads = ads;
   // The ADS server's stop closes each of its listeners (the plaintext one too).
   const xdsPort = await lifecycle.start('ADS server', async () => {
@@ -462,7 +465,7 @@ function meshPageUrl(httpAddress: string, port: number): string {
 
 /** The `/debug/mesh` view (the mesh page's): see `meshView`; policy status from {@link policiesView}'s `status` when it has one. */
 function meshPageView(meshName: string, parts: Parts): unknown {
-  const { controller, source, ads } = parts;
+  const { controller, source, ads, cache } = parts;
   if (!controller || !source) return { meshName, starting: true };
   const manifests = source instanceof ManifestsSource ? source : undefined;
   return meshView({
@@ -470,6 +473,7 @@ function meshPageView(meshName: string, parts: Parts): unknown {
     meshIdentities: controller.meshIdentities(),
     connected: controller.registry.connected(),
     streams: ads?.streams() ?? [],
+    snapshotOf: (uuid) => cache?.getSnapshot(uuid),
     policies: policiesView(meshName, parts),
     manifestErrors: manifests?.errors().map(formatManifestError) ?? [],
     manifestWarnings: manifests?.warnings().length ?? 0,

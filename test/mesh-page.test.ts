@@ -227,6 +227,24 @@ describe('the mesh page in chromium', { skip: skipBrowser }, () => {
     assert.deepEqual(await shownBackends(page), expected);
   });
 
+  it('draws the mesh from the data embedded in the page, before and without any /debug fetch', async () => {
+    const html = await (await fetch(`${controller.base}/`)).text();
+    const block = /<script type="application\/json" id="mesh-data">([^<]*)<\/script>/.exec(html);
+    assert.ok(block, 'a JSON data block in the page');
+    const embedded = JSON.parse(block[1]!) as { meshName: string; edges: unknown[] };
+    assert.equal(embedded.meshName, 'osm');
+    assert.ok(block[1]!.includes('\\u003cscript\\u003e'), 'the hostile name is escaped in the block');
+    const offline = await browser.newPage();
+    try {
+      await offline.route('**/debug/**', (route) => route.abort());
+      await offline.goto(`${controller.base}/`);
+      await offline.waitForSelector('#graph g.node[data-identity="bookbuyer/bookbuyer"]', { timeout: 10_000 });
+      assert.equal(await offline.evaluate(() => (window as unknown as { pwned?: number }).pwned), undefined);
+    } finally {
+      await offline.close();
+    }
+  });
+
   it('shows a name with markup as text: no element, no script run', async () => {
     await page.click('#access-details summary');
     const cell = page.locator('#access tbody tr td.mono', { hasText: 'hostile' });

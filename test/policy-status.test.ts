@@ -5,21 +5,18 @@
  * and the `trellis status` / `trellis wait` code against the running operations server.
  */
 import assert from 'node:assert/strict';
-import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import pino from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { printStatus, waitProgrammed, type StatusOutput } from '../src/cli/status-command.js';
-import { runController, type RunningController } from '../src/main.js';
+import type { RunningController } from '../src/main.js';
 import type { PolicyStatus, PolicyStatusDetail } from '../src/status/policy-status.js';
 import type { DiscoveryResponse__Output } from '../src/xds/server/discovery-types.js';
 import { decodeResources, type AdsTestClient } from './helpers/ads-client.js';
 import type { SimulatedSidecar } from './helpers/sidecar.js';
-import { connectMeshSidecar, openMeshStream, splitYaml } from './helpers/status-mesh.js';
-
-const EXAMPLE = path.resolve(import.meta.dirname, '../examples/bookstore');
+import { connectMeshSidecar, openMeshStream, splitYaml, startStatusController } from './helpers/status-mesh.js';
 
 /** Retries `check` (which throws until it holds) for up to `timeoutMs`; rethrows its last error after that. */
 async function eventually(check: () => Promise<void>, timeoutMs: number): Promise<void> {
@@ -62,20 +59,7 @@ describe('policy status on examples/bookstore (real gRPC sidecars)', () => {
 
   before(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-s9s-status-'));
-    manifests = path.join(dir, 'manifests');
-    stateDir = path.join(dir, 'state');
-    await cp(EXAMPLE, manifests, { recursive: true });
-    running = await runController({
-      manifests,
-      meshName: 'osm',
-      stateDir,
-      xdsAddress: '127.0.0.1:0',
-      httpAddress: '127.0.0.1:0',
-      resyncIntervalMs: 0,
-      debounceQuietMs: 20,
-      logger: pino({ level: 'silent' }),
-    });
-    controllerUrl = `http://127.0.0.1:${running.httpPort}`;
+    ({ running, manifests, stateDir, controllerUrl } = await startStatusController(dir));
   });
 
   after(async () => {
@@ -289,5 +273,25 @@ spec:
     const behind = captured();
     assert.equal(await waitProgrammed({ controller: controllerUrl, kind: 'TrafficSplit', namespace: 'bookstore', name: 'bookstore-split', timeoutSeconds: 0.3, generation: 9 }, behind), 1);
     assert.match(behind.stderr, /timed out after 0\.3 s: TrafficSplit bookstore\/bookstore-split is at generation 4, not 9 yet/);
+  });
+  it('a client that ACKs LDS and CDS and never subscribes RDS, EDS or SDS is not programmed; a sidecar that fetches them is', async () => {
+    // A real Envoy keeps listeners and clusters warming until what they name arrives: so must the status.
+    const raw = await openMeshStream({ stateDir, xdsAddress: `127.0.0.1:${running.xdsPort}`, out: path.join(dir, 'lds-cds-only'), namespace: 'bookbuyer', serviceAccount: 'bookbuyer' });
+    clients.push(raw.client);
+    raw.stream.request(TypeUrl.Cluster);
+    raw.stream.request(TypeUrl.Listener);
+    raw.stream.ack(await raw.stream.waitFor((r) => r.type_url === TypeUrl.Cluster));
+    raw.stream.ack(await raw.stream.waitFor((r) => r.type_url === TypeUrl.Listener));
+    const { uuid: fetching } = await connect('bookbuyer', 'bookbuyer');
+    let routes: PolicyStatusDetail | undefined;
+    await eventually(async () => {
+      routes = await statusOf('HTTPRouteGroup', 'bookstore', 'bookstore-service-routes');
+      assert.ok(routes.waiting.some((w) => w.proxy === raw.uuid), JSON.stringify(routes));
+      assert.ok(!routes.waiting.some((w) => w.proxy === fetching), JSON.stringify(routes));
+    }, 20_000);
+    assert.equal(routes!.waiting.find((w) => w.proxy === raw.uuid)?.reason, 'not ACKed yet');
+    const result = await wait('HTTPRouteGroup', 'bookstore', 'bookstore-service-routes', undefined, 1);
+    assert.equal(result.code, 1, result.stdout);
+    assert.match(result.stderr, new RegExp(`bookbuyer/bookbuyer ${raw.uuid}: not ACKed yet`));
   });
 });

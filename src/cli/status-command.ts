@@ -72,12 +72,22 @@ async function getJson(controllerUrl: string, path: string, timeoutMs = REQUEST_
   }
 }
 
-/** The rows of `trellis status`, as text: one line per object, columns aligned. */
+/**
+ * The rows of `trellis status`, as text: one line per object, columns aligned. An object not
+ * accepted is not in any configuration (the controller keeps its last accepted version, or leaves
+ * it out when it has none): its PROGRAMMED count is of that, marked `(last accepted)`, and its
+ * message says so.
+ */
 export function statusTable(statuses: readonly PolicyStatus[]): string {
   const rows = [['KIND', 'NAMESPACE', 'NAME', 'GENERATION', 'ACCEPTED', 'PROGRAMMED', 'NACKED', 'MESSAGE']];
   for (const s of statuses) {
-    const message = !s.accepted ? s.problems[0] ?? '' : s.firstNack ? `${s.firstNack.type} NACK from ${s.firstNack.identity} ${s.firstNack.proxy}: ${s.firstNack.message}` : '';
-    rows.push([s.kind, s.namespace, s.name, String(s.generation), s.accepted ? 'True' : 'False', `${s.programmed}/${s.affected}`, String(s.nacked), message.replace(/\s+/g, ' ')]);
+    const message = !s.accepted
+      ? `generation ${s.generation} not accepted, the proxies keep the last accepted version (if any): ${s.problems[0] ?? ''}`
+      : s.firstNack
+        ? `${s.firstNack.type} NACK from ${s.firstNack.identity} ${s.firstNack.proxy}: ${s.firstNack.message}`
+        : '';
+    const programmed = `${s.programmed}/${s.affected}${s.accepted ? '' : ' (last accepted)'}`;
+    rows.push([s.kind, s.namespace, s.name, String(s.generation), s.accepted ? 'True' : 'False', programmed, String(s.nacked), message.replace(/\s+/g, ' ')]);
   }
   const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
   return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('  ').trimEnd()).join('\n') + '\n';
@@ -103,29 +113,60 @@ export const WAIT_POLL_MS = 250;
 export const UNKNOWN_OBJECT_GRACE_MS = 10_000;
 
 /**
+ * How long an object `trellis wait` saw must stay unknown to the controller before it counts as
+ * deleted, in ms (a file rewritten in manifests mode may drop it from one load).
+ */
+export const DELETED_OBJECT_GRACE_MS = 1000;
+
+/** Options of {@link waitProgrammed}. */
+export interface WaitOptions {
+  readonly controller: string;
+  readonly kind: PolicyKind;
+  readonly namespace: string;
+  readonly name: string;
+  readonly timeoutSeconds: number;
+  /** Wait for this generation or a later one. */
+  readonly generation?: number;
+  /** Do not count an object no connected proxy is affected by as programmed: wait for one (default false: exit 0, saying so). */
+  readonly requireProxies?: boolean;
+  /** Tests shorten {@link UNKNOWN_OBJECT_GRACE_MS}. */
+  readonly unknownGraceMs?: number;
+  /** Tests shorten {@link DELETED_OBJECT_GRACE_MS}. */
+  readonly deletedGraceMs?: number;
+}
+
+/** The line `trellis wait` adds when no connected proxy is affected by the object. */
+export function noProxyLine(what: string): string {
+  return `no connected proxy is affected by ${what}: nothing holds it yet (--require-proxies waits for one)`;
+}
+
+/**
  * `trellis wait --for programmed KIND/NAME -n NS`: polls `/debug/policy-status` until every
  * proxy the object affects has ACKed a configuration made for its current generation (with
  * `generation`, for that generation or a later one: the controller may not have seen a change just
  * applied yet; `kubectl get … -o jsonpath='{.metadata.generation}'` gives it in Kubernetes mode).
+ * With no connected proxy affected it is programmed (a policy applied before its workloads must not
+ * fail a pipeline) and says so ({@link noProxyLine}); `requireProxies` waits for a proxy instead.
  * @returns the exit status: 0 programmed; 1 when the object is not accepted, a proxy NACKed,
- *   the controller has not known it for {@link UNKNOWN_OBJECT_GRACE_MS}, or `timeoutSeconds`
+ *   the controller has not known it for {@link UNKNOWN_OBJECT_GRACE_MS}, it was deleted while
+ *   waiting (unknown for {@link DELETED_OBJECT_GRACE_MS} after being seen), or `timeoutSeconds`
  *   passed (each printed with why).
  */
-export async function waitProgrammed(
-  options: { controller: string; kind: PolicyKind; namespace: string; name: string; timeoutSeconds: number; generation?: number; unknownGraceMs?: number },
-  io: StatusOutput = STDIO,
-): Promise<number> {
+export async function waitProgrammed(options: WaitOptions, io: StatusOutput = STDIO): Promise<number> {
   const what = `${options.kind} ${options.namespace}/${options.name}`;
   const query = new URLSearchParams({ kind: options.kind, namespace: options.namespace, name: options.name });
   const started = Date.now();
   const deadline = started + options.timeoutSeconds * 1000;
   let last: PolicyStatusDetail | undefined;
+  /** Since when the object seen before is unknown to the controller. */
+  let goneSince: number | undefined;
   for (;;) {
     // One request never outlasts the deadline (at least 1 s each, so the last one can still answer).
     const { status, body } = await getJson(options.controller, `/debug/policy-status?${query}`, Math.min(REQUEST_TIMEOUT_MS, Math.max(1000, deadline - Date.now())));
     if (status === 200) {
       const detail = body as PolicyStatusDetail;
       last = detail;
+      goneSince = undefined;
       // Judged only once a MeshSnapshot was built from the object's current content (and that is the generation asked for).
       if (detail.meshGeneration !== null && detail.generation >= (options.generation ?? 0)) {
         if (!detail.accepted) {
@@ -136,13 +177,19 @@ export async function waitProgrammed(
           io.err(`${what} generation ${detail.generation} was NACKed: ${programmedSummary(detail)}\n`);
           return 1;
         }
-        if (isProgrammed(detail)) {
-          io.out(`${what} generation ${detail.generation} programmed: ${programmedSummary(detail)}\n`);
+        if (isProgrammed(detail) && (detail.affected > 0 || !options.requireProxies)) {
+          io.out(`${what} generation ${detail.generation} programmed: ${programmedSummary(detail)}\n${detail.affected === 0 ? `${noProxyLine(what)}\n` : ''}`);
           return 0;
         }
       }
     } else if (status !== 404) {
       throw new Error(`the controller at ${options.controller} answered ${status}: ${JSON.stringify(body)}`);
+    } else if (last !== undefined) {
+      goneSince ??= Date.now();
+      if (Date.now() - goneSince >= (options.deletedGraceMs ?? DELETED_OBJECT_GRACE_MS)) {
+        io.err(`${what} was deleted while waiting (the controller last had generation ${last.generation})\n`);
+        return 1;
+      }
     } else if (Date.now() - started >= (options.unknownGraceMs ?? UNKNOWN_OBJECT_GRACE_MS)) {
       io.err(`the controller at ${options.controller} has no ${what} (for ${(options.unknownGraceMs ?? UNKNOWN_OBJECT_GRACE_MS) / 1000} s): check KIND/NAME and -n\n`);
       return 1;
@@ -158,7 +205,7 @@ export async function waitProgrammed(
   const state =
     last.generation < (options.generation ?? 0)
       ? `is at generation ${last.generation}, not ${options.generation} yet`
-      : `generation ${last.generation} ${last.meshGeneration === null ? 'is not in a configuration yet' : `is not programmed: ${programmedSummary(last)}`}${waiting ? `\n${waiting}` : ''}`;
+      : `generation ${last.generation} ${last.meshGeneration === null ? 'is not in a configuration yet' : `is not programmed: ${programmedSummary(last)}`}${waiting ? `\n${waiting}` : ''}${last.affected === 0 && last.meshGeneration !== null ? `\n  ${noProxyLine(what)}` : ''}`;
   io.err(`timed out after ${options.timeoutSeconds} s: ${what} ${state}\n`);
   return 1;
 }
@@ -188,10 +235,11 @@ export function registerStatusCommands(program: Command): void {
     .option('-n, --namespace <ns>', 'the namespace of the object', 'default')
     .addOption(new Option('--timeout <duration>', 'give up after this long (e.g. 60s, 2m)').argParser(seconds).default(60, '60s'))
     .addOption(new Option('--generation <n>', 'wait for this generation of the object or a later one (metadata.generation in Kubernetes mode), not the one the controller has now').argParser(positiveInteger))
+    .option('--require-proxies', 'not programmed while no connected proxy is affected by the object: wait for one (by default that exits 0, saying so)')
     .addOption(controllerOption())
-    .action(async (ref: { kind: PolicyKind; name: string }, opts: { namespace: string; timeout: number; controller: string; generation?: number }) => {
+    .action(async (ref: { kind: PolicyKind; name: string }, opts: { namespace: string; timeout: number; controller: string; generation?: number; requireProxies?: boolean }) => {
       try {
-        process.exitCode = await waitProgrammed({ controller: opts.controller, kind: ref.kind, namespace: opts.namespace, name: ref.name, timeoutSeconds: opts.timeout, generation: opts.generation });
+        process.exitCode = await waitProgrammed({ controller: opts.controller, kind: ref.kind, namespace: opts.namespace, name: ref.name, timeoutSeconds: opts.timeout, generation: opts.generation, requireProxies: opts.requireProxies === true });
       } catch (err) {
         process.stderr.write(`trellis wait: ${err instanceof Error ? err.message : String(err)}\n`);
         process.exitCode = 1;

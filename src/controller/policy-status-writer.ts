@@ -6,7 +6,7 @@
  * most `maxWritesPerInterval` PATCHes per interval, one at a time, never on the push path.
  * Imported on demand (it loads `@kubernetes/client-node`).
  */
-import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import { CustomObjectsApi, Observable, PatchStrategy, setHeaderOptions, type KubeConfig, type ObservableMiddleware } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { kubernetesStatus, sameStatus, STATUS_SUBRESOURCE_KINDS, type KubernetesPolicyStatus } from '../status/kubernetes-status.js';
 import type { PolicyKind } from '../status/object-versions.js';
@@ -25,14 +25,42 @@ export interface StatusTarget {
 /** Writes one object's `status` (a JSON merge patch of the status subresource). @throws the API client's error (see `apiStatusCode`). */
 export type StatusPatcher = (target: StatusTarget, status: KubernetesPolicyStatus) => Promise<void>;
 
-/** A {@link StatusPatcher} over `kubeConfig` (client-node's `CustomObjectsApi`). */
-export function statusPatcherFor(kubeConfig: KubeConfig): StatusPatcher {
+/** How long one status PATCH may wait for the API server's answer, in ms, by default. */
+export const PATCH_TIMEOUT_MS = 10_000;
+
+/** Options of {@link statusPatcherFor}. */
+export interface StatusPatcherOptions {
+  /** How long one PATCH may take, answer included, in ms (default {@link PATCH_TIMEOUT_MS}); then it fails. */
+  readonly timeoutMs?: number;
+}
+
+/**
+ * A {@link StatusPatcher} over `kubeConfig` (client-node's `CustomObjectsApi`). Each PATCH is
+ * bounded by `timeoutMs` (an `AbortSignal` set on the request by a client-node middleware): one
+ * the API server accepts and never answers fails with "no answer in N ms" (no HTTP status, as an
+ * unreachable server), and the writer tries again at its next evaluation.
+ */
+export function statusPatcherFor(kubeConfig: KubeConfig, options: StatusPatcherOptions = {}): StatusPatcher {
   const api = apiClientConfig(kubeConfig).makeApiClient(CustomObjectsApi);
+  const timeoutMs = options.timeoutMs ?? PATCH_TIMEOUT_MS;
+  const bounded: ObservableMiddleware = {
+    pre: (request) => {
+      request.setSignal(AbortSignal.timeout(timeoutMs));
+      return new Observable(Promise.resolve(request));
+    },
+    post: (response) => new Observable(Promise.resolve(response)),
+  };
+  const requestOptions = setHeaderOptions('Content-Type', PatchStrategy.MergePatch, { middleware: [bounded], middlewareMergeStrategy: 'append' });
   return async (t, status) => {
-    await api.patchNamespacedCustomObjectStatus(
-      { group: t.group, version: t.version, namespace: t.namespace, plural: t.plural, name: t.name, body: { status } },
-      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-    );
+    try {
+      await api.patchNamespacedCustomObjectStatus(
+        { group: t.group, version: t.version, namespace: t.namespace, plural: t.plural, name: t.name, body: { status } },
+        requestOptions,
+      );
+    } catch (err) {
+      if ((err as { name?: unknown } | null)?.name === 'AbortError') throw new Error(`no answer from the API server in ${timeoutMs} ms`, { cause: err });
+      throw err;
+    }
   };
 }
 

@@ -60,6 +60,11 @@ export class MeshEvents {
     this.maxBufferedBytes = options.maxBufferedBytes ?? 64 * 1024;
   }
 
+  /** How many changes were reported ({@link changed}) since the start: with the version, what a cached `/debug/mesh` answer is keyed by. */
+  get changes(): number {
+    return this.seq;
+  }
+
   /** Clients connected now. */
   get clientCount(): number {
     return this.clients.size;

@@ -1,17 +1,12 @@
 import type { MeshSnapshot } from '../catalog/types.js';
 import type { ConnectedProxy } from '../proxy/registry.js';
 import type { ServiceIdentity } from '../proxy/types.js';
-import type { StreamInfo, TypeStreamInfo } from '../xds/server/stream-common.js';
+import type { ProxySnapshot } from '../xds/cache/types.js';
+import type { StreamInfo } from '../xds/server/stream-common.js';
+import { typeSync, type TypeSyncState } from './proxy-sync.js';
 
 /** Problems listed by text in {@link MeshView.problems} (the counts are always complete). */
 export const MESH_VIEW_PROBLEM_TEXTS = 50;
-
-/**
- * Where one xDS type of a proxy stands: `synced` (the last response sent was ACKed), `nacked`
- * (it was rejected: the proxy runs an older version or none), `stale` (nothing sent yet, or a
- * response awaits its ACK).
- */
-export type TypeSyncState = 'synced' | 'stale' | 'nacked';
 
 /** One service of the mesh (every port of a Kubernetes Service together), with the identities behind it. */
 export interface MeshViewService {
@@ -52,7 +47,7 @@ export interface MeshViewProxy {
   readonly identity: string;
   readonly clientType: string;
   readonly connectedSince: string;
-  /** Per type (`CDS`, `EDS`, …): its state, over every stream of the proxy (the worst wins). */
+  /** Per type (`CDS`, `EDS`, …): its state (`typeSync`, as `/debug/proxies` and `trellis proxies` say), over every stream of the proxy (the worst wins). */
   readonly types: Readonly<Record<string, TypeSyncState>>;
   /** The most recent NACK of any type, or null. */
   readonly lastNack: { readonly type: string; readonly version: string; readonly message: string; readonly at: string } | null;
@@ -91,6 +86,8 @@ export interface MeshViewInput {
   readonly meshIdentities: ReadonlySet<string>;
   readonly connected: readonly ConnectedProxy[];
   readonly streams: readonly StreamInfo[];
+  /** A proxy's latest snapshot, by UUID (the snapshot cache's): what each type's state is compared with. */
+  readonly snapshotOf: (uuid: string) => ProxySnapshot | undefined;
   /** `/debug/policies`' body (its `status`, when an array, is passed through). */
   readonly policies: unknown;
   /** Formatted problems of each kind. */
@@ -98,13 +95,6 @@ export interface MeshViewInput {
   readonly manifestWarnings: number;
   readonly policyProblems: readonly string[];
   readonly validationFailures: readonly string[];
-}
-
-/** The state of one type of one stream (see {@link TypeSyncState}). */
-export function typeSyncState(type: Pick<TypeStreamInfo, 'lastVersionSent' | 'versionAcked' | 'lastNack'>): TypeSyncState {
-  if (type.lastVersionSent === undefined) return 'stale';
-  if (type.lastNack && type.lastNack.version === type.lastVersionSent && type.versionAcked !== type.lastVersionSent) return 'nacked';
-  return type.versionAcked === type.lastVersionSent ? 'synced' : 'stale';
 }
 
 const STATE_RANK: Readonly<Record<TypeSyncState, number>> = { synced: 0, stale: 1, nacked: 2 };
@@ -157,9 +147,10 @@ export function meshView(input: MeshViewInput): MeshView {
   const proxies = input.connected.map((c): MeshViewProxy => {
     const types: Record<string, TypeSyncState> = {};
     let lastNack: MeshViewProxy['lastNack'] = null;
+    const latest = input.snapshotOf(c.proxy.uuid);
     for (const stream of streamsByUuid.get(c.proxy.uuid) ?? []) {
       for (const t of stream.types) {
-        const state = typeSyncState(t);
+        const { state } = typeSync(t, stream.mode, latest);
         const before = types[t.type];
         if (before === undefined || STATE_RANK[state] > STATE_RANK[before]) types[t.type] = state;
         if (t.lastNack && (!lastNack || t.lastNack.at.toISOString() > lastNack.at)) {

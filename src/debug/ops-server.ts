@@ -56,13 +56,39 @@ export const PAGE_SECURITY_HEADERS: Readonly<Record<string, string>> = {
   'cache-control': 'no-cache',
 };
 
+/** Bounds of the operations server's connections (Node's `http.Server` settings); durations in ms. */
+export interface OpsServerLimits {
+  /** Most open connections (`server.maxConnections`, default {@link DEFAULT_MAX_OPS_CONNECTIONS}); past it a new one is closed at once. */
+  readonly maxConnections?: number;
+  /** Time to receive a request's headers (`headersTimeout`, default 10 000). */
+  readonly headersTimeoutMs?: number;
+  /** Time to receive a whole request (`requestTimeout`, default 30 000; an event stream's response is not bounded by it). */
+  readonly requestTimeoutMs?: number;
+  /** An idle kept-alive connection is closed after this long (`keepAliveTimeout`, default 5000). */
+  readonly keepAliveTimeoutMs?: number;
+  /** How often the two timeouts above are checked (`connectionsCheckingInterval`, default 1000). */
+  readonly connectionsCheckingIntervalMs?: number;
+  /** Event-loop time `/debug/mesh` and `/debug/policies` may take together (default: 250 ms a second); past it, 429 with `Retry-After`. */
+  readonly viewBudget?: TimeBudgetOptions;
+}
+
+/** Default of {@link OpsServerLimits.maxConnections}: the page's 32 event streams, and room for scrapers, probes and the CLI. */
+export const DEFAULT_MAX_OPS_CONNECTIONS = 256;
+
+/** How long a computed `/debug/mesh` answer is served again while nothing reported a change, in ms (what no hook reports, such as a Kubernetes source's state, shows this late at most). */
+export const MESH_VIEW_CACHE_MS = 1000;
+
 /**
  * The operations HTTP server: `/healthz` (200 while the process runs), `/readyz` (200 once
  * the sources synced, else 503), `/metrics` (Prometheus text format), `/debug/proxies`,
  * `/debug/config_dump?proxy=<uuid>`, `/debug/policies`, `/debug/policy-status?kind=K&namespace=N&name=X`,
- * `/debug/explain?…` (429 past its time budget, see {@link TimeBudget}) and `/debug/pod-proxy?namespace=<ns>&pod=<name>` (JSON); the mesh page: `/`
+ * `/debug/explain?…` (429 past its time budget, see {@link TimeBudget}; `/debug/mesh` and
+ * `/debug/policies` share another) and `/debug/pod-proxy?namespace=<ns>&pod=<name>` (JSON); the mesh page: `/`
  * (with `/mesh.js` and `/mesh.css`), `/debug/mesh` (JSON it reads) and `/debug/events` (server-sent
- * events, {@link MeshEvents}). Anything else is 404.
+ * events, {@link MeshEvents}). Anything else is 404. `/debug/mesh` is computed once per change
+ * (the sources' version and the changes reported to {@link events}; at most {@link MESH_VIEW_CACHE_MS}
+ * old): the pages that refetch it on an event share one computation. Connections are bounded
+ * ({@link OpsServerLimits}).
  */
 export class OpsServer {
   private server: http.Server | undefined;
@@ -72,19 +98,26 @@ export class OpsServer {
   private readonly page = new Map<string, Promise<Buffer>>();
   /** The event-loop time `/debug/explain` may take (it generates configuration per call). */
   private readonly explainBudget: TimeBudget;
+  /** The event-loop time `/debug/mesh` and `/debug/policies` may take (each computes a view of the whole mesh). */
+  private readonly viewBudget: TimeBudget;
+  /** The last `/debug/mesh` answer: what it was computed for, when, and its JSON. */
+  private meshAnswer: { readonly key: string; readonly at: number; readonly json: string } | undefined;
 
   /**
    * @param events options of the page's event streams (tests shorten the heartbeat).
    * @param explainBudget bound on the time `/debug/explain` takes (default: 250 ms a second); past it, 429 with `Retry-After`.
+   * @param limits bounds of the connections and of the views' time.
    */
   constructor(
     private readonly sources: OpsSources,
     private readonly logger: Logger,
     events: Omit<MeshEventsOptions, 'version'> = {},
     explainBudget: TimeBudgetOptions = {},
+    private readonly limits: OpsServerLimits = {},
   ) {
     this.events = new MeshEvents({ ...events, version: () => sources.meshVersion() });
     this.explainBudget = new TimeBudget(explainBudget);
+    this.viewBudget = new TimeBudget(limits.viewBudget);
   }
 
   /**
@@ -94,13 +127,21 @@ export class OpsServer {
    */
   async start(address: string): Promise<number> {
     const { host, port } = splitHostPort(address);
-    const server = http.createServer((req, res) => {
+    const limits = this.limits;
+    const options: http.ServerOptions = {
+      headersTimeout: limits.headersTimeoutMs ?? 10_000,
+      requestTimeout: limits.requestTimeoutMs ?? 30_000,
+      keepAliveTimeout: limits.keepAliveTimeoutMs ?? 5000,
+      connectionsCheckingInterval: limits.connectionsCheckingIntervalMs ?? 1000,
+    };
+    const server = http.createServer(options, (req, res) => {
       this.handle(req, res).catch((err: unknown) => {
         this.logger.error({ err }, 'ops request failed');
         if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain' });
         res.end('internal error\n');
       });
     });
+    server.maxConnections = limits.maxConnections ?? DEFAULT_MAX_OPS_CONNECTIONS;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(port, host, () => resolve());
@@ -124,7 +165,7 @@ export class OpsServer {
       }
       const bytes = await body;
       res.writeHead(200, { 'content-type': page.type, ...PAGE_SECURITY_HEADERS });
-      res.end(bytes);
+      res.end(page.file === 'index.html' ? withMeshData(bytes, this.meshJson()) : bytes);
       return;
     }
     switch (url.pathname) {
@@ -153,19 +194,19 @@ export class OpsServer {
         return dump === undefined ? json(404, { error: `no connected proxy with UUID ${uuid}` }) : json(200, dump);
       }
       case '/debug/policies':
-        return json(200, this.sources.policies());
-      case '/debug/mesh':
+        if (!this.viewBudget.available()) return tooMany(res, this.viewBudget, VIEW_REFUSED('policies'));
+        return json(200, this.viewBudget.run(() => this.sources.policies()));
+      case '/debug/mesh': {
+        const answer = this.meshJson();
+        if (answer === undefined) return tooMany(res, this.viewBudget, VIEW_REFUSED('mesh'));
         res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' });
-        res.end(JSON.stringify(this.sources.mesh()));
+        res.end(answer);
         return;
+      }
       case '/debug/events':
         return this.events.connect(req, res);
       case '/debug/explain': {
-        if (!this.explainBudget.available()) {
-          res.writeHead(429, { 'content-type': 'application/json', 'retry-after': String(this.explainBudget.retryAfterSeconds) });
-          res.end(`${JSON.stringify({ error: 'too many explain requests: each one generates configuration on the controller; try again shortly' })}\n`);
-          return;
-        }
+        if (!this.explainBudget.available()) return tooMany(res, this.explainBudget, 'too many explain requests: each one generates configuration on the controller; try again shortly');
         const { status, body } = this.explainBudget.run(() => this.sources.explain(url.searchParams));
         return json(status, body);
       }
@@ -188,6 +229,17 @@ export class OpsServer {
     }
   }
 
+  /** The `/debug/mesh` answer: the cached one while nothing changed, else computed within the views' budget; undefined when the budget is spent. */
+  private meshJson(): string | undefined {
+    const key = `${this.sources.meshVersion()}|${this.events.changes}`;
+    const cached = this.meshAnswer;
+    if (cached && cached.key === key && performance.now() - cached.at < MESH_VIEW_CACHE_MS) return cached.json;
+    if (!this.viewBudget.available()) return undefined;
+    const json = this.viewBudget.run(() => JSON.stringify(this.sources.mesh()));
+    this.meshAnswer = { key, at: performance.now(), json };
+    return json;
+  }
+
   /** Stops listening and closes open connections (the page's event streams first). */
   async stop(): Promise<void> {
     this.events.close();
@@ -197,4 +249,32 @@ export class OpsServer {
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
   }
+}
+
+/** The error text of a `/debug/mesh` or `/debug/policies` call refused past the views' budget. */
+const VIEW_REFUSED = (view: 'mesh' | 'policies'): string => `too many /debug/${view} requests: each one computes a view of the whole mesh on the controller; try again shortly`;
+
+/** 429 with `Retry-After` (the window of `budget`) and `error`: a time budget is spent. */
+function tooMany(res: http.ServerResponse, budget: TimeBudget, error: string): void {
+  res.writeHead(429, { 'content-type': 'application/json', 'retry-after': String(budget.retryAfterSeconds) });
+  res.end(`${JSON.stringify({ error })}\n`);
+}
+
+/** The page's empty JSON data block, which {@link withMeshData} fills. */
+const MESH_DATA_BLOCK = '<script type="application/json" id="mesh-data"></script>';
+
+/**
+ * `html` (the page) with `json` (the `/debug/mesh` answer) in its JSON data block, so the page
+ * draws the mesh before its first fetch. `<`, `>`, `&` and the line separators are written as
+ * `\u` escapes (the same JSON): no name can end the block or open markup. Without `json` (the
+ * views' budget is spent), the page as it is.
+ */
+function withMeshData(html: Buffer, json: string | undefined): Buffer | string {
+  if (json === undefined) return html;
+  const text = html.toString('utf8');
+  const at = text.indexOf(MESH_DATA_BLOCK);
+  if (at < 0) return html;
+  const safe = json.replace(/[<>&\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  const open = MESH_DATA_BLOCK.slice(0, MESH_DATA_BLOCK.length - '</script>'.length);
+  return `${text.slice(0, at)}${open}${safe}</script>${text.slice(at + MESH_DATA_BLOCK.length)}`;
 }

@@ -18,6 +18,7 @@ import type { ProxySnapshot } from '../cache/types.js';
 import { boundedText } from '../../util/bounded-text.js';
 import { lowerBound } from '../../util/order.js';
 import { RateLimiter } from '../../util/rate-limit.js';
+import { heldReferences } from './held-references.js';
 import type { Release, SendBudget } from './send-budget.js';
 import type {
   DeltaDiscoveryRequest__Output,
@@ -114,7 +115,8 @@ export interface StreamSync {
   readonly proxy: Proxy;
   /**
    * The newest snapshot of which the proxy ACKed everything it subscribed to: LDS and CDS are
-   * subscribed when the snapshot has any, every response written for it was ACKed (none NACKed
+   * subscribed when the snapshot has any, so is every resource of it the subscribed Listeners and
+   * Clusters name (`heldReferences`), every response written for it was ACKed (none NACKed
    * since that type's last ACK), nothing of it is left to send and no request is waiting to be
    * handled. Undefined until then.
    */
@@ -713,13 +715,37 @@ export abstract class StreamBase<
   private noteSync(): void {
     const snapshot = this.snapshot;
     if (!snapshot || this.acked === snapshot || this.pendingSnapshot || this.closed || !this.proxy) return;
-    // LDS and CDS, which every client asks for; a type the others refer to is asked for as the
-    // client takes LDS and CDS in (before it ACKs them), and then counts below.
+    // LDS and CDS, which every client asks for, and every type answered.
     for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) if ((snapshot.resources.get(type)?.size ?? 0) > 0 && !this.types.has(type)) return;
     for (const st of this.types.values()) if (st.rejected || this.awaitsAnswer(st)) return;
+    // And what the Listeners and Clusters it holds make it fetch (their route configurations,
+    // ClusterLoadAssignments and secrets, as an Envoy warms them): subscribed, so answered above.
+    // A resource no held one names (a secret nothing uses) need not be asked for.
+    if (!this.holdsReferences(snapshot)) return;
     this.acked = snapshot;
     const proxy = this.proxy;
     this.callHook('onSyncChanged', () => this.ctx.hooks.onSyncChanged?.(proxy, this.streamId));
+  }
+
+  /**
+   * Whether every resource of `snapshot` that the Listeners and Clusters this stream subscribes
+   * to name ({@link heldReferences}) is subscribed to as well (wildcard or by name).
+   */
+  private holdsReferences(snapshot: ProxySnapshot): boolean {
+    for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) {
+      const st = this.types.get(type);
+      const resources = snapshot.resources.get(type);
+      if (!st || !resources) continue;
+      const held = st.wildcard ? resources.values() : [...st.names].map((n) => resources.get(n)).filter((r) => r !== undefined);
+      for (const resource of held) {
+        for (const ref of heldReferences(type, resource)) {
+          if (!snapshot.resources.get(ref.typeUrl)?.has(ref.name)) continue; // not in the snapshot: nothing to hold
+          const wanted = this.types.get(ref.typeUrl);
+          if (!wanted || (!wanted.wildcard && !wanted.names.has(ref.name))) return false;
+        }
+      }
+    }
+    return true;
   }
 
   /** {@inheritDoc ServedStream.fail} */

@@ -1,0 +1,126 @@
+/**
+ * The operations server's bounds, over real sockets: `/debug/mesh` computed once for many pages
+ * while nothing changed, `/debug/mesh` and `/debug/policies` refused with 429 past their time
+ * budget, and the number of connections and the time a request's headers may take bounded.
+ */
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import net from 'node:net';
+import { describe, it } from 'node:test';
+import pino from 'pino';
+import { Registry } from 'prom-client';
+import { OpsServer, type OpsServerLimits, type OpsSources } from '../src/debug/ops-server.js';
+import { eventually } from './helpers/wait.js';
+
+/** Sources whose views take `busyMs` of the event loop each and count their calls. */
+function sources(busyMs: number): OpsSources & { calls: { mesh: number; policies: number } } {
+  const calls = { mesh: 0, policies: 0 };
+  const busy = () => {
+    const until = performance.now() + busyMs;
+    while (performance.now() < until);
+  };
+  return {
+    calls,
+    ready: () => true,
+    metrics: new Registry(),
+    proxies: () => [],
+    configDump: () => undefined,
+    policies: () => (busy(), { n: ++calls.policies }),
+    mesh: () => (busy(), { n: ++calls.mesh }),
+    meshVersion: () => '1',
+    explain: () => ({ status: 404, body: {} }),
+    podProxy: () => ({ status: 404, error: 'no pod' }),
+    policyStatus: () => undefined,
+  };
+}
+
+function get(port: number, path: string, agent?: http.Agent): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  return new Promise((resolve, reject) => {
+    http
+      .get({ host: '127.0.0.1', port, path, agent }, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      })
+      .on('error', reject);
+  });
+}
+
+async function withServer(busyMs: number, limits: OpsServerLimits, test: (port: number, ops: OpsServer, s: ReturnType<typeof sources>) => Promise<void>): Promise<void> {
+  const s = sources(busyMs);
+  const ops = new OpsServer(s, pino({ level: 'silent' }), {}, {}, limits);
+  const port = await ops.start('127.0.0.1:0');
+  try {
+    await test(port, ops, s);
+  } finally {
+    await ops.stop();
+  }
+}
+
+/** Opens a TCP connection; resolves once connected, with a promise of its close. */
+function connect(port: number): Promise<{ socket: net.Socket; closed: Promise<void> }> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    const closed = new Promise<void>((r) => socket.once('close', () => r()));
+    socket.on('error', () => {});
+    socket.resume(); // read what the server sends (a 408), so its close is seen
+    socket.once('connect', () => resolve({ socket, closed }));
+    socket.once('error', reject);
+  });
+}
+
+describe('operations server bounds', () => {
+  it('computes /debug/mesh once for 32 pages while nothing changed, and again after a change', async () => {
+    await withServer(0, {}, async (port, ops, s) => {
+      const agent = new http.Agent({ keepAlive: true, maxSockets: 32 });
+      try {
+        const answers = await Promise.all(Array.from({ length: 32 }, () => get(port, '/debug/mesh', agent)));
+        assert.deepEqual(new Set(answers.map((a) => `${a.status} ${a.body}`)), new Set(['200 {"n":1}']));
+        assert.equal(s.calls.mesh, 1, 'one computation for 32 requests');
+        ops.events.changed(); // a proxy ACKed (the ADS hooks' call)
+        const after = await Promise.all(Array.from({ length: 32 }, () => get(port, '/debug/mesh', agent)));
+        assert.deepEqual(new Set(after.map((a) => a.body)), new Set(['{"n":2}']));
+        assert.equal(s.calls.mesh, 2);
+      } finally {
+        agent.destroy();
+      }
+    });
+  });
+
+  it('refuses /debug/mesh and /debug/policies with 429 and Retry-After past their time budget', async () => {
+    await withServer(30, { viewBudget: { windowMs: 1000, budgetMs: 100 } }, async (port, ops, s) => {
+      const statuses: number[] = [];
+      for (let i = 0; i < 10; i++) statuses.push((await get(port, '/debug/policies')).status);
+      assert.ok(statuses.includes(429), `policies: ${statuses.join(' ')}`);
+      assert.ok(s.calls.policies <= 5, `${s.calls.policies} computations within the budget`);
+      let refused: Awaited<ReturnType<typeof get>> | undefined;
+      for (let i = 0; i < 10 && !refused; i++) {
+        ops.events.changed(); // each request computes anew
+        const answer = await get(port, '/debug/mesh');
+        if (answer.status === 429) refused = answer;
+      }
+      assert.ok(refused, 'a /debug/mesh call refused');
+      assert.match(String(refused.headers['retry-after']), /^\d+$/);
+      assert.match((JSON.parse(refused.body) as { error: string }).error, /too many \/debug\/mesh requests/);
+      await eventually(async () => (await get(port, '/debug/policies')).status === 200, 'served again after the window', 10_000);
+    });
+  });
+
+  it('closes connections past maxConnections, and a request whose headers never end after headersTimeout', async () => {
+    await withServer(0, { maxConnections: 4, headersTimeoutMs: 300, requestTimeoutMs: 300, connectionsCheckingIntervalMs: 50 }, async (port) => {
+      const slow = await Promise.all(Array.from({ length: 4 }, () => connect(port)));
+      for (const { socket } of slow) socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n'); // headers never end
+      await eventually(async () => {
+        const extra = await connect(port);
+        // Past the bound the server closes the new connection without reading it.
+        const closedAt = await Promise.race([extra.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 200))]);
+        extra.socket.destroy();
+        return closedAt;
+      }, 'a connection past maxConnections closed by the server', 5000);
+      // The slow ones are closed at their headers timeout (408 or a reset), which frees their places.
+      await Promise.all(slow.map((c) => c.closed));
+      assert.equal((await get(port, '/healthz')).status, 200);
+    });
+  });
+});
