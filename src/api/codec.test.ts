@@ -60,3 +60,51 @@ describe('EnvoyCodec', () => {
     assert.equal(memo.converted, before, 'an encoding without a memo after it does not use it');
   });
 });
+
+describe('EnvoyCodec.toProto3Json', () => {
+  const codec = envoyCodec();
+  it('prints wrapper fields as plain values (a default one too) and durations as strings, found by type through Anys', () => {
+    const cluster = {
+      '@type': TypeUrl.Cluster,
+      name: 'c',
+      connect_timeout: { seconds: '1' },
+      per_connection_buffer_limit_bytes: { value: 32768 },
+      circuit_breakers: { thresholds: [{ max_connections: { value: 100 }, max_retries: {} }] },
+      common_lb_config: { healthy_panic_threshold: { value: 50 } },
+      typed_extension_protocol_options: {
+        'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
+          '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+          common_http_protocol_options: { idle_timeout: { seconds: '0', nanos: 250_000_000 }, max_requests_per_connection: { value: 7 } },
+        },
+      },
+    };
+    assert.deepEqual(codec.toProto3Json({ proxy: 'p', configs: [cluster] }), {
+      proxy: 'p',
+      configs: [{
+        '@type': TypeUrl.Cluster,
+        name: 'c',
+        connect_timeout: '1s',
+        per_connection_buffer_limit_bytes: 32768,
+        circuit_breakers: { thresholds: [{ max_connections: 100, max_retries: 0 }] },
+        // envoy.type.v3.Percent is a message with one field `value`, not a wrapper: it stays.
+        common_lb_config: { healthy_panic_threshold: { value: 50 } },
+        typed_extension_protocol_options: {
+          'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
+            '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+            common_http_protocol_options: { idle_timeout: '0.250s', max_requests_per_connection: 7 },
+          },
+        },
+      }],
+    });
+    assert.deepEqual(cluster.per_connection_buffer_limit_bytes, { value: 32768 }, 'its argument is not changed');
+  });
+
+  it('writes durations with 0, 3, 6 or 9 fractional digits, and keeps what it cannot type', () => {
+    const timeout = (d: object) => (codec.toProto3Json({ '@type': TypeUrl.Cluster, connect_timeout: d }) as { connect_timeout: unknown }).connect_timeout;
+    assert.equal(timeout({}), '0s');
+    assert.equal(timeout({ seconds: '5', nanos: 500_000 }), '5.000500s');
+    assert.equal(timeout({ seconds: '-1', nanos: -1 }), '-1.000000001s');
+    assert.deepEqual(codec.toProto3Json({ '@type': 'type.googleapis.com/no.such.Type', weight: { value: 1 } }), { '@type': 'type.googleapis.com/no.such.Type', weight: { value: 1 } });
+    assert.deepEqual(codec.toProto3Json({ weight: { value: 1 } }), { weight: { value: 1 } }, 'outside a typed object: as it is');
+  });
+});

@@ -106,6 +106,9 @@ export class EnvoyCodec {
   readonly #value: protobuf.Type;
   /** The memo of the encoding under way, while one with a memo runs. */
   #activeAnyMemo: AnyMemo | undefined;
+  /** The `google.protobuf` wrapper types (`UInt32Value`, …), with the plain value a wrapper without `value` holds. */
+  readonly #wrappers: ReadonlyMap<protobuf.Type, unknown>;
+  readonly #duration: protobuf.Type;
 
   /**
    * Loads the protos (about a second of CPU).
@@ -129,6 +132,8 @@ export class EnvoyCodec {
     this.#any = r.lookupType('google.protobuf.Any');
     this.#struct = r.lookupType('google.protobuf.Struct');
     this.#value = r.lookupType('google.protobuf.Value');
+    this.#duration = r.lookupType('google.protobuf.Duration');
+    this.#wrappers = new Map(Object.entries(WRAPPER_DEFAULTS).map(([name, plain]) => [r.lookupType(`google.protobuf.${name}`), plain]));
     this.#memoizeAnyConversions();
   }
 
@@ -251,7 +256,108 @@ export class EnvoyCodec {
     const type = this.messageType(typeUrl);
     return type.toObject(type.decode(bytes), DECODED_FORM) as Record<string, unknown>;
   }
+
+  /**
+   * `json` (plain JSON holding messages in {@link decodeMessage}'s form, each under an object
+   * with its `@type`: a config dump) with the well-known types as proto3's JSON mapping prints
+   * them, and so Envoy's admin `/config_dump`: every field of a `google.protobuf` wrapper type
+   * (`UInt32Value`, `BoolValue`, … `{"value": 80}`) as its plain value (`80`; one without
+   * `value` holds the default: `0`, `false`, `""`, `"0"` for 64-bit integers), and every
+   * `google.protobuf.Duration` (`{"seconds": "1"}`) as a string of seconds (`"1s"`, `"0.250s"`).
+   * Found by the messages' types (a message of another type with one field named `value`,
+   * `envoy.type.v3.Percent`, stays), through nested `Any` values; what is outside a typed object,
+   * or of a type not loaded, is kept as it is. Returns a copy; `json` is not changed.
+   */
+  toProto3Json(json: unknown): unknown {
+    if (Array.isArray(json)) return json.map((item) => this.toProto3Json(item));
+    if (json === null || typeof json !== 'object') return json;
+    const obj = json as Record<string, unknown>;
+    if (typeof obj['@type'] === 'string') return this.#plainMessage(this.#any, obj);
+    const out: Record<string, unknown> = {};
+    for (const key in obj) out[key] = this.toProto3Json(obj[key]);
+    return out;
+  }
+
+  /** `value`, a message of `type` in decoded form, with its well-known fields in proto3 JSON (see {@link EnvoyCodec.toProto3Json}). */
+  #plainMessage(type: protobuf.Type, value: unknown): unknown {
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) return value;
+    const obj = value as Record<string, unknown>;
+    let t = type;
+    if (t === this.#any) {
+      const at = obj['@type'];
+      if (typeof at !== 'string') return obj;
+      try {
+        t = this.messageType(at);
+      } catch {
+        return obj; // a type not loaded: as it is
+      }
+    }
+    if (t === this.#struct || t === this.#value) return obj;
+    const out: Record<string, unknown> = {};
+    for (const key in obj) {
+      const field = Object.hasOwn(t.fields, key) ? t.fields[key] : undefined;
+      const rt = field?.resolvedType;
+      const v = obj[key];
+      if (!field || !(rt instanceof protobuf.Type) || v === null || v === undefined) {
+        out[key] = v;
+      } else if (field.map) {
+        const entries: Record<string, unknown> = {};
+        for (const k in v as Record<string, unknown>) entries[k] = this.#plainField(rt, (v as Record<string, unknown>)[k]);
+        out[key] = entries;
+      } else if (field.repeated && Array.isArray(v)) {
+        out[key] = v.map((item) => this.#plainField(rt, item));
+      } else {
+        out[key] = this.#plainField(rt, v);
+      }
+    }
+    return out;
+  }
+
+  #plainField(type: protobuf.Type, value: unknown): unknown {
+    if (type === this.#duration) return durationJson(value);
+    if (!this.#wrappers.has(type)) return this.#plainMessage(type, value);
+    if (value === null || typeof value !== 'object') return value;
+    const inner = (value as Record<string, unknown>).value;
+    return inner === undefined ? this.#wrappers.get(type) : inner;
+  }
 }
+
+/**
+ * A `google.protobuf.Duration` in decoded form (`seconds` a string, `nanos` a number, either
+ * absent when 0) as proto3's JSON mapping writes it: seconds with 0, 3, 6 or 9 fractional
+ * digits and `s` (`"1s"`, `"0.250s"`, `"-1.000000001s"`). Anything else is returned as it is.
+ */
+function durationJson(value: unknown): unknown {
+  if (value === null || typeof value !== 'object') return value;
+  const { seconds = 0, nanos = 0 } = value as { seconds?: string | number; nanos?: number };
+  const s = BigInt(seconds);
+  const n = Number(nanos);
+  if (!Number.isInteger(n) || Math.abs(n) >= 1e9) return value;
+  const negative = s < 0n || n < 0;
+  const whole = (s < 0n ? -s : s).toString();
+  let fraction = Math.abs(n).toString().padStart(9, '0');
+  if (n === 0) fraction = '';
+  else if (fraction.endsWith('000000')) fraction = fraction.slice(0, 3);
+  else if (fraction.endsWith('000')) fraction = fraction.slice(0, 6);
+  return `${negative ? '-' : ''}${whole}${fraction ? `.${fraction}` : ''}s`;
+}
+
+/**
+ * The `google.protobuf` wrapper messages (wrappers.proto) and what proto3's JSON mapping prints
+ * for one holding its default (decoded without defaults, it has no `value`): 64-bit integers as
+ * strings, bytes as base64.
+ */
+const WRAPPER_DEFAULTS: Readonly<Record<string, unknown>> = {
+  DoubleValue: 0,
+  FloatValue: 0,
+  Int64Value: '0',
+  UInt64Value: '0',
+  Int32Value: 0,
+  UInt32Value: 0,
+  BoolValue: false,
+  StringValue: '',
+  BytesValue: '',
+};
 
 let shared: EnvoyCodec | undefined;
 
