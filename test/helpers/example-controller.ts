@@ -24,6 +24,10 @@ export interface ExampleController {
   readonly controllerUrl: string;
   /** `127.0.0.1:<port>`: its mTLS ADS listener. */
   readonly xdsAddress: string;
+  /** The sidecars `connect` connected, in order. */
+  readonly sidecars: readonly SimulatedSidecar[];
+  /** The gRPC clients `stop` closes: `connect`'s, and any a test adds. */
+  readonly clients: AdsTestClient[];
   /**
    * Connects a sidecar of `namespace/serviceAccount` with a certificate of the mesh CA (a real
    * mTLS gRPC client driven by a {@link SimulatedSidecar}: ACKs, or NACKs what `reject` names).
@@ -70,6 +74,8 @@ export async function startExampleController(prefix: string, options: Partial<Co
     running,
     controllerUrl: `http://127.0.0.1:${running.httpPort}`,
     xdsAddress,
+    sidecars,
+    clients,
     async connect(namespace, serviceAccount, reject) {
       const out = path.join(dir, `${namespace}-${serviceAccount}-${sidecars.length}`);
       const connected = await connectMeshSidecar({ stateDir, xdsAddress, out, namespace, serviceAccount, reject });
