@@ -1,50 +1,34 @@
 import * as grpc from '@grpc/grpc-js';
 import assert from 'node:assert/strict';
-import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import pino from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { writeProxyBootstrap } from '../src/cli/bootstrap-command.js';
-import { runController, type RunningController } from '../src/main.js';
+import type { RunningController } from '../src/main.js';
 import { AdsTestClient } from './helpers/ads-client.js';
+import { startExampleController, type ExampleController } from './helpers/example-controller.js';
 import { SimulatedSidecar } from './helpers/sidecar.js';
 
 type Decoded = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-const EXAMPLE = path.resolve(import.meta.dirname, '../examples/bookstore');
-
 describe('controller end to end on examples/bookstore over mTLS', () => {
+  let controller: ExampleController;
   let dir: string;
   let manifests: string;
   let stateDir: string;
   let running: RunningController;
-  const clients: AdsTestClient[] = [];
+  let clients: AdsTestClient[];
   const sidecars: SimulatedSidecar[] = [];
 
   before(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-e2e-'));
-    manifests = path.join(dir, 'manifests');
-    stateDir = path.join(dir, 'state');
-    await cp(EXAMPLE, manifests, { recursive: true });
-    running = await runController({
-      manifests,
-      meshName: 'osm',
-      stateDir,
-      xdsAddress: '127.0.0.1:0',
-      httpAddress: '127.0.0.1:0',
-      resyncIntervalMs: 60_000,
-      debounceQuietMs: 20,
-      logger: pino({ level: 'silent' }),
-    });
+    controller = await startExampleController('trellis-e2e-', { resyncIntervalMs: 60_000 });
+    ({ dir, manifests, stateDir, running, clients } = controller);
   });
 
   after(async () => {
     for (const s of sidecars) s.stop();
-    for (const c of clients) c.close();
-    await running.stop();
-    await rm(dir, { recursive: true, force: true });
+    await controller?.stop();
   });
 
   /** Issues a bootstrap with `trellis bootstrap`'s code and connects a simulated sidecar with its certificate. */

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import { rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,11 +13,13 @@ import { bookstoreLabDir } from './helpers/lab-manifests.js';
 import { eventually } from './helpers/wait.js';
 import { processAlive } from '../src/lab/process.js';
 import type { LabStatus } from '../src/lab/status.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 // h-polish's prefix, subnet and ops port: what a new user of `trellis lab` meets when things go wrong.
 const PREFIX = 'tpo';
 const SUBNET = '10.243.0.0/24';
-const HTTP_ADDRESS = '127.0.0.1:19801';
+const { xds: XDS_PORT, http: HTTP_PORT } = LAB_SUITE_PORTS.labCli;
+const HTTP_ADDRESS = `127.0.0.1:${HTTP_PORT}`;
 const TRELLIS = path.resolve(import.meta.dirname, '../bin/trellis.js');
 
 const { envoyPath, skip } = envoyTestSkip(['ip', 'setpriv', 'iptables-restore']);
@@ -33,7 +36,7 @@ describe('trellis lab up: failures are reported at once, with their reason', { s
   let dir: string;
   let manifests: string;
   let stateDir: string;
-  const common = () => ['--prefix', PREFIX, '--state-dir', stateDir, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, '--envoy', envoyPath!];
+  const common = () => ['--prefix', PREFIX, '--state-dir', stateDir, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, '--xds-port', String(XDS_PORT), '--envoy', envoyPath!];
 
   before(async () => {
     ({ dir, manifests } = await bookstoreLabDir());
@@ -48,11 +51,11 @@ describe('trellis lab up: failures are reported at once, with their reason', { s
   it('fails with the controller\'s own error when --http-address is taken (by a server that answers /readyz 200)', async () => {
     // Another controller on the address answers /readyz: up must not take it for the lab's.
     const other = http.createServer((_req, res) => res.end('ready\n'));
-    await new Promise<void>((resolve) => other.listen(19801, '127.0.0.1', resolve));
+    await new Promise<void>((resolve) => other.listen(HTTP_PORT, '127.0.0.1', resolve));
     try {
       const up = await trellis(['lab', 'up', '--manifests', manifests, ...common(), '--timeout', '30']);
       assert.equal(up.code, 1, up.stdout);
-      assert.match(up.stderr, /^trellis lab: the lab failed to start: the controller exited \(1\) before it was ready: operations server: cannot listen on --http-address 127\.0\.0\.1:19801: .*EADDRINUSE/m);
+      assert.match(up.stderr, new RegExp(`^trellis lab: the lab failed to start: the controller exited \\(1\\) before it was ready: operations server: cannot listen on --http-address 127\\.0\\.0\\.1:${HTTP_PORT}: .*EADDRINUSE`, 'm'));
       assert.doesNotMatch(up.stderr, /no mesh CA/);
       assert.equal(up.stdout, '', 'no status of a lab that did not start');
     } finally {
@@ -107,8 +110,22 @@ describe('trellis lab exec/status on a running lab (CLI, state of the world)', {
     stateDir = path.join(dir, 'state');
     // A manifest the controller skips: one manifest error in its /debug/policies.
     await writeFile(path.join(manifests, 'broken.yaml'), 'kind: [unclosed\n');
-    const up = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', envoyPath!, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, ...common()]);
-    assert.equal(up.code, 0, up.stderr);
+    // A controller started by hand on the default 0.0.0.0:15128 holds that port on the lab bridge
+    // too: stand one in (when the port is free; when it is not, something holds it already) while
+    // the lab starts on its own --xds-port.
+    const defaultAds = net.createServer();
+    await new Promise<void>((resolve) => defaultAds.once('error', () => resolve()).listen(15128, '0.0.0.0', resolve));
+    try {
+      const up = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', envoyPath!, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, '--xds-port', String(XDS_PORT), ...common()]);
+      assert.equal(up.code, 0, up.stderr);
+    } finally {
+      defaultAds.close();
+    }
+  });
+
+  it('runs beside a controller on the default 0.0.0.0:15128: its ADS is on the bridge at --xds-port', async () => {
+    const json = JSON.parse((await trellis(['lab', 'status', '--json', ...common()])).stdout) as LabStatus;
+    assert.equal(json.xdsAddress, `10.243.0.1:${XDS_PORT}`);
   });
 
   after(async () => {
@@ -133,7 +150,7 @@ describe('trellis lab exec/status on a running lab (CLI, state of the world)', {
     assert.match(status.stdout, /^POD\s+NAMESPACE\s+POD IP\s+APP\s+ENVOY\s+STATE\s+ADS\s+XDS\s+CDS\s+EDS\s+LDS\s+RDS\s+SDS$/m);
     assert.match(status.stdout, /bookbuyer-5d8c7f9b6-k2x4p\s+bookbuyer\s+10\.244\.1\.10\s+\d+\s+\d+\s+LIVE\s+connected\s+SotW\s+ACK/);
     assert.match(status.stdout, /^\(CDS\/EDS\/LDS\/RDS\/SDS: ACK, NACK, PENDING \(sent, not ACKed yet\), or - not subscribed; XDS: SotW or delta\)$/m);
-    assert.match(status.stdout, /^controller: 1 manifest\/policy problem \(1 manifest errors, 0 policy problems, 0 validation failures\): see curl -s http:\/\/127\.0\.0\.1:19801\/debug\/policies$/m);
+    assert.match(status.stdout, new RegExp(`^controller: 1 manifest/policy problem \\(1 manifest errors, 0 policy problems, 0 validation failures\\): see curl -s http://127\\.0\\.0\\.1:${HTTP_PORT}/debug/policies$`, 'm'));
     const json = JSON.parse((await trellis(['lab', 'status', '--json', ...common()])).stdout) as LabStatus;
     assert.deepEqual(json.controllerProblems, { manifestErrors: 1, policyProblems: 0, validationFailures: 0 });
     assert.ok(json.pods.filter((p) => p.mesh).every((p) => p.xdsMode === 'SotW'));

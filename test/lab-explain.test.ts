@@ -3,7 +3,7 @@
  * what `trellis explain --from-pod … --controller <the lab's controller>` answers beside what
  * curl in the source pod gets through both sidecars: allowed ↔ 200, a denial the explanation
  * gives as 404 (no route) ↔ 404, one it gives as a closed connection ↔ no HTTP answer. Lab
- * prefix `s9e`, subnet 10.236.20.0/25, operations port 19623; run under the lab lock.
+ * prefix `s9e`, subnet 10.236.20.0/25, ADS port and operations port of test/helpers/lab-ports.ts; run under the lab lock.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -15,10 +15,12 @@ import { startLab, type Lab } from '../src/lab/lab.js';
 import { envoyTestSkip } from './helpers/envoy.js';
 import { bookstoreLabDir } from './helpers/lab-manifests.js';
 import { BOOKBUYER, BOOKTHIEF, TRELLIS, type LabPodRef } from './helpers/lab.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 const PREFIX = 's9e';
 const SUBNET = '10.236.20.0/25';
-const HTTP_ADDRESS = '127.0.0.1:19623';
+const { xds: XDS_PORT, http: HTTP_PORT } = LAB_SUITE_PORTS.labExplain;
+const HTTP_ADDRESS = `127.0.0.1:${HTTP_PORT}`;
 
 const { envoyPath, skip } = envoyTestSkip(['ip', 'setpriv', 'iptables-restore', 'curl']);
 
@@ -64,7 +66,7 @@ describe('trellis explain agrees with real Envoys (lab on examples/bookstore)', 
   before(async () => {
     const made = await bookstoreLabDir();
     dir = made.dir;
-    lab = await startLab({ manifestsDir: made.manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, stateDir: path.join(dir, 'state') });
+    lab = await startLab({ manifestsDir: made.manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, xdsPort: XDS_PORT, stateDir: path.join(dir, 'state') });
     await lab.waitForAllAcked(120_000);
   });
 

@@ -27,6 +27,7 @@ import {
 } from './helpers/lab.js';
 import { envoyTestSkip } from './helpers/envoy.js';
 import { eventually } from './helpers/wait.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 const { skip } = envoyTestSkip(['ip', 'setpriv', 'iptables-restore']);
 /** Steady clients: two workers, each pausing 10 ms after a request (about 100 requests a second at most). */
@@ -135,7 +136,7 @@ describe('faults with traffic flowing through the bookstore sidecars', { skip, t
 
     before(async () => {
       manifests = await bookstoreManifests('tlf');
-      lab = await startLab({ manifestsDir: manifests, prefix: 'tlf', subnet: '10.247.0.0/25', httpAddress: '127.0.0.1:19601', stateDir: `/tmp/tlf-lab-${process.pid}` });
+      lab = await startLab({ manifestsDir: manifests, prefix: 'tlf', subnet: '10.247.0.0/25', httpAddress: `127.0.0.1:${LAB_SUITE_PORTS.labFaults.http}`, xdsPort: LAB_SUITE_PORTS.labFaults.xds, stateDir: `/tmp/tlf-lab-${process.pid}` });
       await lab.waitForAllAcked(WAIT_MS);
     });
 
@@ -251,7 +252,7 @@ describe('faults with traffic flowing through the bookstore sidecars', { skip, t
         // The minimum validity (the controller refuses less than 1m): rotation 40 s after issuance.
         await writeFile(file, `${(await readFile(file, 'utf8')).trimEnd()}\n  certificate:\n    serviceCertValidityDuration: 1m\n    certKeyBitSize: 2048\n`);
       });
-      lab = await startLab({ manifestsDir: manifests, prefix: 'tlfd', subnet: '10.247.0.128/25', httpAddress: '127.0.0.1:19602', stateDir: `/tmp/tlfd-lab-${process.pid}`, delta: true });
+      lab = await startLab({ manifestsDir: manifests, prefix: 'tlfd', subnet: '10.247.0.128/25', httpAddress: `127.0.0.1:${LAB_SUITE_PORTS.labFaultsDelta.http}`, xdsPort: LAB_SUITE_PORTS.labFaultsDelta.xds, stateDir: `/tmp/tlfd-lab-${process.pid}`, delta: true });
       await lab.waitForAllAcked(WAIT_MS);
       // Every sidecar's stream is an incremental one, and the MeshConfig is in force.
       const proxies = await controllerJson<{ identity: string; streams: { mode: string }[] }[]>(lab, '/debug/proxies');

@@ -7,11 +7,13 @@ import { startLab, type Lab } from '../src/lab/lab.js';
 import { podNetnsName } from '../src/lab/network.js';
 import { envoyTestSkip } from './helpers/envoy.js';
 import { BOOKBUYER, bookstoreManifests, TRELLIS } from './helpers/lab.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 // h-isolate's prefix, subnet and ops port.
 const PREFIX = 'tis';
 const SUBNET = '10.242.0.0/24';
-const HTTP_ADDRESS = '127.0.0.1:19811';
+const { xds: XDS_PORT, http: HTTP_PORT } = LAB_SUITE_PORTS.labIsolation;
+const HTTP_ADDRESS = `127.0.0.1:${HTTP_PORT}`;
 
 const { envoyPath, skip } = envoyTestSkip(['ip', 'setpriv', 'iptables-restore', 'curl', 'nsenter']);
 
@@ -151,7 +153,7 @@ describe('trellis lab: a pod cannot reach the lab\'s secrets, other pods or the 
       probe,
     ];
     manifests = await bookstoreManifests(PREFIX, (dir) => writeFile(path.join(dir, 'web.yaml'), webManifests(attemptArgs)));
-    lab = await startLab({ manifestsDir: manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, stateDir });
+    lab = await startLab({ manifestsDir: manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, xdsPort: XDS_PORT, stateDir });
     await lab.waitForAllAcked(120_000);
   });
 

@@ -17,10 +17,12 @@ import type { TrafficSummary } from '../src/lab/traffic.js';
 import { envoyTestSkip } from './helpers/envoy.js';
 import { labEnvoyAdmin, labEnvoyStats, labTrafficRuns, sumStats, total, trafficUntil, TRELLIS, type LabPodRef } from './helpers/lab.js';
 import { eventually } from './helpers/wait.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 const PREFIX = 'tlq';
 const SUBNET = '10.248.0.0/24';
-const HTTP_ADDRESS = '127.0.0.1:19501';
+const { xds: XDS_PORT, http: HTTP_PORT } = LAB_SUITE_PORTS.labPolicies;
+const HTTP_ADDRESS = `127.0.0.1:${HTTP_PORT}`;
 const SLOW_APP = path.resolve(import.meta.dirname, 'fixtures/lab/slow-app.mjs');
 
 const { envoyPath, skip } = envoyTestSkip(['ip', 'setpriv', 'iptables-restore', 'openssl']);
@@ -365,7 +367,7 @@ describe('OSM policies in traffic through the sidecars of a lab', { skip, timeou
     manifestsDir = path.join(dir, 'manifests');
     await mkdir(manifestsDir);
     for (const [file, text] of Object.entries(manifests())) await writeFile(path.join(manifestsDir, file), text);
-    lab = await startLab({ manifestsDir, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, stateDir: path.join(dir, 'state') });
+    lab = await startLab({ manifestsDir, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, xdsPort: XDS_PORT, stateDir: path.join(dir, 'state') });
     await lab.waitForAllAcked(180_000);
   });
 

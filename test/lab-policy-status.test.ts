@@ -2,7 +2,7 @@
  * `trellis wait --for programmed` against real Envoys (issue 16 item 1): the controller on a copy
  * of examples/bookstore, Envoy 1.40 sidecars of bookbuyer (SotW), bookstore (delta) and
  * bookstore-v2 (SotW) in network namespaces of the lab `s9s` (10.196.9.0/28, ADS on the bridge
- * at port 19600, operations on 127.0.0.1:19601). A change to the TrafficSplit is programmed
+ * at port 19174, operations on 127.0.0.1:19175: test/helpers/lab-ports.ts). A change to the TrafficSplit is programmed
  * (the command exits 0 and Envoy's own config dump has the new weights); with a proxy driven by a
  * real gRPC client that NACKs the next change, the command exits 1 and prints its reason.
  * Run under the lab lock: `flock /work/locks/lab.lock node --import tsx --test test/lab-policy-status.test.ts`.
@@ -21,11 +21,11 @@ import type { AdsTestClient } from './helpers/ads-client.js';
 import { envoyTestSkip, startLabSidecar, waitForSidecarInSync, type LabSidecar } from './helpers/envoy.js';
 import type { SimulatedSidecar } from './helpers/sidecar.js';
 import { connectMeshSidecar, splitYaml } from './helpers/status-mesh.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 const PREFIX = 's9s';
 const SUBNET = '10.196.9.0/28';
-const XDS_PORT = 19600;
-const HTTP_PORT = 19601;
+const { xds: XDS_PORT, http: HTTP_PORT } = LAB_SUITE_PORTS.labPolicyStatus;
 const EXAMPLE = path.resolve(import.meta.dirname, '../examples/bookstore');
 const CLI = path.resolve(import.meta.dirname, 'helpers/cli-main.ts');
 const requirement = envoyTestSkip();

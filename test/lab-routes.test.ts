@@ -21,10 +21,12 @@ import type { TrafficSummary } from '../src/lab/traffic.js';
 import { envoyTestSkip } from './helpers/envoy.js';
 import { labEnvoyAdmin, traffic as trafficIn, trafficUntil as trafficUntilIn, type LabPodRef } from './helpers/lab.js';
 import { eventually } from './helpers/wait.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 const PREFIX = 'r7';
 const SUBNET = '10.237.7.0/24';
-const HTTP_ADDRESS = '127.0.0.1:19310';
+const { xds: XDS_PORT, http: HTTP_PORT } = LAB_SUITE_PORTS.labRoutes;
+const HTTP_ADDRESS = `127.0.0.1:${HTTP_PORT}`;
 const { envoyPath, skip } = envoyTestSkip(['ip', 'setpriv', 'iptables-restore']);
 
 /** More HTTP services on port 8080 than the split threshold. */
@@ -114,7 +116,7 @@ describe('outbound routes split into buckets, through real Envoy on delta xDS', 
     manifestsDir = path.join(dir, 'manifests');
     await mkdir(manifestsDir);
     for (const [file, text] of Object.entries(manifests())) await writeFile(path.join(manifestsDir, file), text);
-    lab = await startLab({ manifestsDir, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, stateDir: path.join(dir, 'state'), delta: true });
+    lab = await startLab({ manifestsDir, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, xdsPort: XDS_PORT, stateDir: path.join(dir, 'state'), delta: true });
     await lab.waitForAllAcked(180_000);
     await inSync();
   });

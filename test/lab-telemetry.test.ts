@@ -15,6 +15,7 @@ import { after, before, describe, it } from 'node:test';
 import { startLab, type Lab } from '../src/lab/lab.js';
 import { ackedVersions, BOOKBUYER, BOOKBUYER_HEADERS, BOOKS_BOUGHT, bookstoreManifests, newConfigurationAcked, traffic } from './helpers/lab.js';
 import { envoyTestSkip } from './helpers/envoy.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 const PREFIX = 'tte';
 const SUBNET = '10.229.9.0/24';
@@ -53,7 +54,7 @@ describe('access logs and Zipkin tracing from MeshConfig on the bookstore lab', 
 
   before(async () => {
     manifests = await bookstoreManifests(PREFIX);
-    lab = await startLab({ manifestsDir: manifests, prefix: PREFIX, subnet: SUBNET, httpAddress: '127.0.0.1:19900', stateDir: path.join('/tmp', `${PREFIX}-lab-${process.pid}`) });
+    lab = await startLab({ manifestsDir: manifests, prefix: PREFIX, subnet: SUBNET, httpAddress: `127.0.0.1:${LAB_SUITE_PORTS.labTelemetry.http}`, xdsPort: LAB_SUITE_PORTS.labTelemetry.xds, stateDir: path.join('/tmp', `${PREFIX}-lab-${process.pid}`) });
     await lab.waitForAllAcked(120_000);
     // The collector on the bridge address: the sidecars reach it (Envoy's own traffic is not intercepted), nothing else does.
     collector = http.createServer((req, res) => {

@@ -10,11 +10,13 @@ import type { LabState } from '../src/lab/state.js';
 import { envoyTestSkip } from './helpers/envoy.js';
 import { labLeftovers } from './helpers/lab-prerequisites.js';
 import { eventually } from './helpers/wait.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 // h-topo's prefix, subnet and operations port.
 const PREFIX = 'tto';
 const SUBNET = '10.241.0.0/24';
-const HTTP_ADDRESS = '127.0.0.1:19821';
+const { xds: XDS_PORT, http: HTTP_PORT } = LAB_SUITE_PORTS.labTopology;
+const HTTP_ADDRESS = `127.0.0.1:${HTTP_PORT}`;
 
 const { envoyPath, skip } = envoyTestSkip(['ip', 'setpriv', 'iptables-restore']);
 
@@ -62,7 +64,7 @@ describe('trellis lab: pod names, addresses and capacity', { skip }, () => {
       pod('plain', 'reserved', '240.0.0.1'),
       pod('plain', 'loopback', '127.0.0.1'),
     ]);
-    lab = await startLab({ manifestsDir: manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, stateDir: path.join(dir, 'state'), maxPods: 4 });
+    lab = await startLab({ manifestsDir: manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, xdsPort: XDS_PORT, stateDir: path.join(dir, 'state'), maxPods: 4 });
     await lab.waitForAllAcked(60_000);
   });
 

@@ -17,6 +17,7 @@ import {
   LAB_TOOLS, newConfigurationAcked as acked, total, traffic as trafficIn, trafficUntil as trafficUntilIn, type LabPodRef,
 } from './helpers/lab.js';
 import { envoyTestSkip } from './helpers/envoy.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 const PREFIX = 'tlp';
 const SUBNET = '10.253.0.0/24';
@@ -65,7 +66,8 @@ describe('traffic through the sidecars of the bookstore lab', { skip, timeout: 6
       manifestsDir: manifests,
       prefix: PREFIX,
       subnet: SUBNET,
-      httpAddress: '127.0.0.1:19301',
+      httpAddress: `127.0.0.1:${LAB_SUITE_PORTS.labTraffic.http}`,
+      xdsPort: LAB_SUITE_PORTS.labTraffic.xds,
       stateDir: path.join('/tmp', `${PREFIX}-lab-traffic-${process.pid}`),
     });
     await lab.waitForAllAcked(120_000);
@@ -281,7 +283,7 @@ describe('retries, gRPC and plaintext through the sidecars of an echo lab', { sk
   before(async () => {
     manifests = await mkdtemp(path.join(tmpdir(), `${PREFIX}-echo-manifests-`));
     await writeFile(path.join(manifests, 'echo.yaml'), echoManifests());
-    lab = await startLab({ manifestsDir: manifests, prefix: PREFIX, subnet: SUBNET, httpAddress: '127.0.0.1:19302', stateDir: path.join('/tmp', `${PREFIX}-lab-echo-${process.pid}`) });
+    lab = await startLab({ manifestsDir: manifests, prefix: PREFIX, subnet: SUBNET, httpAddress: `127.0.0.1:${LAB_SUITE_PORTS.labTrafficEcho.http}`, xdsPort: LAB_SUITE_PORTS.labTrafficEcho.xds, stateDir: path.join('/tmp', `${PREFIX}-lab-echo-${process.pid}`) });
     await lab.waitForAllAcked(120_000);
   });
 

@@ -14,11 +14,13 @@ import { labLeftovers } from './helpers/lab-prerequisites.js';
 import { bookstoreLabDir } from './helpers/lab-manifests.js';
 import { bookstoreV1Pod } from './helpers/lab.js';
 import { eventually } from './helpers/wait.js';
+import { LAB_SUITE_PORTS } from './helpers/lab-ports.js';
 
 // h-lab's prefix and a slice of its subnet 10.251.0.0/24 (test/lab-network.test.ts uses another).
 const PREFIX = 'tla';
 const SUBNET = '10.251.0.0/25';
-const HTTP_ADDRESS = '127.0.0.1:19102';
+const { xds: XDS_PORT, http: HTTP_PORT } = LAB_SUITE_PORTS.lab;
+const HTTP_ADDRESS = `127.0.0.1:${HTTP_PORT}`;
 const TRELLIS = path.resolve(import.meta.dirname, '../bin/trellis.js');
 const BUYER = { pod: 'bookbuyer-5d8c7f9b6-k2x4p', namespace: 'bookbuyer' };
 // The HTTPRouteGroup of examples/bookstore allows /books-bought with these headers only.
@@ -48,7 +50,7 @@ describe('trellis lab: examples/bookstore with real Envoy sidecars', { skip }, (
 
   before(async () => {
     ({ dir, manifests } = await bookstoreLabDir());
-    lab = await startLab({ manifestsDir: manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, stateDir: path.join(dir, 'state') });
+    lab = await startLab({ manifestsDir: manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, xdsPort: XDS_PORT, stateDir: path.join(dir, 'state') });
     acked = await lab.waitForAllAcked(120_000);
   });
 
@@ -167,7 +169,7 @@ describe('trellis lab up/exec/status/down (CLI, incremental xDS), and down after
   });
 
   it('lab up returns once every sidecar ACKed and prints the status; exec passes the exit status through', async () => {
-    const up = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', envoyPath!, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, '--delta', ...common()]);
+    const up = await trellis(['lab', 'up', '--manifests', manifests, '--envoy', envoyPath!, '--subnet', SUBNET, '--http-address', HTTP_ADDRESS, '--xds-port', String(XDS_PORT), '--delta', ...common()]);
     assert.equal(up.code, 0, up.stderr);
     assert.match(up.stdout, /lab tla: running/);
     assert.match(up.stdout, /bookbuyer-5d8c7f9b6-k2x4p\s+bookbuyer\s+10\.244\.1\.10\s+\d+\s+\d+\s+LIVE\s+connected\s+delta\s+ACK\s+ACK\s+ACK\s+ACK\s+ACK/);
@@ -206,7 +208,7 @@ describe('one lab per prefix on the host', { skip }, () => {
       // A live process owns the prefix (as a lab of another worktree would).
       await writeFile('/run/trellis-lab/tla.owner.json', JSON.stringify({ pid: holder.pid, stateDir: path.join(first.dir, 'state'), since: new Date().toISOString() }), { flag: 'wx' });
       await assert.rejects(
-        startLab({ manifestsDir: second.manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, stateDir: path.join(second.dir, 'state') }),
+        startLab({ manifestsDir: second.manifests, envoyPath, prefix: PREFIX, subnet: SUBNET, httpAddress: HTTP_ADDRESS, xdsPort: XDS_PORT, stateDir: path.join(second.dir, 'state') }),
         new RegExp(`lab prefix "tla" is in use by pid ${holder.pid} \\(state dir ${first.dir}/state\\)`),
       );
       const up = await trellis(['lab', 'up', '--manifests', second.manifests, '--envoy', envoyPath!, '--prefix', PREFIX, '--state-dir', path.join(second.dir, 'state')]);

@@ -5,8 +5,7 @@
  * and the `trellis status` / `trellis wait` code against the running operations server.
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { TypeUrl } from '../src/api/type-urls.js';
@@ -16,7 +15,8 @@ import type { PolicyStatus, PolicyStatusDetail } from '../src/status/policy-stat
 import type { DiscoveryResponse__Output } from '../src/xds/server/discovery-types.js';
 import { decodeResources, type AdsTestClient } from './helpers/ads-client.js';
 import type { SimulatedSidecar } from './helpers/sidecar.js';
-import { connectMeshSidecar, openMeshStream, splitYaml, startStatusController } from './helpers/status-mesh.js';
+import { startExampleController, type ExampleController } from './helpers/example-controller.js';
+import { openMeshStream, splitYaml } from './helpers/status-mesh.js';
 
 /** Retries `check` (which throws until it holds) for up to `timeoutMs`; rethrows its last error after that. */
 async function eventually(check: () => Promise<void>, timeoutMs: number): Promise<void> {
@@ -49,34 +49,26 @@ function bookstoreWeights(response: DiscoveryResponse__Output): number[] | undef
 }
 
 describe('policy status on examples/bookstore (real gRPC sidecars)', () => {
+  let controller: ExampleController;
   let dir: string;
   let manifests: string;
   let stateDir: string;
   let running: RunningController;
   let controllerUrl: string;
-  const clients: AdsTestClient[] = [];
-  const sidecars: SimulatedSidecar[] = [];
+  let clients: AdsTestClient[];
+  let sidecars: readonly SimulatedSidecar[];
 
   before(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-s9s-status-'));
-    ({ running, manifests, stateDir, controllerUrl } = await startStatusController(dir));
+    controller = await startExampleController('trellis-s9s-status-');
+    ({ dir, manifests, stateDir, running, controllerUrl, clients, sidecars } = controller);
   });
 
   after(async () => {
-    for (const s of sidecars) s.stop();
-    for (const c of clients) c.close();
-    await running.stop();
-    await rm(dir, { recursive: true, force: true });
+    await controller?.stop();
   });
 
   /** Connects a sidecar of `namespace/serviceAccount` with a certificate of the mesh CA. */
-  async function connect(namespace: string, serviceAccount: string, reject?: (r: DiscoveryResponse__Output) => string | undefined): Promise<{ sidecar: SimulatedSidecar; uuid: string }> {
-    const out = path.join(dir, `${namespace}-${serviceAccount}-${sidecars.length}`);
-    const connected = await connectMeshSidecar({ stateDir, xdsAddress: `127.0.0.1:${running.xdsPort}`, out, namespace, serviceAccount, reject });
-    clients.push(connected.client);
-    sidecars.push(connected.sidecar);
-    return connected;
-  }
+  const connect = (namespace: string, serviceAccount: string, reject?: (r: DiscoveryResponse__Output) => string | undefined) => controller.connect(namespace, serviceAccount, reject);
 
   async function statuses(): Promise<PolicyStatus[]> {
     const res = await fetch(`${controllerUrl}/debug/policies`);

@@ -4,27 +4,25 @@
  * (0 of 0), with and without `--require-proxies`, and an object deleted while waiting.
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
+import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { waitProgrammed, type StatusOutput, type WaitOptions } from '../src/cli/status-command.js';
 import type { RunningController } from '../src/main.js';
-import { startStatusController } from './helpers/status-mesh.js';
+import { startExampleController, type ExampleController } from './helpers/example-controller.js';
 
 describe('trellis wait: no affected proxy, and a deleted object', () => {
-  let dir: string;
+  let controller: ExampleController;
   let manifests: string;
   let running: RunningController;
 
   before(async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'trellis-s10s-wait-'));
-    ({ running, manifests } = await startStatusController(dir));
+    controller = await startExampleController('trellis-s10s-wait-');
+    ({ running, manifests } = controller);
   });
 
   after(async () => {
-    await running.stop();
-    await rm(dir, { recursive: true, force: true });
+    await controller?.stop();
   });
 
   async function wait(options: Partial<WaitOptions>): Promise<{ code: number; stdout: string; stderr: string }> {

@@ -57,108 +57,13 @@ export const PROTO_LOADER_OPTIONS = {
 } as const;
 
 /**
- * The loaded protos, and what is looked up in them over and over. The one piece of module
- * state here (with the {@link AnyMemo} of an encoding under way, which lives only during
- * that call): loaded once (a pure function of {@link PROTO_FILES}), never changed after; the
- * lookup memo holds only types found in it (at most one entry per message type and way of
- * naming it), so it is bounded by the protos.
- */
-interface LoadedProtos {
-  readonly root: protobuf.Root;
-  /** By fully-qualified name or type URL: the message types asked for so far. */
-  readonly types: Map<string, protobuf.Type>;
-  /** protobufjs' `fullName` is a getter that walks the namespace tree: compare these types by identity instead. */
-  readonly any: protobuf.Type;
-  readonly struct: protobuf.Type;
-  readonly value: protobuf.Type;
-}
-
-let loaded: LoadedProtos | undefined;
-
-/**
- * Loads (once) and returns the protobufjs root holding every message in {@link PROTO_FILES}
- * with their dependencies, field names kept in snake_case. The root is not changed afterwards
- * (callers must not add to it): reflection objects can be keys of caches that outlive a call.
- * @throws Error when a proto file cannot be found or parsed.
- */
-export function loadEnvoyRoot(): protobuf.Root {
-  return protos().root;
-}
-
-function protos(): LoadedProtos {
-  if (loaded) return loaded;
-  const r = new protobuf.Root();
-  r.resolvePath = (_origin, target) => {
-    if (path.isAbsolute(target)) return target;
-    for (const dir of [...PROTO_INCLUDE_DIRS, PROTOBUFJS_DIR]) {
-      const candidate = path.join(dir, target);
-      if (existsSync(candidate)) return candidate;
-    }
-    return target;
-  };
-  r.loadSync([...PROTO_FILES], { keepCase: true });
-  r.resolveAll();
-  freezeNames(r);
-  cacheAnyLookups(r);
-  memoizeAnyConversions(r);
-  loaded = {
-    root: r,
-    types: new Map(),
-    any: r.lookupType('google.protobuf.Any'),
-    struct: r.lookupType('google.protobuf.Struct'),
-    value: r.lookupType('google.protobuf.Value'),
-  };
-  return loaded;
-}
-
-/**
- * protobufjs computes `fullName` by walking up the namespace tree on every read, and its
- * `Any` wrapper reads it for every `Any` it converts. The tree is complete once loaded: pin
- * each object's `fullName` as a plain property.
- */
-function freezeNames(ns: protobuf.NamespaceBase): void {
-  for (const child of ns.nestedArray) {
-    Object.defineProperty(child, 'fullName', { value: child.fullName, writable: false, configurable: true });
-    if (child instanceof protobuf.Namespace) freezeNames(child);
-  }
-}
-
-/**
- * protobufjs' `Any` wrapper looks the payload type up by name (a namespace walk) for every
- * `Any` it encodes or decodes; remember the types found (the loaded tree does not change). A
- * name not found is not remembered, so what is kept is bounded by the protos whatever `Any`
- * type URLs are decoded.
- */
-function cacheAnyLookups(r: protobuf.Root): void {
-  const any = r.lookupType('google.protobuf.Any');
-  const lookup = any.lookup.bind(any);
-  const found = new Map<string, protobuf.ReflectionObject>();
-  any.lookup = (path: string | string[], filterTypes?: unknown, parentAlreadyChecked?: boolean) => {
-    if (typeof path !== 'string' || filterTypes !== undefined || parentAlreadyChecked !== undefined) {
-      return lookup(path, filterTypes as never, parentAlreadyChecked);
-    }
-    const hit = found.get(path);
-    if (hit !== undefined) return hit;
-    const looked = lookup(path);
-    if (looked !== null) found.set(path, looked);
-    return looked;
-  };
-}
-
-/**
- * What an {@link AnyMemo} of the encoding under way is, while one runs (set and reset around
- * each synchronous `fromObject` call of {@link encodeMessage} and {@link encodeChecked}; never
- * held past the call, so no caller sees it).
- */
-let activeAnyMemo: AnyMemo | undefined;
-
-/**
  * The `google.protobuf.Any` values (`{'@type': url, ...fields}`, the `typed_config` of filters
  * and transport sockets) already converted to protobufjs messages, by the identity of their
  * object form: the converted `Any` holds its payload encoded, so a typed config many resources
  * share, or a resource carries over from a push before, is converted and encoded once. Only
  * for objects never mutated after their first encoding (generated resources: see
- * `ResourceCheckCache`). Held weakly. Pass one to {@link encodeMessage} or {@link encodeChecked}.
+ * `ResourceCheckCache`). Held weakly. Pass one to {@link EnvoyCodec.encodeMessage} or
+ * {@link EnvoyCodec.encodeChecked} (of any codec: a memo holds messages of the codec that made them).
  */
 export class AnyMemo {
   private readonly messages = new WeakMap<object, protobuf.Message>();
@@ -182,48 +87,341 @@ export class AnyMemo {
 }
 
 /**
- * Makes the `Any` type's `fromObject` (the wrapper that converts `{'@type', ...}` and encodes
- * the payload) consult {@link activeAnyMemo} while an encoding with a memo runs. The generated
- * `fromObject` of every message with an `Any` field calls it through the type object, so this
- * one wrapper covers every nesting.
+ * The Envoy protos loaded ({@link PROTO_FILES}, field names in snake_case) and the encoding and
+ * decoding of their messages, with what it looks up over and over kept on the instance: the
+ * message types asked for (by name or type URL), the `Any` payload types found, and the
+ * {@link AnyMemo} of the encoding under way (set and reset around each synchronous
+ * `fromObject` call, never held past it). Everything it keeps is bounded by the protos
+ * (a name not found is not kept). The process shares one ({@link envoyCodec}, which the
+ * functions of this module use); a test may make its own, which shares nothing with it.
  */
-function memoizeAnyConversions(r: protobuf.Root): void {
-  const any = r.lookupType('google.protobuf.Any').setup();
-  const convert = any.fromObject.bind(any) as (object: Record<string, unknown>, depth?: number) => protobuf.Message;
-  (any as { fromObject: unknown }).fromObject = (object: Record<string, unknown>, depth?: number): protobuf.Message => {
-    const memo = activeAnyMemo;
-    if (memo === undefined || object === null || typeof object !== 'object') return convert(object, depth);
-    return memo.message(object, () => convert(object, depth));
-  };
-}
+export class EnvoyCodec {
+  /** The protobufjs root holding every message of {@link PROTO_FILES} with their dependencies; not changed after loading (callers must not add to it). */
+  readonly root: protobuf.Root;
+  /** By fully-qualified name or type URL: the message types asked for so far. */
+  readonly #types = new Map<string, protobuf.Type>();
+  /** protobufjs' `fullName` is a getter that walks the namespace tree: these types are compared by identity instead. */
+  readonly #any: protobuf.Type;
+  readonly #struct: protobuf.Type;
+  readonly #value: protobuf.Type;
+  /** The memo of the encoding under way, while one with a memo runs. */
+  #activeAnyMemo: AnyMemo | undefined;
+  /** The `google.protobuf` wrapper types (`UInt32Value`, …), with the plain value a wrapper without `value` holds. */
+  readonly #wrappers: ReadonlyMap<protobuf.Type, unknown>;
+  readonly #duration: protobuf.Type;
 
-/** `type.fromObject(object)` with `memo` as the {@link activeAnyMemo} (none: every `Any` converted anew). */
-function fromObjectWith(type: protobuf.Type, object: object, memo: AnyMemo | undefined): protobuf.Message {
-  if (memo === undefined) return type.fromObject(object);
-  const outer = activeAnyMemo;
-  activeAnyMemo = memo;
-  try {
-    return type.fromObject(object);
-  } finally {
-    activeAnyMemo = outer;
+  /**
+   * Loads the protos (about a second of CPU).
+   * @throws Error when a proto file cannot be found or parsed.
+   */
+  constructor() {
+    const r = new protobuf.Root();
+    r.resolvePath = (_origin, target) => {
+      if (path.isAbsolute(target)) return target;
+      for (const dir of [...PROTO_INCLUDE_DIRS, PROTOBUFJS_DIR]) {
+        const candidate = path.join(dir, target);
+        if (existsSync(candidate)) return candidate;
+      }
+      return target;
+    };
+    r.loadSync([...PROTO_FILES], { keepCase: true });
+    r.resolveAll();
+    freezeNames(r);
+    cacheAnyLookups(r);
+    this.root = r;
+    this.#any = r.lookupType('google.protobuf.Any');
+    this.#struct = r.lookupType('google.protobuf.Struct');
+    this.#value = r.lookupType('google.protobuf.Value');
+    this.#duration = r.lookupType('google.protobuf.Duration');
+    this.#wrappers = new Map(Object.entries(WRAPPER_DEFAULTS).map(([name, plain]) => [r.lookupType(`google.protobuf.${name}`), plain]));
+    this.#memoizeAnyConversions();
+  }
+
+  /**
+   * Makes the `Any` type's `fromObject` (the wrapper that converts `{'@type', ...}` and encodes
+   * the payload) consult this codec's active memo while an encoding with a memo runs. The
+   * generated `fromObject` of every message with an `Any` field calls it through the type
+   * object, so this one wrapper covers every nesting.
+   */
+  #memoizeAnyConversions(): void {
+    const any = this.#any.setup();
+    const convert = any.fromObject.bind(any) as (object: Record<string, unknown>, depth?: number) => protobuf.Message;
+    (any as { fromObject: unknown }).fromObject = (object: Record<string, unknown>, depth?: number): protobuf.Message => {
+      const memo = this.#activeAnyMemo;
+      if (memo === undefined || object === null || typeof object !== 'object') return convert(object, depth);
+      return memo.message(object, () => convert(object, depth));
+    };
+  }
+
+  /** `type.fromObject(object)` with `memo` as the active memo (none: every `Any` converted anew). */
+  #fromObjectWith(type: protobuf.Type, object: object, memo: AnyMemo | undefined): protobuf.Message {
+    if (memo === undefined) return type.fromObject(object);
+    const outer = this.#activeAnyMemo;
+    this.#activeAnyMemo = memo;
+    try {
+      return type.fromObject(object);
+    } finally {
+      this.#activeAnyMemo = outer;
+    }
+  }
+
+  /**
+   * Looks up a message type by its fully-qualified name or type URL.
+   * @throws Error when the message is not in the loaded protos.
+   */
+  messageType(nameOrTypeUrl: string): protobuf.Type {
+    // protobufjs' lookup walks the namespace tree on every call; the hot paths (encode, validate)
+    // ask for the same few dozen types over and over.
+    let t = this.#types.get(nameOrTypeUrl);
+    if (!t) {
+      const name = nameOrTypeUrl.startsWith(TYPE_URL_PREFIX) ? nameOrTypeUrl.slice(TYPE_URL_PREFIX.length) : nameOrTypeUrl;
+      t = this.root.lookupType(name); // throws when not found: only found types are kept
+      this.#types.set(nameOrTypeUrl, t);
+    }
+    return t;
+  }
+
+  /** {@link assertKnownFields} with this codec's types. */
+  assertKnownFields(type: protobuf.Type, object: unknown, where: string): void {
+    this.#checkKnownFields(type, object, where);
+  }
+
+  #checkKnownFields(type: protobuf.Type, object: unknown, where: FieldPath | string): void {
+    if (object === null || object === undefined || typeof object !== 'object') return;
+    if (Buffer.isBuffer(object) || object instanceof Uint8Array) return;
+    const obj = object as Record<string, unknown>;
+    if (type === this.#any) {
+      const at = obj['@type'];
+      if (typeof at === 'string') {
+        const inner = this.messageType(at);
+        const rest: Record<string, unknown> = { ...obj };
+        delete rest['@type'];
+        this.#checkKnownFields(inner, rest, { up: where, segment: `<${inner.name}>` });
+        return;
+      }
+    }
+    if (type === this.#struct || type === this.#value) return;
+    const fields = type.fields;
+    for (const key in obj) {
+      const value = obj[key];
+      // Own fields only: `constructor`, `toString`, … are Object.prototype's, not the message's.
+      const field = Object.hasOwn(fields, key) ? fields[key] : undefined;
+      if (!field) {
+        throw new Error(`${formatPath(where)}: unknown field "${key}" for ${type.fullName.slice(1)}`);
+      }
+      if (value === undefined || value === null) continue;
+      const rt = field.resolvedType;
+      if (!(rt instanceof protobuf.Type)) {
+        if (INTEGER_RANGES[field.type] && !field.map) {
+          for (const v of field.repeated && Array.isArray(value) ? value : [value]) {
+            if (typeof v === 'number' && !fitsField(field.type, v)) {
+              throw new Error(`${formatPath(where)}.${key}: ${v} does not fit ${field.type}`);
+            }
+          }
+        }
+        continue;
+      }
+      if (field.map) {
+        for (const k in value as Record<string, unknown>) this.#checkKnownFields(rt, (value as Record<string, unknown>)[k], { up: where, segment: `.${key}[${k}]` });
+      } else if (field.repeated) {
+        const list = value as unknown[];
+        for (let i = 0; i < list.length; i++) this.#checkKnownFields(rt, list[i], { up: where, segment: `.${key}[${i}]` });
+      } else {
+        this.#checkKnownFields(rt, value, { up: where, segment: `.${key}` });
+      }
+    }
+  }
+
+  /** `object` once {@link EnvoyCodec.assertKnownFields} found nothing wrong with it. */
+  #checked(type: protobuf.Type, object: object): object {
+    this.#checkKnownFields(type, object, type.name);
+    return object;
+  }
+
+  /** {@link encodeMessage} with this codec's protos. */
+  encodeMessage(typeUrl: string, object: object, knownFields = false, anyMemo?: AnyMemo): Buffer {
+    const type = this.messageType(typeUrl);
+    return encodeWith(type, this.#fromObjectWith(type, knownFields ? object : this.#checked(type, object), anyMemo));
+  }
+
+  /** {@link encodeChecked} with this codec's protos. */
+  encodeChecked(typeUrl: string, object: object, anyMemo?: AnyMemo): EncodedMessage {
+    const type = this.messageType(typeUrl);
+    const message = this.#fromObjectWith(type, this.#checked(type, object), anyMemo);
+    return { encoded: encodeWith(type, message), decoded: type.toObject(message, DECODED_FORM) as Record<string, unknown> };
+  }
+
+  /** {@link decodeMessage} with this codec's protos. */
+  decodeMessage(typeUrl: string, bytes: Uint8Array): Record<string, unknown> {
+    const type = this.messageType(typeUrl);
+    return type.toObject(type.decode(bytes), DECODED_FORM) as Record<string, unknown>;
+  }
+
+  /**
+   * `json` (plain JSON holding messages in {@link decodeMessage}'s form, each under an object
+   * with its `@type`: a config dump) with the well-known types as proto3's JSON mapping prints
+   * them, and so Envoy's admin `/config_dump`: every field of a `google.protobuf` wrapper type
+   * (`UInt32Value`, `BoolValue`, … `{"value": 80}`) as its plain value (`80`; one without
+   * `value` holds the default: `0`, `false`, `""`, `"0"` for 64-bit integers), and every
+   * `google.protobuf.Duration` (`{"seconds": "1"}`) as a string of seconds (`"1s"`, `"0.250s"`).
+   * Found by the messages' types (a message of another type with one field named `value`,
+   * `envoy.type.v3.Percent`, stays), through nested `Any` values; what is outside a typed object,
+   * or of a type not loaded, is kept as it is. Returns a copy; `json` is not changed.
+   */
+  toProto3Json(json: unknown): unknown {
+    if (Array.isArray(json)) return json.map((item) => this.toProto3Json(item));
+    if (json === null || typeof json !== 'object') return json;
+    const obj = json as Record<string, unknown>;
+    if (typeof obj['@type'] === 'string') return this.#plainMessage(this.#any, obj);
+    const out: Record<string, unknown> = {};
+    for (const key in obj) out[key] = this.toProto3Json(obj[key]);
+    return out;
+  }
+
+  /** `value`, a message of `type` in decoded form, with its well-known fields in proto3 JSON (see {@link EnvoyCodec.toProto3Json}). */
+  #plainMessage(type: protobuf.Type, value: unknown): unknown {
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) return value;
+    const obj = value as Record<string, unknown>;
+    let t = type;
+    if (t === this.#any) {
+      const at = obj['@type'];
+      if (typeof at !== 'string') return obj;
+      try {
+        t = this.messageType(at);
+      } catch {
+        return obj; // a type not loaded: as it is
+      }
+    }
+    if (t === this.#struct || t === this.#value) return obj;
+    const out: Record<string, unknown> = {};
+    for (const key in obj) {
+      const field = Object.hasOwn(t.fields, key) ? t.fields[key] : undefined;
+      const rt = field?.resolvedType;
+      const v = obj[key];
+      if (!field || !(rt instanceof protobuf.Type) || v === null || v === undefined) {
+        out[key] = v;
+      } else if (field.map) {
+        const entries: Record<string, unknown> = {};
+        for (const k in v as Record<string, unknown>) entries[k] = this.#plainField(rt, (v as Record<string, unknown>)[k]);
+        out[key] = entries;
+      } else if (field.repeated && Array.isArray(v)) {
+        out[key] = v.map((item) => this.#plainField(rt, item));
+      } else {
+        out[key] = this.#plainField(rt, v);
+      }
+    }
+    return out;
+  }
+
+  #plainField(type: protobuf.Type, value: unknown): unknown {
+    if (type === this.#duration) return durationJson(value);
+    if (!this.#wrappers.has(type)) return this.#plainMessage(type, value);
+    if (value === null || typeof value !== 'object') return value;
+    const inner = (value as Record<string, unknown>).value;
+    return inner === undefined ? this.#wrappers.get(type) : inner;
   }
 }
 
 /**
- * Looks up a message type by its fully-qualified name or type URL.
+ * A `google.protobuf.Duration` in decoded form (`seconds` a string, `nanos` a number, either
+ * absent when 0) as proto3's JSON mapping writes it: seconds with 0, 3, 6 or 9 fractional
+ * digits and `s` (`"1s"`, `"0.250s"`, `"-1.000000001s"`). Anything else is returned as it is.
+ */
+function durationJson(value: unknown): unknown {
+  if (value === null || typeof value !== 'object') return value;
+  const { seconds = 0, nanos = 0 } = value as { seconds?: string | number; nanos?: number };
+  const s = BigInt(seconds);
+  const n = Number(nanos);
+  if (!Number.isInteger(n) || Math.abs(n) >= 1e9) return value;
+  const negative = s < 0n || n < 0;
+  const whole = (s < 0n ? -s : s).toString();
+  let fraction = Math.abs(n).toString().padStart(9, '0');
+  if (n === 0) fraction = '';
+  else if (fraction.endsWith('000000')) fraction = fraction.slice(0, 3);
+  else if (fraction.endsWith('000')) fraction = fraction.slice(0, 6);
+  return `${negative ? '-' : ''}${whole}${fraction ? `.${fraction}` : ''}s`;
+}
+
+/**
+ * The `google.protobuf` wrapper messages (wrappers.proto) and what proto3's JSON mapping prints
+ * for one holding its default (decoded without defaults, it has no `value`): 64-bit integers as
+ * strings, bytes as base64.
+ */
+const WRAPPER_DEFAULTS: Readonly<Record<string, unknown>> = {
+  DoubleValue: 0,
+  FloatValue: 0,
+  Int64Value: '0',
+  UInt64Value: '0',
+  Int32Value: 0,
+  UInt32Value: 0,
+  BoolValue: false,
+  StringValue: '',
+  BytesValue: '',
+};
+
+let shared: EnvoyCodec | undefined;
+
+/**
+ * The process's {@link EnvoyCodec}, loaded on first use. It is the one piece of module state
+ * here: what it keeps is a function of {@link PROTO_FILES} alone (the loaded protos and lookups
+ * in them) and the memo of an encoding under way lives only during that call, so no caller,
+ * test or not, sees another's.
+ * @throws Error when a proto file cannot be found or parsed.
+ */
+export function envoyCodec(): EnvoyCodec {
+  return (shared ??= new EnvoyCodec());
+}
+
+/**
+ * Loads (once) and returns the protobufjs root holding every message in {@link PROTO_FILES}
+ * with their dependencies, field names kept in snake_case: {@link envoyCodec}'s. The root is not
+ * changed afterwards (callers must not add to it): reflection objects can be keys of caches that outlive a call.
+ * @throws Error when a proto file cannot be found or parsed.
+ */
+export function loadEnvoyRoot(): protobuf.Root {
+  return envoyCodec().root;
+}
+
+/**
+ * protobufjs computes `fullName` by walking up the namespace tree on every read, and its
+ * `Any` wrapper reads it for every `Any` it converts. The tree is complete once loaded: pin
+ * each object's `fullName` as a plain property.
+ */
+function freezeNames(ns: protobuf.NamespaceBase): void {
+  for (const child of ns.nestedArray) {
+    Object.defineProperty(child, 'fullName', { value: child.fullName, writable: false, configurable: true });
+    if (child instanceof protobuf.Namespace) freezeNames(child);
+  }
+}
+
+/**
+ * protobufjs' `Any` wrapper looks the payload type up by name (a namespace walk) for every
+ * `Any` it encodes or decodes; remember the types found (the loaded tree does not change), on
+ * the root's own `Any` type. A name not found is not remembered, so what is kept is bounded by
+ * the protos whatever `Any` type URLs are decoded.
+ */
+function cacheAnyLookups(r: protobuf.Root): void {
+  const any = r.lookupType('google.protobuf.Any');
+  const lookup = any.lookup.bind(any);
+  const found = new Map<string, protobuf.ReflectionObject>();
+  any.lookup = (path: string | string[], filterTypes?: unknown, parentAlreadyChecked?: boolean) => {
+    if (typeof path !== 'string' || filterTypes !== undefined || parentAlreadyChecked !== undefined) {
+      return lookup(path, filterTypes as never, parentAlreadyChecked);
+    }
+    const hit = found.get(path);
+    if (hit !== undefined) return hit;
+    const looked = lookup(path);
+    if (looked !== null) found.set(path, looked);
+    return looked;
+  };
+}
+
+/**
+ * Looks up a message type by its fully-qualified name or type URL ({@link envoyCodec}'s).
  * @throws Error when the message is not in the loaded protos.
  */
 export function messageType(nameOrTypeUrl: string): protobuf.Type {
-  // protobufjs' lookup walks the namespace tree on every call; the hot paths (encode, validate)
-  // ask for the same few dozen types over and over.
-  const { root: r, types } = protos();
-  let t = types.get(nameOrTypeUrl);
-  if (!t) {
-    const name = nameOrTypeUrl.startsWith(TYPE_URL_PREFIX) ? nameOrTypeUrl.slice(TYPE_URL_PREFIX.length) : nameOrTypeUrl;
-    t = r.lookupType(name); // throws when not found: only found types are kept
-    types.set(nameOrTypeUrl, t);
-  }
-  return t;
+  return envoyCodec().messageType(nameOrTypeUrl);
 }
 
 /** A `google.protobuf.Any` with its value already encoded. */
@@ -268,54 +466,7 @@ const INTEGER_RANGES: Readonly<Record<string, readonly [number, number]>> = {
  * @throws Error naming the path of the unknown field, or of the integer that does not fit.
  */
 export function assertKnownFields(type: protobuf.Type, object: unknown, where: string): void {
-  checkKnownFields(type, object, where);
-}
-
-function checkKnownFields(type: protobuf.Type, object: unknown, where: FieldPath | string): void {
-  if (object === null || object === undefined || typeof object !== 'object') return;
-  if (Buffer.isBuffer(object) || object instanceof Uint8Array) return;
-  const obj = object as Record<string, unknown>;
-  const known = protos();
-  if (type === known.any) {
-    const at = obj['@type'];
-    if (typeof at === 'string') {
-      const inner = messageType(at);
-      const rest: Record<string, unknown> = { ...obj };
-      delete rest['@type'];
-      checkKnownFields(inner, rest, { up: where, segment: `<${inner.name}>` });
-      return;
-    }
-  }
-  if (type === known.struct || type === known.value) return;
-  const fields = type.fields;
-  for (const key in obj) {
-    const value = obj[key];
-    // Own fields only: `constructor`, `toString`, … are Object.prototype's, not the message's.
-    const field = Object.hasOwn(fields, key) ? fields[key] : undefined;
-    if (!field) {
-      throw new Error(`${formatPath(where)}: unknown field "${key}" for ${type.fullName.slice(1)}`);
-    }
-    if (value === undefined || value === null) continue;
-    const rt = field.resolvedType;
-    if (!(rt instanceof protobuf.Type)) {
-      if (INTEGER_RANGES[field.type] && !field.map) {
-        for (const v of field.repeated && Array.isArray(value) ? value : [value]) {
-          if (typeof v === 'number' && !fitsField(field.type, v)) {
-            throw new Error(`${formatPath(where)}.${key}: ${v} does not fit ${field.type}`);
-          }
-        }
-      }
-      continue;
-    }
-    if (field.map) {
-      for (const k in value as Record<string, unknown>) checkKnownFields(rt, (value as Record<string, unknown>)[k], { up: where, segment: `.${key}[${k}]` });
-    } else if (field.repeated) {
-      const list = value as unknown[];
-      for (let i = 0; i < list.length; i++) checkKnownFields(rt, list[i], { up: where, segment: `.${key}[${i}]` });
-    } else {
-      checkKnownFields(rt, value, { up: where, segment: `.${key}` });
-    }
-  }
+  envoyCodec().assertKnownFields(type, object, where);
 }
 
 /**
@@ -338,14 +489,7 @@ export function fitsField(fieldType: string, value: number): boolean {
  * @throws Error when a field is unknown, a nested `@type` is not loaded, or a value does not fit its field.
  */
 export function encodeMessage(typeUrl: string, object: object, knownFields = false, anyMemo?: AnyMemo): Buffer {
-  const type = messageType(typeUrl);
-  return encodeWith(type, fromObjectWith(type, knownFields ? object : checked(type, object), anyMemo));
-}
-
-/** `object` once {@link assertKnownFields} found nothing wrong with it. */
-function checked(type: protobuf.Type, object: object): object {
-  assertKnownFields(type, object, type.name);
-  return object;
+  return envoyCodec().encodeMessage(typeUrl, object, knownFields, anyMemo);
 }
 
 function encodeWith(type: protobuf.Type, message: protobuf.Message): Buffer {
@@ -382,9 +526,7 @@ export interface EncodedMessage {
  * @throws Error as {@link encodeMessage}.
  */
 export function encodeChecked(typeUrl: string, object: object, anyMemo?: AnyMemo): EncodedMessage {
-  const type = messageType(typeUrl);
-  const message = fromObjectWith(type, checked(type, object), anyMemo);
-  return { encoded: encodeWith(type, message), decoded: type.toObject(message, DECODED_FORM) as Record<string, unknown> };
+  return envoyCodec().encodeChecked(typeUrl, object, anyMemo);
 }
 
 const DECODED_FORM: protobuf.IConversionOptions = { enums: String, longs: String, bytes: String, json: true };
@@ -404,8 +546,7 @@ export function encodeAny(typeUrl: string, object: object): EncodedAny {
  * @throws Error when the bytes are not a valid message of that type.
  */
 export function decodeMessage(typeUrl: string, bytes: Uint8Array): Record<string, unknown> {
-  const type = messageType(typeUrl);
-  return type.toObject(type.decode(bytes), DECODED_FORM) as Record<string, unknown>;
+  return envoyCodec().decodeMessage(typeUrl, bytes);
 }
 
 /** Decodes an encoded `Any` (see {@link decodeMessage}) and adds its `@type`. */

@@ -8,7 +8,7 @@ import { mkdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import {
-  cleanUpLab, DEFAULT_LAB_HTTP_ADDRESS, DEFAULT_LAB_PREFIX, DEFAULT_LAB_SUBNET, startLab, type Lab,
+  checkLabXdsPort, cleanUpLab, DEFAULT_LAB_HTTP_ADDRESS, DEFAULT_LAB_PREFIX, DEFAULT_LAB_SUBNET, LAB_XDS_PORT, startLab, type Lab,
 } from '../lab/lab.js';
 import { findEnvoy } from '../lab/envoy.js';
 import { checkLabPrefix, inPod, labSubnetAddress } from '../lab/network.js';
@@ -41,6 +41,17 @@ function subnetOption(value: string): string {
   return value;
 }
 
+function portOption(value: string): number {
+  const n = Number(value);
+  try {
+    if (!/^\d+$/.test(value)) throw new Error(`"${value}" is not a TCP port (1-65535)`);
+    checkLabXdsPort(n);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+  return n;
+}
+
 function seconds(value: string): number {
   const n = Number(value);
   if (!/^\d+$/.test(value) || n <= 0) throw new InvalidArgumentError(`"${value}" is not a number of seconds above 0`);
@@ -53,6 +64,7 @@ interface UpOptions extends CommonOptions {
   envoy?: string;
   subnet: string;
   httpAddress: string;
+  xdsPort: number;
   delta: boolean;
   timeout: number;
 }
@@ -113,7 +125,7 @@ async function superviseUntilReady(opts: UpOptions, run: { manifests: string; en
   const { stateDir, logFile, fd } = run;
   const args = [
     TRELLIS_BIN, 'lab', 'supervise', '--manifests', run.manifests, '--envoy', run.envoy, '--prefix', opts.prefix,
-    '--subnet', opts.subnet, '--http-address', opts.httpAddress, '--state-dir', stateDir, ...(opts.delta ? ['--delta'] : []),
+    '--subnet', opts.subnet, '--http-address', opts.httpAddress, '--xds-port', String(opts.xdsPort), '--state-dir', stateDir, ...(opts.delta ? ['--delta'] : []),
   ];
   const child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', fd, fd] });
   const pid = child.pid!;
@@ -147,7 +159,7 @@ async function supervise(opts: UpOptions & LogOptions): Promise<void> {
   try {
     lab = await startLab({
       manifestsDir: opts.manifests, envoyPath: opts.envoy, prefix: opts.prefix, subnet: opts.subnet, httpAddress: opts.httpAddress,
-      delta: opts.delta, stateDir: opts.stateDir, logger,
+      xdsPort: opts.xdsPort, delta: opts.delta, stateDir: opts.stateDir, logger,
     });
   } catch (err) {
     logger.fatal({ err: err instanceof Error ? err.message : String(err) }, 'the lab failed to start');
@@ -219,6 +231,7 @@ function upOptions(cmd: Command): Command {
     .option('--envoy <path>', 'the Envoy binary (default $TRELLIS_ENVOY, else .cache/envoy-venv\'s)')
     .option('--subnet <cidr>', 'the lab subnet: its first address is the bridge\'s (the controller\'s ADS listens there)', subnetOption, DEFAULT_LAB_SUBNET)
     .option('--http-address <host:port>', 'the controller\'s health, metrics and debug HTTP server', DEFAULT_LAB_HTTP_ADDRESS)
+    .option('--xds-port <port>', 'the port of the controller\'s ADS on the bridge address (another than a controller of the host listens on, e.g. npm start\'s 0.0.0.0:15128)', portOption, LAB_XDS_PORT)
     .option('--delta', 'sidecars speak incremental xDS (DELTA_GRPC)', false);
 }
 

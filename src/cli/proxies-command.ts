@@ -105,7 +105,10 @@ export async function listProxies(controllerUrl: string, output: 'text' | 'json'
 }
 
 /**
- * Prints the config dump of proxy `uuid` (`/debug/config_dump?proxy=<uuid>`).
+ * Prints the config dump of proxy `uuid` (`/debug/config_dump?proxy=<uuid>`) as Envoy's admin
+ * `/config_dump` prints its own (proto3 JSON): wrapper fields (`google.protobuf.UInt32Value`, …)
+ * as plain values (`"weight": 80`, not `{"value": 80}`) and durations as strings (`"1s"`; the
+ * codec's `toProto3Json`).
  * @param what how the proxy is named in errors (e.g. `proxy UUID of pod ns/name`).
  * @throws Error when the controller cannot be reached or does not know the proxy.
  */
@@ -113,7 +116,9 @@ export async function printConfigDump(controllerUrl: string, uuid: string, what:
   const { status, body } = await get(controllerUrl, `/debug/config_dump?proxy=${encodeURIComponent(uuid)}`);
   if (status === 404) throw new Error(`${what} is not connected to the controller at ${controllerUrl}`);
   if (status !== 200) throw new Error(`controller answered ${status}: ${errorOf(body)}`);
-  out.write(body.endsWith('\n') ? body : `${body}\n`);
+  // The protos are loaded for this command only (about a second): every other command starts without them.
+  const { envoyCodec } = await import('../api/codec.js');
+  out.write(`${JSON.stringify(envoyCodec().toProto3Json(JSON.parse(body)), null, 2)}\n`);
 }
 
 /**

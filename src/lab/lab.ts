@@ -36,7 +36,11 @@ export const DEFAULT_LAB_PREFIX = 'trls';
 export const DEFAULT_LAB_SUBNET = '10.250.0.0/24';
 /** The controller's ops HTTP address by default (loopback: the lab's pods cannot reach it). */
 export const DEFAULT_LAB_HTTP_ADDRESS = '127.0.0.1:9191';
-/** The controller's ADS port on the bridge address (OSM's). */
+/**
+ * The controller's ADS port on the bridge address by default (OSM's). A controller listening on
+ * `0.0.0.0:15128` on the host takes it on every address: give such a lab another
+ * {@link LabOptions.xdsPort} (the lab test suites use ports of their own).
+ */
 export const LAB_XDS_PORT = 15128;
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
@@ -71,6 +75,8 @@ export interface LabOptions {
   readonly subnet?: string;
   /** The controller's ops HTTP `host:port` (default {@link DEFAULT_LAB_HTTP_ADDRESS}). */
   readonly httpAddress?: string;
+  /** The port of the controller's ADS on the bridge address (default {@link LAB_XDS_PORT}). */
+  readonly xdsPort?: number;
   /** Sidecars speak incremental xDS (`trellis bootstrap --delta`). */
   readonly delta?: boolean;
   /** Where the lab keeps its state (default `/run/trellis-lab/<prefix>`). Removed by `stop`. */
@@ -315,9 +321,17 @@ async function chownTree(dir: string, uid: number): Promise<void> {
 }
 
 /**
+ * Checks a lab's {@link LabOptions.xdsPort}.
+ * @throws Error when `port` is not a TCP port (an integer of 1-65535).
+ */
+export function checkLabXdsPort(port: number): void {
+  if (!Number.isInteger(port) || port < 1 || port > 65_535) throw new Error(`the ADS port ${port} is not a TCP port (1-65535)`);
+}
+
+/**
  * Starts a lab: checks root, the tools and Envoy (failing at once, naming what is missing and
  * how to get it), creates the bridge, runs the controller (`trellis controller --xds-address
- * <bridge>:15128`, its state under the lab's state dir), starts every pod of the directory and
+ * <bridge>:<xdsPort>`, default 15128, its state under the lab's state dir), starts every pod of the directory and
  * follows it. Resolves once the first pods were started (not yet ACKed: see
  * {@link Lab.waitForAllAcked}).
  * @throws Error when a prerequisite is missing, a lab with the prefix runs already, or the
@@ -333,6 +347,7 @@ export async function startLab(options: LabOptions): Promise<Lab> {
   const stateDir = path.resolve(options.stateDir ?? defaultLabStateDir(prefix));
   const manifestsDir = path.resolve(options.manifestsDir);
   const httpAddress = options.httpAddress ?? DEFAULT_LAB_HTTP_ADDRESS;
+  checkLabXdsPort(options.xdsPort ?? LAB_XDS_PORT);
   const logger = options.logger ?? pino({ level: 'silent' });
   // One lab per prefix on the host: the claim comes before anything is created or cleaned up.
   await claimLabPrefix(prefix, stateDir);
@@ -408,7 +423,7 @@ class Supervisor {
   private readonly log: Logger;
 
   constructor(private readonly options: SupervisorOptions, private readonly network: LabNetwork) {
-    this.xdsAddress = `${network.bridgeAddress}:${LAB_XDS_PORT}`;
+    this.xdsAddress = `${network.bridgeAddress}:${options.xdsPort ?? LAB_XDS_PORT}`;
     this.log = options.logger;
   }
 
@@ -430,7 +445,7 @@ class Supervisor {
   }
 
   /**
-   * Runs the controller (`trellis controller --xds-address <bridge>:15128`, its state and CA in
+   * Runs the controller (`trellis controller --xds-address <bridge>:<xdsPort>`, its state and CA in
    * the lab's `controller/` dir) and resolves once its `/readyz` answers 200. Its CA persists in
    * its state dir: a restarted controller serves the sidecars' certificates as before. An exit the
    * supervisor did not ask for ({@link Supervisor.stopController} does ask) is recorded as the

@@ -41,7 +41,7 @@ export interface LabSidecarOptions {
   readonly envoyPath: string;
   /** The controller's state directory (its CA signs the bootstrap's certificate). */
   readonly stateDir: string;
-  /** The controller's mTLS ADS address as the pod reaches it (`<bridge address>:15128`). */
+  /** The controller's mTLS ADS address as the pod reaches it (`<bridge address>:<port>`). */
   readonly xdsAddress: string;
   readonly namespace: string;
   readonly serviceAccount: string;

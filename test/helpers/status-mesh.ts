@@ -4,11 +4,9 @@
  * driven by a real gRPC client over mTLS.
  */
 import * as grpc from '@grpc/grpc-js';
-import { cp, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import pino from 'pino';
 import { writeProxyBootstrap } from '../../src/cli/bootstrap-command.js';
-import { runController, type RunningController } from '../../src/main.js';
 import type { DiscoveryResponse__Output } from '../../src/xds/server/discovery-types.js';
 import { AdsTestClient, type AdsTestStream } from './ads-client.js';
 import { SimulatedSidecar } from './sidecar.js';
@@ -54,32 +52,4 @@ export async function connectMeshSidecar(
 ): Promise<MeshProxyStream & { sidecar: SimulatedSidecar }> {
   const opened = await openMeshStream({ ...options, out: path.resolve(options.out) });
   return { ...opened, sidecar: new SimulatedSidecar(opened.stream, { reject: options.reject }).start() };
-}
-
-/** A controller of the policy status tests: on a copy of examples/bookstore in `dir`, every listener on a free loopback port. */
-export interface StatusController {
-  readonly running: RunningController;
-  /** The copy of the example it watches. */
-  readonly manifests: string;
-  readonly stateDir: string;
-  /** Its operations server, `http://127.0.0.1:PORT`. */
-  readonly controllerUrl: string;
-}
-
-/** Starts a {@link StatusController} in `dir` (manifests in `dir/manifests`, state in `dir/state`), quiet, without resyncs. */
-export async function startStatusController(dir: string): Promise<StatusController> {
-  const manifests = path.join(dir, 'manifests');
-  const stateDir = path.join(dir, 'state');
-  await cp(path.resolve(import.meta.dirname, '../../examples/bookstore'), manifests, { recursive: true });
-  const running = await runController({
-    manifests,
-    meshName: 'osm',
-    stateDir,
-    xdsAddress: '127.0.0.1:0',
-    httpAddress: '127.0.0.1:0',
-    resyncIntervalMs: 0,
-    debounceQuietMs: 20,
-    logger: pino({ level: 'silent' }),
-  });
-  return { running, manifests, stateDir, controllerUrl: `http://127.0.0.1:${running.httpPort}` };
 }

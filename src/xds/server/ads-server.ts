@@ -125,13 +125,25 @@ export interface MutualTlsOptions {
 /**
  * Longest a client may take to complete the TLS handshake of a {@link MutualTlsOptions} listener,
  * in ms, counted from when the server starts the handshake (not from the TCP accept: see
- * {@link MAX_CONCURRENT_TLS_HANDSHAKES}).
+ * {@link MAX_CONCURRENT_TLS_HANDSHAKES}). A deadline, not an idle timer: a client that sends its
+ * ClientHello a byte at a time is cut when it is reached as well as one that sends nothing
+ * (`reason="tls_handshake"`).
  */
 export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
 
 /**
+ * Longest an accepted connection of a {@link MutualTlsOptions} listener waits for a handshake
+ * slot, in ms: then it is closed and counted as refused (`reason="overloaded"`). Long enough for
+ * a fleet reconnecting at once to be handshaken in turn (10 000 connections at a few hundred
+ * handshakes a second), short enough that a connection its client gave up on (a paused socket
+ * does not see the client's FIN) does not hold its place for ever.
+ */
+export const TLS_QUEUE_TIMEOUT_MS = 60_000;
+
+/**
  * TLS handshakes a {@link MutualTlsOptions} listener runs at once. The connections accepted
- * beyond it wait, paused and without a timer, in a queue of at most {@link MAX_QUEUED_CONNECTIONS}
+ * beyond it wait, paused and with no handshake timer running, for at most {@link TLS_QUEUE_TIMEOUT_MS}
+ * in a queue of at most {@link MAX_QUEUED_CONNECTIONS}
  * (first come, first served per client address, the addresses in turn), and start their
  * handshake as earlier ones finish: a fleet reconnecting at once (10 000 Envoys
  * after a controller restart) is handshaken at the speed the server has, instead of every
@@ -176,6 +188,8 @@ export interface ListenOptions {
   readonly maxQueuedConnections?: number;
   /** `mutualTls` only: the handshake timeout in ms (default {@link TLS_HANDSHAKE_TIMEOUT_MS}). */
   readonly tlsHandshakeTimeoutMs?: number;
+  /** `mutualTls` only: the longest wait for a handshake slot in ms (default {@link TLS_QUEUE_TIMEOUT_MS}). */
+  readonly tlsQueueTimeoutMs?: number;
 }
 
 /**
@@ -531,6 +545,11 @@ class SocketFifo {
     this.items.push(socket);
   }
 
+  /** The oldest socket, left in (undefined when empty). */
+  peek(): net.Socket | undefined {
+    return this.head < this.items.length ? this.items[this.head] : undefined;
+  }
+
   /** The oldest socket (undefined when empty). */
   shift(): net.Socket | undefined {
     if (this.head >= this.items.length) return undefined;
@@ -569,7 +588,10 @@ class SocketFifo {
  * (that one is refused instead), so one address cannot fill the queue for everyone. A slot is
  * freed when its handshake ends ({@link HandshakeQueue.finished} with the TLS socket, from the
  * TLS server's secure connection or `tlsClientError`) or its connection closes, whichever comes
- * first.
+ * first. Both waits are bounded: a connection waiting longer than `queueTimeoutMs` for a slot,
+ * and one whose handshake has not ended `handshakeTimeoutMs` after it started (Node's own
+ * handshake timer is an idle timer, which a client sending a byte now and then keeps resetting),
+ * is closed and reported to `expired`.
  */
 class HandshakeQueue {
   /** Waiting connections by client address, the addresses in turn order (Map order). */
@@ -578,11 +600,21 @@ class HandshakeQueue {
   /** Connections in a handshake, by {@link peerKey}, with their slot's release. */
   private readonly running = new Map<string, () => void>();
   private inFlight = 0;
+  /** The waiting connections' queue timers. */
+  private readonly queueTimers = new Map<net.Socket, NodeJS.Timeout>();
 
+  /**
+   * @param concurrent handshakes at once.
+   * @param queued connections waiting at most.
+   * @param start starts the handshake of a connection given a slot.
+   * @param expired a connection closed by a timer: `queue` waited `queueTimeoutMs`, `handshake` did not end within `handshakeTimeoutMs`.
+   */
   constructor(
     private readonly concurrent: number,
     private readonly queued: number,
     private readonly start: (socket: net.Socket) => void,
+    private readonly timeouts: { readonly queueTimeoutMs: number; readonly handshakeTimeoutMs: number },
+    private readonly expired: (socket: net.Socket, wait: 'queue' | 'handshake') => void,
   ) {}
 
   /**
@@ -600,13 +632,42 @@ class HandshakeQueue {
       if (!hog || hog.length <= mine + 1) return socket;
       refused = hog.pop();
       this.size--;
+      if (refused) this.stopQueueTimer(refused);
     }
     let fifo = this.waiting.get(address);
     if (!fifo) this.waiting.set(address, (fifo = new SocketFifo()));
     fifo.push(socket);
     this.size++;
+    const timer = setTimeout(() => this.queueTimedOut(socket, address), this.timeouts.queueTimeoutMs);
+    timer.unref();
+    this.queueTimers.set(socket, timer);
     this.next();
     return refused;
+  }
+
+  private stopQueueTimer(socket: net.Socket): void {
+    clearTimeout(this.queueTimers.get(socket));
+    this.queueTimers.delete(socket);
+  }
+
+  /**
+   * `socket` waited its longest: closed. The connections of one address wait in arrival order
+   * and for the same time, so the ones ahead of it left the queue already: the closed ones at
+   * the head of its FIFO (this one, and any whose client went away) are taken off it.
+   */
+  private queueTimedOut(socket: net.Socket, address: string): void {
+    this.queueTimers.delete(socket);
+    if (!socket.destroyed) {
+      this.expired(socket, 'queue'); // before destroy: a destroyed socket has no remote address
+      socket.destroy();
+    }
+    const fifo = this.waiting.get(address);
+    while (fifo && fifo.length > 0 && fifo.peek()?.destroyed !== false) {
+      const gone = fifo.shift();
+      if (gone) this.stopQueueTimer(gone);
+      this.size--;
+    }
+    if (fifo?.length === 0) this.waiting.delete(address);
   }
 
   /** The handshake of this TLS socket ended (either way): frees its slot. */
@@ -620,6 +681,8 @@ class HandshakeQueue {
     const fifos = [...this.waiting.values()];
     this.waiting.clear();
     this.size = 0;
+    for (const timer of this.queueTimers.values()) clearTimeout(timer);
+    this.queueTimers.clear();
     for (const fifo of fifos) for (const socket of fifo.drain()) socket?.destroy();
   }
 
@@ -638,12 +701,20 @@ class HandshakeQueue {
   private next(): void {
     while (this.inFlight < this.concurrent && this.size > 0) {
       const socket = this.take();
+      if (socket) this.stopQueueTimer(socket);
       if (!socket || socket.destroyed) continue;
       const key = peerKey(socket);
       let released = false;
+      const deadline = setTimeout(() => {
+        if (released || socket.destroyed) return;
+        this.expired(socket, 'handshake');
+        socket.destroy();
+      }, this.timeouts.handshakeTimeoutMs);
+      deadline.unref();
       const release = (): void => {
         if (released) return;
         released = true;
+        clearTimeout(deadline);
         this.inFlight--;
         if (key !== undefined && this.running.get(key) === release) this.running.delete(key);
         this.next();
@@ -805,7 +876,19 @@ export class AdsServer {
       // Node's TLS server never listens itself: connections are accepted paused and handed to it
       // (its 'connection' event) when a handshake slot is free.
       const maxQueued = listen.maxQueuedConnections ?? MAX_QUEUED_CONNECTIONS;
-      handshakes = new HandshakeQueue(listen.maxConcurrentHandshakes ?? MAX_CONCURRENT_TLS_HANDSHAKES, maxQueued, (socket) => tlsServer.emit('connection', socket));
+      const timeouts = { queueTimeoutMs: listen.tlsQueueTimeoutMs ?? TLS_QUEUE_TIMEOUT_MS, handshakeTimeoutMs: listen.tlsHandshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS };
+      handshakes = new HandshakeQueue(
+        listen.maxConcurrentHandshakes ?? MAX_CONCURRENT_TLS_HANDSHAKES,
+        maxQueued,
+        (socket) => tlsServer.emit('connection', socket),
+        timeouts,
+        (socket, wait) => {
+          const details = wait === 'queue'
+            ? `waited ${timeouts.queueTimeoutMs} ms for a TLS handshake slot`
+            : `TLS handshake not completed within ${timeouts.handshakeTimeoutMs} ms`;
+          this.onRefused({ reason: wait === 'queue' ? 'overloaded' : 'tls_handshake', details, peer: peerOf(socket), streamId: 0 }, listen.address);
+        },
+      );
       socketServer = net.createServer({ pauseOnConnect: true }, (socket) => {
         const refused = handshakes?.add(socket);
         if (!refused) return;
