@@ -150,11 +150,7 @@ export function encodeResources(resources: ProxyResources, cache: ResourceCheckC
   for (const [type, list] of resources) {
     out.set(
       type,
-      list.map((r) => {
-        const { encoded, error } = cache.check(type, r.resource, r.parts, r.name);
-        if (!encoded) throw new Error(`${TYPE_SHORT_NAME[type]} resource "${r.name}": ${error}`);
-        return { name: r.name, resource: { type_url: type, value: encoded } };
-      }),
+      list.map((r) => cache.encode(type, r) as EncodedNamedResource),
     );
   }
   return out;

@@ -7,7 +7,7 @@
  * Pure: no I/O; everything it remembers is in the instance the caller owns.
  */
 import { AnyMemo, encodeChecked, encodeMessage, joinEncodedParts } from '../../api/codec.js';
-import type { TypeUrl } from '../../api/type-urls.js';
+import { TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import { getOrCreate } from '../../util/maps.js';
 import { validLike, type KnownValidMessages } from './alike.js';
 import type { ResourceLayer } from '../context.js';
@@ -83,7 +83,8 @@ export class ResourceCheckCache {
   private readonly anyMemo = new AnyMemo();
   /** Nested messages found alike valid ones (`validLike`): one carried over, or shared, is taken as valid without a walk. */
   private readonly knownValid: KnownValidMessages = new WeakMap();
-  private readonly encodedLayers = new WeakMap<ResourceLayer, readonly { readonly name: string; readonly resource: { readonly type_url: string; readonly value: Buffer } }[]>();
+  private readonly encodedLayers = new WeakMap<ResourceLayer, readonly EncodedResource[]>();
+  private readonly fetchedByObject = new WeakMap<object, readonly ResourceName[]>();
 
   /** @param maxNames how many names to keep a sibling for, the least recently checked going first (default 20 000). */
   constructor(private readonly maxNames = 20_000) {}
@@ -173,15 +174,42 @@ export class ResourceCheckCache {
    * per layer object (so a snapshot's shared map can be made once for it).
    * @throws Error naming the resource when one cannot be encoded.
    */
-  encodeLayer(typeUrl: TypeUrl, layer: ResourceLayer): readonly { readonly name: string; readonly resource: { readonly type_url: string; readonly value: Buffer } }[] {
+  encodeLayer(typeUrl: TypeUrl, layer: ResourceLayer): readonly EncodedResource[] {
     let found = this.encodedLayers.get(layer);
     if (!found) {
-      found = layer.resources.map((r) => {
-        const { encoded, error } = this.check(typeUrl, r.resource, r.parts, r.name);
-        if (!encoded) throw new Error(`${typeUrl} resource "${r.name}": ${error}`);
-        return { name: r.name, resource: { type_url: typeUrl, value: encoded } };
-      });
+      found = layer.resources.map((r) => this.encode(typeUrl, r));
       this.encodedLayers.set(layer, found);
+    }
+    return found;
+  }
+
+  /**
+   * `r` (of `typeUrl`) encoded as a snapshot takes it: its name, its bytes, and, of a Listener or
+   * Cluster, what it makes its client fetch ({@link fetchedNames}).
+   * @throws Error naming the resource when it cannot be encoded.
+   */
+  encode(typeUrl: TypeUrl, r: NamedResource): EncodedResource {
+    const { encoded, error } = this.check(typeUrl, r.resource, r.parts, r.name);
+    if (!encoded) throw new Error(`${TYPE_SHORT_NAME[typeUrl]} resource "${r.name}": ${error}`);
+    const references = this.fetchedNames(typeUrl, r);
+    return references === undefined ? { name: r.name, resource: { type_url: typeUrl, value: encoded } } : { name: r.name, resource: { type_url: typeUrl, value: encoded }, references };
+  }
+
+  /**
+   * Of a Listener or Cluster (undefined for other types): the resources of other types it makes
+   * its client fetch over ADS, from its cross-resource facts (RDS route configurations, the
+   * ClusterLoadAssignment of an EDS cluster, SDS secrets; not the clusters a listener routes
+   * to, which the client holds through CDS), each once. Found once per resource object.
+   */
+  fetchedNames(typeUrl: TypeUrl, r: NamedResource): readonly ResourceName[] | undefined {
+    if (typeUrl !== TypeUrl.Listener && typeUrl !== TypeUrl.Cluster) return undefined;
+    let found = this.fetchedByObject.get(r.resource);
+    if (!found) {
+      const facts = r.parts && r.parts.length > 0 ? this.facts.ofParts(typeUrl, r.parts as Record<string, unknown>[]) : this.facts.of(typeUrl, r.resource as Record<string, unknown>);
+      const names = new Map<string, ResourceName>();
+      for (const ref of facts.references) if (ref.typeUrl !== TypeUrl.Cluster) names.set(`${ref.typeUrl} ${ref.name}`, { typeUrl: ref.typeUrl, name: ref.name });
+      found = Object.freeze([...names.values()]);
+      this.fetchedByObject.set(r.resource, found);
     }
     return found;
   }
@@ -265,6 +293,20 @@ export class ResourceCheckCache {
     if (!sibling || !isValid(sibling.result) || !validLike(typeUrl, sibling.object, object, this.pgv, this.knownValid)) return undefined;
     return attempt(() => ({ encoded: encodeMessage(typeUrl, object, true, this.anyMemo), error: undefined, violations: [] }));
   }
+}
+
+/** A resource as a snapshot takes it (`src/xds/cache`'s `NamedResource`). */
+export interface EncodedResource {
+  readonly name: string;
+  readonly resource: { readonly type_url: string; readonly value: Buffer };
+  /** Of a Listener or Cluster: what it makes its client fetch ({@link ResourceCheckCache.fetchedNames}). */
+  readonly references?: readonly ResourceName[];
+}
+
+/** A resource named by type URL and name. */
+export interface ResourceName {
+  readonly typeUrl: TypeUrl;
+  readonly name: string;
 }
 
 /** Encoded, and no rule broken. */

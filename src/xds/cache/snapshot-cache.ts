@@ -2,12 +2,14 @@ import { hash } from 'node:crypto';
 import type { EncodedAny } from '../../api/codec.js';
 import type { TypeUrl } from '../../api/type-urls.js';
 import { LayeredResourceMap, SharedResourceMap, VERSION_LENGTH, typeVersion } from './layers.js';
-import type { CachedResource, ProxySnapshot, ResourceMap } from './types.js';
+import type { CachedResource, ProxySnapshot, ResourceMap, ResourceName } from './types.js';
 
 /** A resource to put in a snapshot: its xDS name (e.g. a Cluster's `name`) and its encoded `Any`. */
 export interface NamedResource {
   readonly name: string;
   readonly resource: EncodedAny;
+  /** See {@link CachedResource.references}. */
+  readonly references?: readonly ResourceName[];
 }
 
 export { VERSION_LENGTH, typeVersion, SharedResourceMap, LayeredResourceMap, sharedLayerOf, sharedLayerChanges, type LayerChanges } from './layers.js';
@@ -46,11 +48,14 @@ export class ResourceInterner {
   /** @param maxEntries how many distinct resources to remember (default 100 000). */
   constructor(private readonly maxEntries = 100_000) {}
 
-  /** Returns the interned resource for `name` and these bytes, creating it if needed. */
-  intern(name: string, resource: EncodedAny): CachedResource {
+  /**
+   * Returns the interned resource for `name` and these bytes, creating it if needed (with
+   * `references`, which follow from the bytes: the first given for them are kept).
+   */
+  intern(name: string, resource: EncodedAny, references?: readonly ResourceName[]): CachedResource {
     const known = this.byValue.get(resource.value);
     if (known && known.name === name && known.resource.type_url === resource.type_url) return known;
-    const interned = this.internByVersion(name, resource);
+    const interned = this.internByVersion(name, resource, references);
     this.byValue.set(resource.value, interned);
     return interned;
   }
@@ -65,7 +70,7 @@ export class ResourceInterner {
     return version;
   }
 
-  private internByVersion(name: string, resource: EncodedAny): CachedResource {
+  private internByVersion(name: string, resource: EncodedAny, references: readonly ResourceName[] | undefined): CachedResource {
     const version = this.version(resource);
     const key = `${resource.type_url}\0${name}\0${version}`;
     const found = this.entries.get(key);
@@ -75,7 +80,7 @@ export class ResourceInterner {
       this.entries.set(key, found);
       return found;
     }
-    const created: CachedResource = Object.freeze({ name, version, resource });
+    const created: CachedResource = Object.freeze(references === undefined ? { name, version, resource } : { name, version, resource, references });
     this.entries.set(key, created);
     if (this.entries.size > this.maxEntries) {
       const oldest = this.entries.keys().next();
@@ -93,7 +98,7 @@ export class ResourceInterner {
   sharedMap(typeUrl: TypeUrl, resources: readonly NamedResource[]): SharedResourceMap {
     let map = this.sharedMaps.get(resources);
     if (!map) {
-      map = new SharedResourceMap(typeUrl, resources.map(({ name, resource }) => this.internOfType(typeUrl, name, resource)));
+      map = new SharedResourceMap(typeUrl, resources.map(({ name, resource, references }) => this.internOfType(typeUrl, name, resource, references)));
       this.sharedMaps.set(resources, map);
     }
     if (map.typeUrl !== typeUrl) throw new Error(`snapshot: a shared layer of ${map.typeUrl} listed under ${typeUrl}`);
@@ -120,9 +125,9 @@ export class ResourceInterner {
   }
 
   /** {@link intern}, checking that the resource is of `typeUrl`. */
-  internOfType(typeUrl: TypeUrl, name: string, resource: EncodedAny): CachedResource {
+  internOfType(typeUrl: TypeUrl, name: string, resource: EncodedAny, references?: readonly ResourceName[]): CachedResource {
     if (resource.type_url !== typeUrl) throw new Error(`snapshot: resource "${name}" has type ${resource.type_url}, listed under ${typeUrl}`);
-    return this.intern(name, resource);
+    return this.intern(name, resource, references);
   }
 
   /** Number of resources currently remembered. */
@@ -159,9 +164,9 @@ export function buildProxySnapshot(
   const versions = new Map<TypeUrl, string>();
   for (const typeUrl of new Set([...input.keys(), ...(shared?.keys() ?? [])])) {
     const byName = new Map<string, CachedResource>();
-    for (const { name, resource } of input.get(typeUrl) ?? []) {
+    for (const { name, resource, references } of input.get(typeUrl) ?? []) {
       if (byName.has(name)) throw new Error(`snapshot: duplicate ${typeUrl} resource name "${name}"`);
-      byName.set(name, interner.internOfType(typeUrl, name, resource));
+      byName.set(name, interner.internOfType(typeUrl, name, resource, references));
     }
     const layer = shared?.get(typeUrl);
     const map = layer === undefined ? byName : interner.sharedMap(typeUrl, layer);
@@ -215,11 +220,11 @@ export function replaceResources(snapshot: ProxySnapshot, typeUrl: TypeUrl, repl
   const current = snapshot.resources.get(typeUrl);
   if (!current) return snapshot;
   const changed: CachedResource[] = [];
-  for (const { name, resource } of replacements) {
+  for (const { name, resource, references } of replacements) {
     if (resource.type_url !== typeUrl) throw new Error(`snapshot: resource "${name}" has type ${resource.type_url}, replaced under ${typeUrl}`);
     const old = current.get(name);
     if (!old) continue;
-    const cached = interner.intern(name, resource);
+    const cached = interner.intern(name, resource, references);
     if (cached.version !== old.version) changed.push(cached);
   }
   if (changed.length === 0) return snapshot;

@@ -1,11 +1,23 @@
 import type { EncodedAny } from '../../api/codec.js';
 import type { TypeUrl } from '../../api/type-urls.js';
 
+/** A resource named by type URL and name. */
+export interface ResourceName {
+  readonly typeUrl: TypeUrl;
+  readonly name: string;
+}
+
 /** One resource of a proxy snapshot, encoded once. `version` is a hash of the encoded bytes. */
 export interface CachedResource {
   readonly name: string;
   readonly version: string;
   readonly resource: EncodedAny;
+  /**
+   * Of a Listener or Cluster, when its generator said: the resources of other types it makes its
+   * client fetch over ADS (RDS route configurations, an EDS cluster's ClusterLoadAssignment, SDS
+   * secrets). Undefined: not said (read from the bytes when needed).
+   */
+  readonly references?: readonly ResourceName[];
 }
 
 /** The resources of one type in a proxy snapshot, by resource name. */

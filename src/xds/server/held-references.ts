@@ -5,18 +5,16 @@
  * ClusterLoadAssignment, for an EDS cluster, and its secrets arrive; gRFC A27/A28 clients the
  * same for RDS and EDS). A stream counts a snapshot as held only when these are ACKed too.
  *
- * Read from the encoded resource, decoded once per {@link CachedResource} object (resources are
- * interned across snapshots and streams, so a push decodes only what changed).
+ * Taken from the resource's `references` when its generator gave them (the controller does),
+ * else read from the encoded resource, decoded once per {@link CachedResource} object
+ * (resources are interned across snapshots and streams, so a push decodes only what changed).
  */
 import { decodeAny } from '../../api/codec.js';
 import { TypeUrl } from '../../api/type-urls.js';
-import type { CachedResource } from '../cache/types.js';
+import type { CachedResource, ResourceName } from '../cache/types.js';
 
 /** A resource of another type that a Listener or Cluster names: its type URL and name. */
-export interface HeldReference {
-  readonly typeUrl: TypeUrl;
-  readonly name: string;
-}
+export type HeldReference = ResourceName;
 
 /** Per encoded resource (immutable, shared): what it names. A memo over immutable objects, so no state a caller sees. */
 const memo = new WeakMap<CachedResource, readonly HeldReference[]>();
@@ -30,6 +28,8 @@ const memo = new WeakMap<CachedResource, readonly HeldReference[]>();
  */
 export function heldReferences(typeUrl: TypeUrl, resource: CachedResource): readonly HeldReference[] {
   if (typeUrl !== TypeUrl.Listener && typeUrl !== TypeUrl.Cluster) return [];
+  // Said by the generator (the controller's snapshots): no decoding.
+  if (resource.references !== undefined) return resource.references;
   let found = memo.get(resource);
   if (found) return found;
   let decoded: Record<string, unknown>;
