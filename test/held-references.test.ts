@@ -19,6 +19,7 @@ import { parseCommonName, proxyCommonName } from '../src/proxy/types.js';
 import { ManifestsSource } from '../src/sources/manifests/manifests-source.js';
 import { ObjectStore } from '../src/store/object-store.js';
 import { SnapshotCache } from '../src/xds/cache/snapshot-cache.js';
+import type { CachedResource, ProxySnapshot } from '../src/xds/cache/types.js';
 import { heldReferences } from '../src/xds/server/held-references.js';
 import { EXAMPLE_DIR } from './helpers/example-controller.js';
 
@@ -51,16 +52,16 @@ describe('the references a controller snapshot carries (examples/bookstore)', ()
     it(`gives ${namespace}/${serviceAccount}'s Listeners and Clusters what decoding them finds`, async () => {
       const uuid = `00000000-0000-4000-8000-00000000000${i + 1}`;
       await controller.onStreamOpen({ ...parseCommonName(proxyCommonName(uuid, 'sidecar', namespace, serviceAccount)), verified: true }, i + 1);
-      const snapshot = cache.getSnapshot(uuid);
+      const snapshot: ProxySnapshot | undefined = cache.getSnapshot(uuid);
       assert.ok(snapshot, 'a snapshot');
       const all: string[] = [];
       for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) {
-        const resources = [...(snapshot.resources.get(type)?.values() ?? [])];
+        const resources: CachedResource[] = [...(snapshot.resources.get(type)?.values() ?? [])];
         if (type === TypeUrl.Cluster) assert.ok(resources.length > 0, 'clusters');
         for (const r of resources) {
           assert.ok(r.references, `${r.name}: references given`);
-          const said = heldReferences(type, r).map((ref) => `${ref.typeUrl} ${ref.name}`).sort();
-          const decoded = heldReferences(type, { name: r.name, version: r.version, resource: r.resource }).map((ref) => `${ref.typeUrl} ${ref.name}`).sort();
+          const said: string[] = heldReferences(type, r).map((ref) => `${ref.typeUrl} ${ref.name}`).sort();
+          const decoded: string[] = heldReferences(type, { name: r.name, version: r.version, resource: r.resource }).map((ref) => `${ref.typeUrl} ${ref.name}`).sort();
           assert.deepEqual(said, decoded, r.name);
           all.push(...said);
         }

@@ -122,6 +122,24 @@ describe('trellis validate', () => {
     assert.equal((await trellis(['validate', warnOnly, '--strict'])).code, 1);
   });
 
+  it('counts what the README calls warnings as warnings: a ServiceAccount that exists nowhere, a --mesh-name no namespace has', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'trellis-validate-warnings-'));
+    try {
+      cpSync(EXAMPLE, dir, { recursive: true });
+      rmSync(path.join(dir, 'bookbuyer.yaml'));
+      const missing = await trellis(['validate', dir]);
+      assert.equal(missing.code, 0, missing.stdout);
+      assert.match(missing.stdout, /^warning: .*access\.yaml:\d+: TrafficTarget bookstore\/bookstore: .*ServiceAccount bookbuyer\/bookbuyer exists nowhere/m);
+      assert.match(missing.stdout, /: 0 errors, 2 warnings /);
+      assert.equal((await trellis(['validate', dir, '--strict'])).code, 1);
+      const mesh = await trellis(['validate', EXAMPLE, '--mesh-name', 'nosuch']);
+      assert.equal(mesh.code, 0, mesh.stdout);
+      assert.match(mesh.stdout, /^warning: Mesh nosuch: --mesh-name: no namespace is labelled/m);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('exits 0 on examples/bookstore, with a summary line only', async () => {
     const { code, stdout, stderr } = await trellis(['validate', EXAMPLE]);
     assert.equal(code, 0, stderr);

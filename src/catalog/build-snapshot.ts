@@ -686,6 +686,7 @@ export class MeshSnapshotBuilder {
     if (namespaces.size === 0) {
       problems.push({
         kind: 'Mesh',
+        severity: 'warning',
         namespace: undefined,
         name: options.meshName,
         field: '--mesh-name',
@@ -762,7 +763,7 @@ function unknownServiceAccounts(
   for (const tt of trafficTargets) {
     const [namespace, name] = tt.name.split('/');
     const warn = (field: string, id: ServiceIdentity, role: string): void => {
-      if (!known.has(id)) out.push({ kind: 'TrafficTarget', namespace, name, field, message: `ServiceAccount ${id} exists nowhere (no ServiceAccount object, no workload runs as it); the ${role} applies once it does` });
+      if (!known.has(id)) out.push({ kind: 'TrafficTarget', namespace, name, field, severity: 'warning', message: `ServiceAccount ${id} exists nowhere (no ServiceAccount object, no workload runs as it); the ${role} applies once it does` });
     };
     warn('spec.destination.name', tt.destination, 'TrafficTarget');
     for (const source of new Set(tt.sources)) warn('spec.sources', source, 'source');
@@ -869,7 +870,7 @@ function resolveNamespace(store: StoreReader, ns: string, known: NamespaceResolu
  * them. A warning only: the objects are used as given.
  */
 function sidecarPortProblems(ns: string, services: readonly Service[], pods: readonly Pod[]): readonly PolicyProblem[] {
-  const warning = (kind: string, name: string, field: string, port: number): PolicyProblem => ({ kind, namespace: ns, name, field, message: sidecarPortMessage(port) });
+  const warning = (kind: string, name: string, field: string, port: number): PolicyProblem => ({ kind, namespace: ns, name, field, severity: 'warning', message: sidecarPortMessage(port) });
   return [
     ...services.flatMap((svc) => (svc.spec.ports ?? []).flatMap((p, i) => [
       ...((p.protocol ?? 'TCP') === 'TCP' && SIDECAR_PORTS.has(p.port) ? [warning('Service', svc.metadata.name, `spec.ports[${i}].port`, p.port)] : []),

@@ -10,6 +10,12 @@ export interface PolicyProblem {
   /** Field path in the object, e.g. `spec.backends[1].service`. */
   readonly field: string;
   readonly message: string;
+  /**
+   * `'warning'`: the object applies as written and may be right as it is (a ServiceAccount that
+   * exists nowhere yet, a sidecar port, an unused mesh name); absent: an error (what the message
+   * says was skipped or kept).
+   */
+  readonly severity?: 'warning';
 }
 
 /** Formats a problem as `Kind ns/name: field: message`. */

@@ -104,8 +104,9 @@ function manifestFinding(severity: Finding['severity'], e: ManifestError): Findi
 /** A policy problem as the controller logs it, after the file and line of the object's document. */
 function policyFinding(mesh: MeshDirectory, p: PolicyProblem): Finding {
   const at = mesh.locate(p.kind, p.namespace, p.name);
-  const text = `${at ? `${at.file}:${at.line}: ` : ''}${formatProblem(p)}`;
-  return { ...(at ?? {}), ...definedOnly(p), severity: 'error', category: 'policy', text, message: p.message };
+  const severity = p.severity ?? 'error';
+  const text = `${severity === 'warning' ? 'warning: ' : ''}${at ? `${at.file}:${at.line}: ` : ''}${formatProblem(p)}`;
+  return { ...(at ?? {}), ...definedOnly(p), severity, category: 'policy', text, message: p.message };
 }
 
 /** `o` without its undefined members (so that the JSON output has none). */
