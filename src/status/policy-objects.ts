@@ -37,13 +37,15 @@ export interface PolicyObjectsInput {
 /** Every policy object, sorted by kind (in `POLICY_KINDS` order), namespace and name. */
 export function policyObjects(input: PolicyObjectsInput): PolicyObjectState[] {
   const problems = new Map<string, string[]>();
-  const add = (key: string, text: string) => {
-    const list = problems.get(key);
+  const warnings = new Map<string, string[]>();
+  const add = (to: Map<string, string[]>, key: string, text: string) => {
+    const list = to.get(key);
     if (list) list.push(text);
-    else problems.set(key, [text]);
+    else to.set(key, [text]);
   };
-  for (const p of input.problems) if (isPolicyKind(p.kind)) add(objectKey(p.kind, p.namespace, p.name), formatProblem(p));
-  for (const e of input.errors) if (e.kind && e.name && isPolicyKind(e.kind)) add(objectKey(e.kind, e.namespace, e.name), e.text);
+  // A warning (the object applies as written: a ServiceAccount that exists nowhere yet) does not make it not accepted.
+  for (const p of input.problems) if (isPolicyKind(p.kind)) add(p.severity === 'warning' ? warnings : problems, objectKey(p.kind, p.namespace, p.name), formatProblem(p));
+  for (const e of input.errors) if (e.kind && e.name && isPolicyKind(e.kind)) add(problems, objectKey(e.kind, e.namespace, e.name), e.text);
   const out: PolicyObjectState[] = [];
   const seen = new Set<string>();
   const kinds = POLICY_KINDS.filter((k) => !input.kinds || input.kinds.has(k));
@@ -60,6 +62,7 @@ export function policyObjects(input: PolicyObjectsInput): PolicyObjectState[] {
         generation: version.generation,
         enteredAt: version.enteredAt,
         problems: problems.get(key) ?? [],
+        warnings: warnings.get(key) ?? [],
         selector: affectedSelector(kind, object, input.mesh, input.store, input.meshConfigName),
       });
     }

@@ -33,6 +33,8 @@ export interface PolicyStatus {
   readonly accepted: boolean;
   /** The policy problems and manifest errors of the object, formatted as the controller logs them. */
   readonly problems: readonly string[];
+  /** Its policy warnings (e.g. a ServiceAccount that exists nowhere yet): it is accepted with them. */
+  readonly warnings?: readonly string[];
   /** Connected proxies it affects. */
   readonly affected: number;
   /** Of those, the ones that ACKed a configuration right for its current generation. */
@@ -69,6 +71,8 @@ export interface PolicyObjectState {
   /** The MeshSnapshot generation its current content entered at; undefined while none was built from it. */
   readonly enteredAt: number | undefined;
   readonly problems: readonly string[];
+  /** Its policy warnings (`PolicyProblem.severity` `'warning'`): listed, not counted against acceptance. */
+  readonly warnings?: readonly string[];
   readonly selector: AffectedSelector;
 }
 
@@ -185,6 +189,7 @@ export class ProgressIndex {
       generation: object.generation,
       accepted: object.problems.length === 0,
       problems: object.problems,
+      ...(object.warnings && object.warnings.length > 0 ? { warnings: object.warnings } : {}),
       affected,
       programmed,
       nacked,

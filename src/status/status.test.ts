@@ -5,6 +5,7 @@ import { serviceIdentity, type ServiceIdentity } from '../proxy/types.js';
 import { ObjectStore } from '../store/object-store.js';
 import type { KubeObject } from '../store/objects.js';
 import { affectedSelector } from './affected.js';
+import { policyObjects } from './policy-objects.js';
 import { kubernetesStatus, sameStatus } from './kubernetes-status.js';
 import { FIRST_GENERATION, ObjectVersions } from './object-versions.js';
 import { isProgrammed, programmedSummary, ProgressIndex, type PolicyObjectState, type ProxyProgress } from './policy-status.js';
@@ -190,6 +191,17 @@ describe('affectedSelector', () => {
     const s = affectedSelector(kind, object, mesh, store, 'osm-system/osm-mesh-config');
     return { all: s.all, identities: [...s.identities].sort(), services: [...s.services].sort() };
   };
+
+  it('an object with warnings alone (a ServiceAccount that exists nowhere yet) is accepted; with an error it is not', () => {
+    const input = { store, mesh, errors: [], versions: new ObjectVersions(), meshConfigName: 'osm-system/osm-mesh-config' };
+    const warned = policyObjects({ ...input, problems: [{ kind: 'TrafficTarget', namespace: 'bookstore', name: 't1', field: 'spec.sources[0]', severity: 'warning', message: 'ServiceAccount bookbuyer/bookbuyer exists nowhere' }] });
+    const t1 = warned.find((o) => o.name === 't1')!;
+    assert.deepEqual([t1.problems, t1.warnings], [[], ['TrafficTarget bookstore/t1: spec.sources[0]: ServiceAccount bookbuyer/bookbuyer exists nowhere']]);
+    const index = new ProgressIndex([], () => new Set<string>());
+    assert.equal(index.status(t1).accepted, true);
+    const failed = policyObjects({ ...input, problems: [{ kind: 'TrafficTarget', namespace: 'bookstore', name: 't1', field: 'spec.rules[0]', message: 'no such HTTPRouteGroup' }] }).find((o) => o.name === 't1')!;
+    assert.equal(index.status(failed).accepted, false);
+  });
 
   it('follows each kind: targets name identities, route groups go through the targets that use them, splits and settings name services', () => {
     assert.deepEqual(select('TrafficTarget', objects[0]), { all: false, identities: [BUYER, STORE], services: [] });
