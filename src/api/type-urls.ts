@@ -13,6 +13,12 @@ export const TypeUrl = {
 /** One of the five xDS resource type URLs in {@link TypeUrl}. */
 export type TypeUrl = (typeof TypeUrl)[keyof typeof TypeUrl];
 
+/** A resource named by type URL and name. */
+export interface ResourceName {
+  readonly typeUrl: TypeUrl;
+  readonly name: string;
+}
+
 /**
  * The order in which a push sends the types: make before break
  * (CDS, EDS, LDS, RDS, SDS; Envoy `xds_protocol`, "Eventual consistency considerations").

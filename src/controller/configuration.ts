@@ -150,7 +150,7 @@ export function encodeResources(resources: ProxyResources, cache: ResourceCheckC
   for (const [type, list] of resources) {
     out.set(
       type,
-      list.map((r) => cache.encode(type, r) as EncodedNamedResource),
+      list.map((r) => cache.encode(type, r)),
     );
   }
   return out;

@@ -7,7 +7,7 @@
  * Pure: no I/O; everything it remembers is in the instance the caller owns.
  */
 import { AnyMemo, encodeChecked, encodeMessage, joinEncodedParts } from '../../api/codec.js';
-import { TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
+import { TYPE_SHORT_NAME, TypeUrl, type ResourceName } from '../../api/type-urls.js';
 import { getOrCreate } from '../../util/maps.js';
 import { validLike, type KnownValidMessages } from './alike.js';
 import type { ResourceLayer } from '../context.js';
@@ -115,7 +115,7 @@ export class ResourceCheckCache {
     if (checked.error !== undefined || checked.violations.length > 0) return undefined;
     const decoded = r.resource as Record<string, unknown>;
     if (!servedAsNamed(typeUrl, decoded, r.name)) return undefined;
-    const facts = r.parts && r.parts.length > 0 ? this.facts.ofParts(typeUrl, r.parts as Record<string, unknown>[]) : this.facts.of(typeUrl, decoded);
+    const facts = this.factsOf(typeUrl, r);
     return facts.violations.length > 0 ? undefined : facts;
   }
 
@@ -205,7 +205,7 @@ export class ResourceCheckCache {
     if (typeUrl !== TypeUrl.Listener && typeUrl !== TypeUrl.Cluster) return undefined;
     let found = this.fetchedByObject.get(r.resource);
     if (!found) {
-      const facts = r.parts && r.parts.length > 0 ? this.facts.ofParts(typeUrl, r.parts as Record<string, unknown>[]) : this.facts.of(typeUrl, r.resource as Record<string, unknown>);
+      const facts = this.factsOf(typeUrl, r);
       const names = new Map<string, ResourceName>();
       for (const ref of facts.references) if (ref.typeUrl !== TypeUrl.Cluster) names.set(`${ref.typeUrl} ${ref.name}`, { typeUrl: ref.typeUrl, name: ref.name });
       found = Object.freeze([...names.values()]);
@@ -222,6 +222,11 @@ export class ResourceCheckCache {
   /** How many resources and parts were encoded and checked in full (not by object or sibling). */
   get fullChecks(): number {
     return this.checkedInFull;
+  }
+
+  /** The cross-resource facts of `r`: of its parts when it is given as parts, else of the whole. */
+  private factsOf(typeUrl: TypeUrl, r: NamedResource): ResourceFacts {
+    return r.parts && r.parts.length > 0 ? this.facts.ofParts(typeUrl, r.parts as Record<string, unknown>[]) : this.facts.of(typeUrl, r.resource as Record<string, unknown>);
   }
 
   private checkParts(typeUrl: TypeUrl, parts: readonly object[], name: string | undefined): CheckedResource {
@@ -301,12 +306,6 @@ export interface EncodedResource {
   readonly resource: { readonly type_url: string; readonly value: Buffer };
   /** Of a Listener or Cluster: what it makes its client fetch ({@link ResourceCheckCache.fetchedNames}). */
   readonly references?: readonly ResourceName[];
-}
-
-/** A resource named by type URL and name. */
-export interface ResourceName {
-  readonly typeUrl: TypeUrl;
-  readonly name: string;
 }
 
 /** Encoded, and no rule broken. */

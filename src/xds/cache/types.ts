@@ -1,11 +1,7 @@
 import type { EncodedAny } from '../../api/codec.js';
-import type { TypeUrl } from '../../api/type-urls.js';
+import type { ResourceName, TypeUrl } from '../../api/type-urls.js';
 
-/** A resource named by type URL and name. */
-export interface ResourceName {
-  readonly typeUrl: TypeUrl;
-  readonly name: string;
-}
+export type { ResourceName };
 
 /** One resource of a proxy snapshot, encoded once. `version` is a hash of the encoded bytes. */
 export interface CachedResource {
