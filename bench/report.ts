@@ -15,6 +15,13 @@ function sortRuns(runs: readonly RunResult[]): RunResult[] {
   );
 }
 
+/** The median of `values` (the lower of the two middle ones for an even count); null when empty. */
+export function median(values: readonly number[]): number | null {
+  if (values.length === 0) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.ceil(sorted.length / 2) - 1];
+}
+
 /** The Markdown report. `previous`: an earlier results file whose matching runs are shown beside. */
 export function markdownReport(title: string, results: BenchResults, details: BenchDetails, previous?: BenchResults): string {
   const det = new Map<string, RunDetails>(details.runs.map((d) => [d.key, d]));
@@ -77,6 +84,22 @@ export function markdownReport(title: string, results: BenchResults, details: Be
       out.push(
         `| ${runKey(r)} | ${name}${sd?.timed_out ? ' (timed out)' : ''} | ${fmt(s.p50_ms)} | ${fmt(s.p99_ms)} | ${fmt(s.max_ms)} | ${s.proxies_updated} / ${sd?.expected_proxies ?? '—'} | ${fmt(s.cpu_s, 2)} | ${s.bytes_sent} | ${floorRatio} | ${p ? `${fmt(p.scenarios[name].p99_ms)} / ${fmt(p.scenarios[name].max_ms)}` : '—'} |`,
       );
+    }
+  }
+  const repeated = runs.filter((r) => (det.get(runKey(r))?.mesh_wide_repeats_ms?.length ?? 0) > 1);
+  if (repeated.length > 0) {
+    out.push(
+      '',
+      'The mesh-wide change made again, the MeshConfig toggled back and forth, and the change floor as often (one change floor varies by up to 2× between runs):',
+      '',
+      '| run | mesh-wide change max ms, each | median | change floor ms, each | median | median ÷ median |',
+      '| --- | --- | ---: | --- | ---: | ---: |',
+    );
+    for (const r of repeated) {
+      const d = det.get(runKey(r))!;
+      const own = d.mesh_wide_repeats_ms!;
+      const floors = d.floor_change_repeats_ms ?? [];
+      out.push(`| ${runKey(r)} | ${own.join(', ')} | ${fmt(median(own))} | ${floors.join(', ') || '—'} | ${fmt(median(floors))} | ${ratio(median(own), median(floors))} |`);
     }
   }
   out.push(...envoySection(runs, det));

@@ -142,6 +142,10 @@ export interface RunDetails {
   kb_per_proxy: number;
   /** Floor of the mesh-config change: every snapshot replaced by the changed one, time to the last ACK (ms). */
   floor_change_ms: number | null;
+  /** The change floor measured `--mesh-wide-repeats` times, the first being {@link floor_change_ms}, toggling between the two MeshConfigs (ms). Absent before 2026-12-02-issue14-s11. */
+  floor_change_repeats_ms?: number[];
+  /** The controller's mesh-wide change made `--mesh-wide-repeats` times (max ms to the last ACK), the first being the scenario's, the MeshConfig toggled back and forth. Absent before 2026-12-02-issue14-s11, and with real Envoys. */
+  mesh_wide_repeats_ms?: number[];
   /** Time for N streams already open to ACK their full configuration after a `setSnapshot` of all (ms). */
   floor_open_streams_ms?: number | null;
   /** The floor's connect-and-sync: connections retried, as {@link RunDetails.initial_sync}'s `reconnects`. */

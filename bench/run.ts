@@ -29,6 +29,7 @@ import type { GeneratorReport, GeneratorStatus, GeneratorSynced, Transport } fro
 import {
   endpointChange,
   meshConfigChange,
+  meshConfigText,
   newService,
   planMesh,
   planProxies,
@@ -44,7 +45,7 @@ import { EnvoyFleet, killFleetsSync } from './envoy-fleet.js';
 import { EnvoyRun, envoyProxies, memAvailableMb, percentile } from './envoy-run.js';
 import { findEnvoy } from '../src/lab/envoy.js';
 import { removeLabNetwork } from '../src/lab/network.js';
-import { writeReports } from './report.js';
+import { median, writeReports } from './report.js';
 import {
   runKey,
   SCENARIOS,
@@ -83,6 +84,9 @@ const HELP = `npm run bench -- [options]
   --max-receive-mb M      the sidecars' gRPC receive limit (default 4, gRPC's default)
   --sync-timeout S        seconds to wait for the initial sync (default 300)
   --scenario-timeout S    seconds to wait for a scenario to settle (default 120)
+  --mesh-wide-repeats K   make the mesh-wide change K times in all (default 3), toggling the
+                          MeshConfig back and forth, and the floor's change as often; the
+                          report gives both medians (one change floor varies by 2x between runs)
   --keep                  keep the temporary manifests/state directory
   --envoys K[,K…]         also run K real Envoys (default 0): each in a lab pod (network
                           namespace) as uid 1500, bootstrapped for one of the planned
@@ -126,6 +130,8 @@ interface Settings {
   maxReceiveBytes: number;
   syncTimeoutMs: number;
   scenarioTimeoutMs: number;
+  /** How many mesh-wide changes to make, and change floors to measure (`--mesh-wide-repeats`). */
+  meshWideRepeats: number;
   keep: boolean;
   logDir: string;
   envoyPath?: string;
@@ -368,6 +374,23 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       const ed = envoyRun?.details.scenarios[name];
       if (es && ed) log(`${key}: ${name}: real Envoys ${es.updated}/${es.expected} showed it, p50 ${es.p50_ms} max ${es.max_ms} ms (poll round ${ed.poll_round_ms} ms)${ed.unaffected_changed > 0 ? `, ${ed.unaffected_changed} unaffected changed` : ''}${ed.timed_out ? ' (TIMED OUT)' : ''}`);
     }
+    // The mesh-wide change again, toggled back and forth (no real Envoys: their checks follow the scenarios).
+    const meshWide = run.scenarios.mesh_config_change.max_ms;
+    if (meshWide !== null && !envoyRun) {
+      const repeats = [meshWide];
+      for (let k = 1; k < settings.meshWideRepeats; k++) {
+        await gen.request({ cmd: 'mark' }, 30_000);
+        const t0 = nowMs();
+        await writeFile(path.join(manifests, edits.mesh_config_change.file), k % 2 === 1 ? meshConfigText(config.mode) : edits.mesh_config_change.text);
+        const { timedOut } = await settle(gen, t0, proxies.length, settings.scenarioTimeoutMs);
+        const report = await gen.request<GeneratorReport>({ cmd: 'report' }, 30_000);
+        const acks = report.lastAck.filter((t) => t > 0);
+        if (timedOut || acks.length < proxies.length) break;
+        repeats.push(round(Math.max(...acks) - t0)!);
+      }
+      details.mesh_wide_repeats_ms = repeats;
+      log(`${key}: mesh-wide change ${repeats.length} times: ${repeats.join(', ')} ms (median ${median(repeats)})`);
+    }
     if (envoyRun && fleet) {
       await envoyRun.finish();
       run.envoys = envoyRun.result;
@@ -404,6 +427,19 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       const fr = await gen.request<GeneratorReport>({ cmd: 'report' }, 30_000);
       const changed = fr.lastAck.filter((t) => t > 0);
       details.floor_change_ms = changed.length > 0 ? round(Math.max(...changed) - set2.setAt) : null;
+      if (details.floor_change_ms !== null) {
+        const repeats = [details.floor_change_ms];
+        for (let k = 1; k < settings.meshWideRepeats; k++) {
+          await sleep(1000);
+          await gen.request({ cmd: 'mark' }, 30_000);
+          const again = await floor.request<{ setAt: number }>({ cmd: 'set', which: k % 2 === 1 ? 'before' : 'after' }, 120_000);
+          await settle(gen, again.setAt, config.proxies, settings.scenarioTimeoutMs);
+          const acks = (await gen.request<GeneratorReport>({ cmd: 'report' }, 30_000)).lastAck.filter((t) => t > 0);
+          if (acks.length < config.proxies) break;
+          repeats.push(round(Math.max(...acks) - again.setAt)!);
+        }
+        details.floor_change_repeats_ms = repeats;
+      }
       details.floor_open_streams_ms = run.floor_ms;
       // The initial sync's floor: the same N streams connecting at once to a server whose cache
       // already holds every snapshot (connection set-up and TLS handshakes included), from a
@@ -425,7 +461,7 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
       run.floor_ms = fct.length === config.proxies ? round(Math.max(...fct) - floorConnectAt) : null;
       details.floor_reconnects = { total: fc.reconnects, proxies: fc.reconnectedProxies, errors: fc.reconnectErrors };
       log(`${key}: floor connect-and-sync: ${fct.length}/${config.proxies} synced, ${fc.ended} streams ended ${fc.errors.join('; ')}; ${fc.reconnects} connections retried (${fc.reconnectedProxies} proxies) ${fc.reconnectErrors.join('; ')}`);
-      log(`${key}: floor ${run.floor_ms} ms (connect and full configuration), ${details.floor_open_streams_ms} ms (full configuration, streams open), ${details.floor_change_ms} ms (mesh-config change, ${changed.length} proxies)`);
+      log(`${key}: floor ${run.floor_ms} ms (connect and full configuration), ${details.floor_open_streams_ms} ms (full configuration, streams open), ${details.floor_change_ms} ms (mesh-config change, ${changed.length} proxies; ${details.floor_change_repeats_ms?.length ?? 0} times: ${details.floor_change_repeats_ms?.join(', ')} ms)`);
     }
   } catch (err) {
     details.failure = err instanceof Error ? err.message : String(err);
@@ -506,6 +542,7 @@ async function main(): Promise<void> {
       'max-receive-mb': { type: 'string' },
       'sync-timeout': { type: 'string' },
       'scenario-timeout': { type: 'string' },
+      'mesh-wide-repeats': { type: 'string' },
       keep: { type: 'boolean' },
       envoys: { type: 'string' },
       'lab-prefix': { type: 'string' },
@@ -555,6 +592,7 @@ async function main(): Promise<void> {
     maxReceiveBytes: Number(values['max-receive-mb'] ?? '4') * 1024 * 1024,
     syncTimeoutMs: Number(values['sync-timeout'] ?? '300') * 1000,
     scenarioTimeoutMs: Number(values['scenario-timeout'] ?? '120') * 1000,
+    meshWideRepeats: Math.max(1, Math.floor(Number(values['mesh-wide-repeats'] ?? '3'))),
     keep: values.keep ?? false,
     logDir,
     envoyPath: findEnvoy(),

@@ -54,6 +54,8 @@ export class SharedResourceMap implements ReadonlyMap<string, CachedResource> {
   private readonly lines: readonly string[];
   private readonly offsets: readonly number[];
   private readonly text: string;
+  /** {@link sharedLayerChanges} from each layer before to this one, remembered weakly by the layer before. */
+  private readonly changesFrom = new WeakMap<SharedResourceMap, LayerChanges>();
 
   /**
    * @param typeUrl the type of every resource.
@@ -85,6 +87,20 @@ export class SharedResourceMap implements ReadonlyMap<string, CachedResource> {
 
   get size(): number {
     return this.byName.size;
+  }
+  /** {@link sharedLayerChanges} from `before` to this layer, walked once per `before`. */
+  changesSince(before: SharedResourceMap): LayerChanges {
+    if (before === this) return NO_CHANGES;
+    let found = this.changesFrom.get(before);
+    if (!found) {
+      const changed: CachedResource[] = [];
+      for (const r of this.byName.values()) if (before.get(r.name)?.version !== r.version) changed.push(r);
+      const removed: string[] = [];
+      for (const name of before.keys()) if (!this.byName.has(name)) removed.push(name);
+      found = Object.freeze({ changed, removed });
+      this.changesFrom.set(before, found);
+    }
+    return found;
   }
   get(name: string): CachedResource | undefined {
     return this.byName.get(name);
@@ -196,31 +212,16 @@ export interface LayerChanges {
   readonly removed: readonly string[];
 }
 
-/** {@link sharedLayerChanges} by the layer after, then the layer before. */
-const changesByLayers = new WeakMap<SharedResourceMap, WeakMap<SharedResourceMap, LayerChanges>>();
-
 /**
  * What a holder of every resource of `before` (at its versions) must be sent to hold `after`:
  * the resources of `after` it lacks or holds at another version, and the names of `before`
- * that `after` lacks. Computed once per pair of layers (remembered weakly by them), so the
- * streams of every proxy moving from one shared layer to the next share one walk of it; nothing
- * when they are the same object. For a delta stream that knows it holds `before` exactly
- * (e.g. it recorded the layer it last sent in full, and its ACK).
+ * that `after` lacks. Computed once per pair of layers (remembered by `after`, weakly by
+ * `before`), so the streams of every proxy moving from one shared layer to the next share one
+ * walk of it; nothing when they are the same object. For a delta stream that knows it holds
+ * `before` exactly (e.g. it recorded the layer it last sent in full, and its ACK).
  */
 export function sharedLayerChanges(before: SharedResourceMap, after: SharedResourceMap): LayerChanges {
-  if (before === after) return NO_CHANGES;
-  let byBefore = changesByLayers.get(after);
-  if (!byBefore) changesByLayers.set(after, (byBefore = new WeakMap()));
-  let found = byBefore.get(before);
-  if (!found) {
-    const changed: CachedResource[] = [];
-    for (const r of after.values()) if (before.get(r.name)?.version !== r.version) changed.push(r);
-    const removed: string[] = [];
-    for (const name of before.keys()) if (!after.has(name)) removed.push(name);
-    found = Object.freeze({ changed, removed });
-    byBefore.set(before, found);
-  }
-  return found;
+  return after.changesSince(before);
 }
 
 const NO_CHANGES: LayerChanges = Object.freeze({ changed: [], removed: [] });

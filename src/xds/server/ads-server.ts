@@ -62,6 +62,7 @@ export {
 import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import { typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ResourceMap } from '../cache/types.js';
+import { HeldReferences } from './held-references.js';
 import { DEFAULT_HOLD_LIMIT_MS, DEFAULT_MAX_BYTES_IN_FLIGHT, SendBudget } from './send-budget.js';
 
 /**
@@ -776,6 +777,7 @@ export class AdsServer {
   private readonly refusalLog = new RateLimiter(REFUSAL_LOG_LIMIT, REFUSAL_LOG_WINDOW_MS);
   /** NACK and stream lifecycle log limits, per proxy identity across all streams. */
   private readonly logLimits = new StreamLogLimits();
+  private readonly heldReferences = new HeldReferences();
 
   /**
    * @throws Error when the metrics are already registered in `options.metrics`,
@@ -1035,6 +1037,7 @@ export class AdsServer {
       subscribedNames: this.subscribedNames,
       unreadTimeoutMs: this.unreadTimeoutMs,
       logLimits: this.logLimits,
+      heldReferences: this.heldReferences,
       admit: (s) => this.admit(s),
       refused: (r) => this.onRefused(r, listen.address),
       unregister: (s) => {

@@ -6,8 +6,9 @@
  * same for RDS and EDS). A stream counts a snapshot as held only when these are ACKed too.
  *
  * Taken from the resource's `references` when its generator gave them (the controller does),
- * else read from the encoded resource, decoded once per {@link CachedResource} object
- * (resources are interned across snapshots and streams, so a push decodes only what changed).
+ * else read from the encoded resource, decoded once per {@link CachedResource} object by the
+ * {@link HeldReferences} that a server's streams share (resources are interned across snapshots
+ * and streams, so a push decodes only what changed).
  */
 import { decodeAny } from '../../api/codec.js';
 import { TypeUrl } from '../../api/type-urls.js';
@@ -15,9 +16,6 @@ import type { CachedResource, ResourceName } from '../cache/types.js';
 
 /** A resource of another type that a Listener or Cluster names: its type URL and name. */
 export type HeldReference = ResourceName;
-
-/** Per encoded resource (immutable, shared): what it names. A memo over immutable objects, so no state a caller sees. */
-const memo = new WeakMap<CachedResource, readonly HeldReference[]>();
 
 /**
  * What `resource` (a Listener or a Cluster) makes its client fetch: the `route_config_name` of
@@ -30,8 +28,6 @@ export function heldReferences(typeUrl: TypeUrl, resource: CachedResource): read
   if (typeUrl !== TypeUrl.Listener && typeUrl !== TypeUrl.Cluster) return [];
   // Said by the generator (the controller's snapshots): no decoding.
   if (resource.references !== undefined) return resource.references;
-  let found = memo.get(resource);
-  if (found) return found;
   let decoded: Record<string, unknown>;
   try {
     decoded = decodeAny(resource.resource);
@@ -60,7 +56,17 @@ export function heldReferences(typeUrl: TypeUrl, resource: CachedResource): read
     if ('sds_config' in o) add(TypeUrl.Secret, o['name']);
     for (const v of Object.values(o)) if (v && typeof v === 'object') pending.push(v);
   }
-  found = [...out.values()];
-  memo.set(resource, found);
-  return found;
+  return [...out.values()];
+}
+
+/** {@link heldReferences}, remembered per encoded resource object (immutable, shared by snapshots and streams), held weakly. */
+export class HeldReferences {
+  readonly #found = new WeakMap<CachedResource, readonly HeldReference[]>();
+
+  /** {@link heldReferences} of `resource`, found once per object. */
+  of(typeUrl: TypeUrl, resource: CachedResource): readonly HeldReference[] {
+    let found = this.#found.get(resource);
+    if (!found) this.#found.set(resource, (found = heldReferences(typeUrl, resource)));
+    return found;
+  }
 }

@@ -18,7 +18,7 @@ import type { ProxySnapshot } from '../cache/types.js';
 import { boundedText } from '../../util/bounded-text.js';
 import { lowerBound } from '../../util/order.js';
 import { RateLimiter } from '../../util/rate-limit.js';
-import { heldReferences } from './held-references.js';
+import type { HeldReferences } from './held-references.js';
 import type { Release, SendBudget } from './send-budget.js';
 import type {
   DeltaDiscoveryRequest__Output,
@@ -405,6 +405,8 @@ export interface StreamContext {
   readonly unreadTimeoutMs: number;
   /** The server's log limits (NACK and lifecycle lines), shared by every stream. */
   readonly logLimits: StreamLogLimits;
+  /** What the Listeners and Clusters of the streams' snapshots make their clients fetch, shared by every stream. */
+  readonly heldReferences: HeldReferences;
   /**
    * The stream is authenticated as `stream.proxy`: admits it (synchronously, so that no other
    * stream of the same UUID is admitted meanwhile) and lists it in the server's streams.
@@ -729,7 +731,7 @@ export abstract class StreamBase<
 
   /**
    * Whether every resource of `snapshot` that the Listeners and Clusters this stream subscribes
-   * to name ({@link heldReferences}) is subscribed to as well (wildcard or by name).
+   * to name (`heldReferences`) is subscribed to as well (wildcard or by name).
    */
   private holdsReferences(snapshot: ProxySnapshot): boolean {
     for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) {
@@ -738,7 +740,7 @@ export abstract class StreamBase<
       if (!st || !resources) continue;
       const held = st.wildcard ? resources.values() : [...st.names].map((n) => resources.get(n)).filter((r) => r !== undefined);
       for (const resource of held) {
-        for (const ref of heldReferences(type, resource)) {
+        for (const ref of this.ctx.heldReferences.of(type, resource)) {
           if (!snapshot.resources.get(ref.typeUrl)?.has(ref.name)) continue; // not in the snapshot: nothing to hold
           const wanted = this.types.get(ref.typeUrl);
           if (!wanted || (!wanted.wildcard && !wanted.names.has(ref.name))) return false;
