@@ -2,11 +2,11 @@ import 'reflect-metadata';
 import net from 'node:net';
 import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
+import { adsServiceDefinition } from '../../api/ads-service.js';
 import { X509Certificate } from '@peculiar/x509';
 import { pino, type Logger } from 'pino';
 import { Counter, Gauge, Registry } from 'prom-client';
-import { PROTO_LOADER_OPTIONS, type EncodedAny } from '../../api/codec.js';
+import { type EncodedAny } from '../../api/codec.js';
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import { parseCommonName, type Proxy } from '../../proxy/types.js';
 import { splitHostPort } from '../../util/address.js';
@@ -73,7 +73,7 @@ import { DEFAULT_HOLD_LIMIT_MS, DEFAULT_MAX_BYTES_IN_FLIGHT, SendBudget } from '
 export const MAX_RECEIVE_MESSAGE_LENGTH = 16 * 1024 * 1024;
 
 /** Fully-qualified name of the ADS service (Envoy `envoy/service/discovery/v3/ads.proto`). */
-export const ADS_SERVICE_NAME = 'envoy.service.discovery.v3.AggregatedDiscoveryService';
+export { ADS_SERVICE_NAME } from '../../api/ads-service.js';
 
 /** Options of {@link AdsServer}. */
 export interface AdsServerOptions {
@@ -230,22 +230,7 @@ export function authenticateFromNodeId(
   return parseCommonName(id);
 }
 
-let serviceDefinition: grpc.ServiceDefinition | undefined;
-
-/** Loads (once) the ADS service definition with proto-loader, field names kept in snake_case. */
-function adsServiceDefinition(): grpc.ServiceDefinition {
-  if (serviceDefinition) return serviceDefinition;
-  const def = protoLoader.loadSync('envoy/service/discovery/v3/ads.proto', {
-    ...PROTO_LOADER_OPTIONS,
-    includeDirs: [...PROTO_LOADER_OPTIONS.includeDirs],
-  });
-  // proto-loader serializes a `google.protobuf.Any` given as `{type_url, value: Buffer}` as is,
-  // so pre-encoded resources go on the wire without being decoded and encoded again.
-  serviceDefinition = def[ADS_SERVICE_NAME] as grpc.ServiceDefinition;
-  return serviceDefinition;
-}
-
-const EMPTY: ResourceMap = new Map();
+const EMPTY: ReadonlyMap<string, CachedResource> = new Map();
 
 /** Per stream, per type: the subscription and what was sent, acked and nacked. */
 interface TypeState extends TypeStateBase {

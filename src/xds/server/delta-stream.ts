@@ -14,7 +14,7 @@ export const MAX_OUTSTANDING_NONCES = 32;
 /** What the server gives each {@link DeltaStream} (the same as a SotW stream gets). */
 export type DeltaStreamContext = StreamContext;
 
-const EMPTY: ResourceMap = new Map();
+const EMPTY: ReadonlyMap<string, CachedResource> = new Map();
 const NO_NAMES: ReadonlySet<string> = new Set();
 
 /** Per stream, per type: the subscription and what the client holds, was sent, acked and nacked. */
