@@ -10,12 +10,8 @@ import { EnvoyFleet, mapLimit, pollUntil, watchChange, type FleetEnvoy } from '.
 import { nowMs } from './lean-sidecar.js';
 import type { BenchProxy, ScenarioEdit } from './mesh-generator.js';
 import type { EnvoyRunDetails, EnvoyRunResult, EnvoyTiming, ScenarioName } from './results-schema.js';
+import { percentile } from './stats.js';
 
-/** Nearest-rank percentile of sorted values; null when empty. */
-export function percentile(sorted: readonly number[], p: number): number | null {
-  if (sorted.length === 0) return null;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
-}
 
 const round1 = (v: number | null): number | null => (v === null ? null : Math.round(v * 10) / 10);
 

@@ -4,6 +4,7 @@
  */
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { median } from './stats.js';
 import { runKey, SCENARIOS, type BenchDetails, type BenchResults, type EnvoyTiming, type RunDetails, type RunResult } from './results-schema.js';
 
 const fmt = (v: number | null | undefined, digits = 0): string => (v === null || v === undefined || Number.isNaN(v) ? '—' : v.toFixed(digits));
@@ -13,13 +14,6 @@ function sortRuns(runs: readonly RunResult[]): RunResult[] {
   return [...runs].sort(
     (a, b) => a.mode.localeCompare(b.mode) || a.services - b.services || a.transport.localeCompare(b.transport) || a.proxies - b.proxies,
   );
-}
-
-/** The median of `values` (the lower of the two middle ones for an even count); null when empty. */
-export function median(values: readonly number[]): number | null {
-  if (values.length === 0) return null;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.ceil(sorted.length / 2) - 1];
 }
 
 /** The Markdown report. `previous`: an earlier results file whose matching runs are shown beside. */

@@ -42,10 +42,11 @@ import {
 } from './mesh-generator.js';
 import { ControllerProcess, IpcChild, killAllChildren } from './processes.js';
 import { EnvoyFleet, killFleetsSync } from './envoy-fleet.js';
-import { EnvoyRun, envoyProxies, memAvailableMb, percentile } from './envoy-run.js';
+import { EnvoyRun, envoyProxies, memAvailableMb } from './envoy-run.js';
+import { median, percentile } from './stats.js';
 import { findEnvoy } from '../src/lab/envoy.js';
 import { removeLabNetwork } from '../src/lab/network.js';
-import { median, writeReports } from './report.js';
+import { writeReports } from './report.js';
 import {
   runKey,
   SCENARIOS,
@@ -186,6 +187,19 @@ async function settle(generator: IpcChild, t0: number, expected: number, timeout
     const quiet = now - st.lastResponseAt;
     if (quiet >= QUIET_MS && (st.updated >= expected || quiet >= QUIET_UNEXPECTED_MS)) return { timedOut: false };
   }
+}
+
+/**
+ * Time from `start()` (which makes a change and returns when it was made, `nowMs()`) until the
+ * last of `expected` proxies ACKed what it was sent for it, ms; null when fewer ACKed, or the
+ * responses did not settle within `timeoutMs`.
+ */
+async function timeToLastAck(generator: IpcChild, expected: number, timeoutMs: number, start: () => Promise<number>): Promise<number | null> {
+  await generator.request({ cmd: 'mark' }, 30_000);
+  const t0 = await start();
+  const { timedOut } = await settle(generator, t0, expected, timeoutMs);
+  const acks = (await generator.request<GeneratorReport>({ cmd: 'report' }, 30_000)).lastAck.filter((t) => t > 0);
+  return timedOut || acks.length < expected ? null : round(Math.max(...acks) - t0);
 }
 
 function emptyScenario(): ScenarioResult {
@@ -379,14 +393,13 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
     if (meshWide !== null && !envoyRun) {
       const repeats = [meshWide];
       for (let k = 1; k < settings.meshWideRepeats; k++) {
-        await gen.request({ cmd: 'mark' }, 30_000);
-        const t0 = nowMs();
-        await writeFile(path.join(manifests, edits.mesh_config_change.file), k % 2 === 1 ? meshConfigText(config.mode) : edits.mesh_config_change.text);
-        const { timedOut } = await settle(gen, t0, proxies.length, settings.scenarioTimeoutMs);
-        const report = await gen.request<GeneratorReport>({ cmd: 'report' }, 30_000);
-        const acks = report.lastAck.filter((t) => t > 0);
-        if (timedOut || acks.length < proxies.length) break;
-        repeats.push(round(Math.max(...acks) - t0)!);
+        const ms = await timeToLastAck(gen, proxies.length, settings.scenarioTimeoutMs, async () => {
+          const t0 = nowMs();
+          await writeFile(path.join(manifests, edits.mesh_config_change.file), k % 2 === 1 ? meshConfigText(config.mode) : edits.mesh_config_change.text);
+          return t0;
+        });
+        if (ms === null) break;
+        repeats.push(ms);
       }
       details.mesh_wide_repeats_ms = repeats;
       log(`${key}: mesh-wide change ${repeats.length} times: ${repeats.join(', ')} ms (median ${median(repeats)})`);
@@ -431,12 +444,10 @@ async function runOne(config: Config, settings: Settings): Promise<{ run: RunRes
         const repeats = [details.floor_change_ms];
         for (let k = 1; k < settings.meshWideRepeats; k++) {
           await sleep(1000);
-          await gen.request({ cmd: 'mark' }, 30_000);
-          const again = await floor.request<{ setAt: number }>({ cmd: 'set', which: k % 2 === 1 ? 'before' : 'after' }, 120_000);
-          await settle(gen, again.setAt, config.proxies, settings.scenarioTimeoutMs);
-          const acks = (await gen.request<GeneratorReport>({ cmd: 'report' }, 30_000)).lastAck.filter((t) => t > 0);
-          if (acks.length < config.proxies) break;
-          repeats.push(round(Math.max(...acks) - again.setAt)!);
+          const which = k % 2 === 1 ? 'before' : 'after';
+          const ms = await timeToLastAck(gen, config.proxies, settings.scenarioTimeoutMs, async () => (await floor!.request<{ setAt: number }>({ cmd: 'set', which }, 120_000)).setAt);
+          if (ms === null) break;
+          repeats.push(ms);
         }
         details.floor_change_repeats_ms = repeats;
       }

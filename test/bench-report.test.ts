@@ -7,7 +7,8 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { markdownReport, median } from '../bench/report.js';
+import { markdownReport } from '../bench/report.js';
+import { median } from '../bench/stats.js';
 import type { BenchDetails, BenchResults } from '../bench/results-schema.js';
 
 const RESULTS = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'bench', 'results');

@@ -20,7 +20,7 @@ import { ManifestsSource } from '../src/sources/manifests/manifests-source.js';
 import { ObjectStore } from '../src/store/object-store.js';
 import { SnapshotCache } from '../src/xds/cache/snapshot-cache.js';
 import type { CachedResource, ProxySnapshot } from '../src/xds/cache/types.js';
-import { heldReferences } from '../src/xds/server/held-references.js';
+import { HeldReferences, heldReferences } from '../src/xds/server/held-references.js';
 import { EXAMPLE_DIR } from './helpers/example-controller.js';
 
 describe('the references a controller snapshot carries (examples/bookstore)', () => {
@@ -55,14 +55,21 @@ describe('the references a controller snapshot carries (examples/bookstore)', ()
       const snapshot: ProxySnapshot | undefined = cache.getSnapshot(uuid);
       assert.ok(snapshot, 'a snapshot');
       const all: string[] = [];
+      const held = new HeldReferences();
       for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) {
         const resources: CachedResource[] = [...(snapshot.resources.get(type)?.values() ?? [])];
         if (type === TypeUrl.Cluster) assert.ok(resources.length > 0, 'clusters');
         for (const r of resources) {
           assert.ok(r.references, `${r.name}: references given`);
           const said: string[] = heldReferences(type, r).map((ref) => `${ref.typeUrl} ${ref.name}`).sort();
-          const decoded: string[] = heldReferences(type, { name: r.name, version: r.version, resource: r.resource }).map((ref) => `${ref.typeUrl} ${ref.name}`).sort();
+          const bare: CachedResource = { name: r.name, version: r.version, resource: r.resource };
+          const decoded: string[] = heldReferences(type, bare).map((ref) => `${ref.typeUrl} ${ref.name}`).sort();
           assert.deepEqual(said, decoded, r.name);
+          // A server's streams share one HeldReferences: what it decodes, once per resource object.
+          assert.equal(held.of(type, r), r.references, `${r.name}: references given are taken as they are`);
+          const first = held.of(type, bare);
+          assert.deepEqual(first.map((ref) => `${ref.typeUrl} ${ref.name}`).sort(), decoded, r.name);
+          assert.equal(held.of(type, bare), first, `${r.name}: decoded once`);
           all.push(...said);
         }
       }

@@ -24,10 +24,15 @@ export type HeldReference = ResourceName;
  * EDS, its ClusterLoadAssignment (`eds_cluster_config.service_name`, else the cluster's name).
  * Resources of other types, and a resource that does not decode, name nothing.
  */
-export function heldReferences(typeUrl: TypeUrl, resource: CachedResource): readonly HeldReference[] {
+export function heldReferences(typeUrl: TypeUrl, resource: CachedResource, read: (typeUrl: TypeUrl, resource: CachedResource) => readonly HeldReference[] = referencesInBytes): readonly HeldReference[] {
   if (typeUrl !== TypeUrl.Listener && typeUrl !== TypeUrl.Cluster) return [];
   // Said by the generator (the controller's snapshots): no decoding.
   if (resource.references !== undefined) return resource.references;
+  return read(typeUrl, resource);
+}
+
+/** What a Listener or Cluster without `references` names, read from its encoded bytes (see {@link heldReferences}). */
+function referencesInBytes(typeUrl: TypeUrl, resource: CachedResource): readonly HeldReference[] {
   let decoded: Record<string, unknown>;
   try {
     decoded = decodeAny(resource.resource);
@@ -59,14 +64,17 @@ export function heldReferences(typeUrl: TypeUrl, resource: CachedResource): read
   return [...out.values()];
 }
 
-/** {@link heldReferences}, remembered per encoded resource object (immutable, shared by snapshots and streams), held weakly. */
+/** {@link heldReferences}, those read from the bytes remembered per encoded resource object (immutable, shared by snapshots and streams), held weakly. */
 export class HeldReferences {
-  readonly #found = new WeakMap<CachedResource, readonly HeldReference[]>();
-
-  /** {@link heldReferences} of `resource`, found once per object. */
-  of(typeUrl: TypeUrl, resource: CachedResource): readonly HeldReference[] {
-    let found = this.#found.get(resource);
-    if (!found) this.#found.set(resource, (found = heldReferences(typeUrl, resource)));
+  readonly #decoded = new WeakMap<CachedResource, readonly HeldReference[]>();
+  readonly #read = (typeUrl: TypeUrl, resource: CachedResource): readonly HeldReference[] => {
+    let found = this.#decoded.get(resource);
+    if (!found) this.#decoded.set(resource, (found = referencesInBytes(typeUrl, resource)));
     return found;
+  };
+
+  /** {@link heldReferences} of `resource`, decoded once per object when it carries no `references`. */
+  of(typeUrl: TypeUrl, resource: CachedResource): readonly HeldReference[] {
+    return heldReferences(typeUrl, resource, this.#read);
   }
 }
