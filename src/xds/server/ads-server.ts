@@ -374,7 +374,9 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
     st.wildcard = wildcard;
     st.subscription++;
     st.selection = undefined;
-    this.setNames(st, explicit);
+    // Kept as the snapshot's own strings where it has them (one copy for every stream).
+    const resources = this.snapshot?.resources.get(type);
+    this.setNames(st, resources ? new Set([...explicit].map((name) => resources.get(name)?.name ?? name)) : explicit);
   }
 
   /** Answers a request for `type` (and EDS after CDS); without a snapshot, remembers to answer when it arrives. */

@@ -2,6 +2,7 @@ import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import { LayeredResourceMap, sharedLayerChanges, sharedLayerOf, typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ProxySnapshot, ResourceMap } from '../cache/types.js';
 import type { DeltaDiscoveryRequest__Output, DeltaDiscoveryResponse } from './discovery-types.js';
+import { KnownVersions } from './known-versions.js';
 import { StreamBase, isCompleteSetType, type DeltaAdsCall, type StreamContext, type TypeStateBase } from './stream-common.js';
 
 /**
@@ -24,9 +25,10 @@ interface DeltaTypeState extends TypeStateBase {
   /**
    * Name → version of every resource the client holds as far as we know: what we sent it (also
    * when it NACKed: clients apply the valid part of a response), or what it said it had in
-   * `initial_resource_versions`. Only names the subscription covers.
+   * `initial_resource_versions`. Only names the subscription covers. Rebased on the map planned
+   * at every push, so it holds of its own only what changed since.
    */
-  known: Map<string, string>;
+  readonly known: KnownVersions;
   /** Names subscribed since the last response: answered in the next one, even if unchanged, or in `removed_resources` if they don't exist. */
   pending: Set<string>;
   /** `*` was subscribed on a running stream: answer every resource of the type again. */
@@ -245,14 +247,21 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
     // what `planned` has of its subscription.
     if (first) st.planned = undefined;
     if (first && subscribe.length === 0 && wildcardType) st.wildcard = true; // legacy wildcard
-    for (const name of subscribe) {
-      if (name === '*') {
+    // Names are kept as the snapshot's own strings where it has them (one copy for every stream).
+    const resources = this.snapshot?.resources.get(type);
+    for (const requested of subscribe) {
+      if (requested === '*') {
         if (!wildcardType) continue; // only LDS and CDS are served as wildcard
         // `*` on a running stream is a subscribe like any other: answer every resource again.
         if (!first) st.resendAll = true;
+        // Names held only through the wildcard are not held yet.
+        if (!st.wildcard) for (const name of st.planned?.keys() ?? []) if (!st.names.has(name)) st.known.delete(name);
         st.wildcard = true;
         continue;
       }
+      const name = resources?.get(requested)?.name ?? requested;
+      // A name the stream starts to cover is not held yet (until it is sent).
+      if (!st.wildcard && !st.names.has(name)) st.known.delete(name);
       this.addName(st, name);
       st.pending.add(name);
     }
@@ -322,6 +331,8 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
       st.resendAll = false;
       st.needsAnswer = false;
       st.planned = resources;
+      // What the sends below leave the client holding: every covered resource of `resources`.
+      st.known.rebase(resources);
     }
     let sent = false;
     for (const plan of plans) {
@@ -372,15 +383,16 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
 }
 
 function newTypeState(): DeltaTypeState {
-  return {
+  const st: DeltaTypeState = {
     wildcard: false,
     names: new Set(),
-    known: new Map(),
+    known: new KnownVersions((name) => st.wildcard || st.names.has(name)),
     pending: new Set(),
     resendAll: false,
     needsAnswer: false,
     outstanding: new Map(),
   };
+  return st;
 }
 
 /**
