@@ -174,7 +174,7 @@ describe('the ordered start and stop', () => {
   const failures: { part: string; options: (dir: string, busy: string) => Partial<Parameters<typeof runController>[0]>; message: RegExp }[] = [
     { part: 'Kubernetes client', options: (dir) => ({ kubernetes: { kubeconfig: path.join(dir, 'no-such-kubeconfig') } }), message: /^Kubernetes client: .*no-such-kubeconfig/ },
     { part: 'certificate authority', options: (dir) => ({ manifests: 'examples/bookstore', stateDir: path.join(dir, 'key-only') }), message: /^certificate authority: CA state: .*ca\.pem is missing/ },
-    { part: 'manifests source', options: (dir) => ({ manifests: path.join(dir, 'no-such-dir') }), message: /^manifests source: manifests directory .*no-such-dir: ENOENT/ },
+    { part: 'manifests source', options: (dir) => ({ manifests: path.join(dir, 'no-such-dir') }), message: /^manifests source: manifests directory .*no-such-dir: does not exist \(ENOENT\)/ },
     { part: 'plaintext ADS listener', options: (_dir, busy) => ({ manifests: 'examples/bookstore', xdsPlaintextAddress: busy }), message: /^plaintext ADS listener: cannot listen on --xds-plaintext-address .*EADDRINUSE/ },
   ];
   for (const failure of failures) {

@@ -68,6 +68,6 @@ describe('loadMeshDirectory', () => {
   });
 
   it('throws naming the directory when it cannot be read', async () => {
-    await assert.rejects(loadMeshDirectory({ dir: path.join(work, 'absent') }), /manifests directory .*absent: ENOENT/);
+    await assert.rejects(loadMeshDirectory({ dir: path.join(work, 'absent') }), /manifests directory .*absent: does not exist \(ENOENT\)/);
   });
 });

@@ -149,7 +149,7 @@ describe('trellis validate', () => {
   it('exits 2 on a directory that cannot be read and on usage errors', async () => {
     const missing = await trellis(['validate', path.join(work, 'absent')]);
     assert.equal(missing.code, 2);
-    assert.match(missing.stderr, /^trellis validate: manifests directory .*absent: ENOENT\n$/);
+    assert.match(missing.stderr, /^trellis validate: manifests directory .*absent: does not exist \(ENOENT\)\n$/);
     const file = await trellis(['validate', path.join(faulty, 'split.yaml')]);
     assert.equal(file.code, 2);
     assert.match(file.stderr, /not a directory/);

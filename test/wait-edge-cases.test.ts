@@ -1,13 +1,14 @@
 /**
  * `trellis wait --for programmed` at its edges, against a controller on a copy of
  * examples/bookstore with no proxy connected: an object no connected proxy is affected by
- * (0 of 0), with and without `--require-proxies`, and an object deleted while waiting.
+ * (0 of 0), with and without `--require-proxies`, an object whose latest document did not load, and
+ * an object deleted while waiting.
  */
 import assert from 'node:assert/strict';
-import { rm } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { waitProgrammed, type StatusOutput, type WaitOptions } from '../src/cli/status-command.js';
+import { printStatus, waitProgrammed, type StatusOutput, type WaitOptions } from '../src/cli/status-command.js';
 import type { RunningController } from '../src/main.js';
 import { startExampleController, type ExampleController } from './helpers/example-controller.js';
 
@@ -24,6 +25,12 @@ describe('trellis wait: no affected proxy, and a deleted object', () => {
   after(async () => {
     await controller?.stop();
   });
+
+  async function status(): Promise<string> {
+    let text = '';
+    await printStatus({ controller: `http://127.0.0.1:${running.httpPort}`, output: 'table' }, { out: (t) => void (text += t), err: (t) => void (text += t) });
+    return text;
+  }
 
   async function wait(options: Partial<WaitOptions>): Promise<{ code: number; stdout: string; stderr: string }> {
     const io = { stdout: '', stderr: '' };
@@ -45,6 +52,25 @@ describe('trellis wait: no affected proxy, and a deleted object', () => {
     const result = await wait({ requireProxies: true, timeoutSeconds: 0.5 });
     assert.equal(result.code, 1);
     assert.match(result.stderr, /^timed out after 0\.5 s: TrafficSplit bookstore\/bookstore-split generation 1 is not programmed: reached 0 of 0 affected proxies\n {2}no connected proxy is affected by TrafficSplit bookstore\/bookstore-split/);
+  });
+
+  it('exits 1 with the manifest error when the latest document did not load, and the status keeps the generation in force', async () => {
+    const file = path.join(manifests, 'split.yaml');
+    const good = await readFile(file, 'utf8');
+    await writeFile(file, good.replace('weight: 50', 'weight: -5'));
+    const waiting = wait({ generation: 2, timeoutSeconds: 15, documentErrorGraceMs: 300 }); // generation 2 never comes
+    const result = await waiting;
+    assert.equal(result.code, 1);
+    assert.match(
+      result.stderr,
+      /^TrafficSplit bookstore\/bookstore-split: its latest document is not loaded \(generation 1 stays in force\):\n {2}\S*split\.yaml:\d+: TrafficSplit bookstore\/bookstore-split: spec\.backends\[0\]\.weight: must be >= 0/,
+    );
+    const table = await status();
+    const row = table.split('\n').find((line) => line.startsWith('TrafficSplit'))!;
+    assert.match(row, /bookstore-split +1 +True +0\/0 +0 +the latest document is not loaded, generation 1 stays in force: \S*split\.yaml:\d+: TrafficSplit/);
+    await writeFile(file, good);
+    const fixed = await wait({});
+    assert.equal(fixed.code, 0, fixed.stderr);
   });
 
   it('exits 1 saying so when the object is deleted while waiting, not at the timeout', async () => {

@@ -32,6 +32,8 @@ export interface BootstrapCommandOptions {
   readonly delta?: boolean;
   /** Admin interface on this Unix socket instead of 127.0.0.1:15000. */
   readonly adminSocketPath?: string;
+  /** Admin interface on 127.0.0.1:`adminPort` instead of 15000. */
+  readonly adminPort?: number;
 }
 
 /** What {@link writeProxyBootstrap} wrote. */
@@ -43,7 +45,7 @@ export interface BootstrapResult {
 /**
  * Issues an xDS client certificate from the mesh CA (CN
  * `<uuid>.sidecar.<sa>.<ns>.cluster.local`) and writes `bootstrap.yaml` (Envoy v3 bootstrap:
- * admin 127.0.0.1:15000, ADS over TLS to the controller, node id = the CN), `cert.pem`,
+ * admin 127.0.0.1:15000 unless told, ADS over TLS to the controller, node id = the CN), `cert.pem`,
  * `key.pem` (mode 0600) and `ca.pem` to `out`.
  * @throws Error when the state directory has no CA (the controller creates it), the CA cannot
  *   be loaded, the names are not DNS labels, the UUID is not one, or a file cannot be written.
@@ -78,6 +80,7 @@ export async function writeProxyBootstrap(options: BootstrapCommandOptions): Pro
     caFile: files.ca,
     delta: options.delta,
     adminSocketPath: options.adminSocketPath,
+    adminPort: options.adminPort,
   });
   await writeFile(files.cert, cert.certPem);
   await writeFile(files.key, cert.keyPem, { mode: 0o600 });

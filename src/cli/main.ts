@@ -37,6 +37,13 @@ function mebibytes(positive: boolean): (value: string) => number {
 
 const MiB = 1024 * 1024;
 
+/** A TCP port, 1–65535. @throws InvalidArgumentError otherwise. */
+function tcpPort(value: string): number {
+  const port = Number(value);
+  if (!/^\d+$/.test(value) || port < 1 || port > 65535) throw new InvalidArgumentError(`"${value}" is not a port (1-65535)`);
+  return port;
+}
+
 function address(value: string): string {
   const { host, port } = splitHostPort(value);
   if (host === '' || !Number.isInteger(port) || port < 0 || port > 65535) throw new InvalidArgumentError(`"${value}" is not HOST:PORT`);
@@ -154,12 +161,13 @@ export async function main(argv: readonly string[]): Promise<void> {
     .option('--uuid <uuid>', 'proxy UUID (default: random)')
     .option('--delta', 'incremental xDS (ads_config.api_type DELTA_GRPC) instead of state of the world', false)
     .option('--admin-socket <path>', 'serve Envoy\'s admin interface on this Unix socket instead of 127.0.0.1:15000')
+    .option('--admin-port <port>', "serve Envoy's admin interface on 127.0.0.1:<port> instead of 15000 (the mesh's envoy-metrics-cluster still reads 15000: for a proxy on a shared host)", tcpPort)
     .option('--kubernetes', "take the CA from the controller's Secret (--ca-secret in --ca-namespace) instead of --state-dir", false)
     .option('--kubeconfig <file>', 'kubeconfig for --kubernetes (default: in-cluster, $KUBECONFIG or ~/.kube/config)')
     .option('--ca-secret <name>', "the controller's CA Secret", 'trellis-ca')
     .option('--ca-namespace <ns>', "the controller's namespace ($POD_NAMESPACE, else osm-system)", process.env.POD_NAMESPACE || 'osm-system')
     .action(async (opts: {
-      namespace: string; serviceAccount: string; out: string; stateDir: string; xdsAddress: string; uuid?: string; delta: boolean; adminSocket?: string;
+      namespace: string; serviceAccount: string; out: string; stateDir: string; xdsAddress: string; uuid?: string; delta: boolean; adminSocket?: string; adminPort?: number;
       kubernetes: boolean; kubeconfig?: string; caSecret: string; caNamespace: string;
     }) => {
       try {
@@ -168,6 +176,7 @@ export async function main(argv: readonly string[]): Promise<void> {
           const [{ readCaSecret, secretApiFor }, { loadKubeConfig }] = await Promise.all([import('../certificate/secret-store.js'), import('../sources/kubernetes/kubernetes-source.js')]);
           ca = await readCaSecret({ api: secretApiFor(loadKubeConfig(opts.kubeconfig)), namespace: opts.caNamespace, name: opts.caSecret });
         }
+        if (opts.adminSocket !== undefined && opts.adminPort !== undefined) throw new Error('--admin-socket and --admin-port both place the admin interface: give one');
         const result = await writeProxyBootstrap({ ...opts, adminSocketPath: opts.adminSocket, ca });
         process.stdout.write(`${result.commonName}\n${Object.values(result.files).join('\n')}\n`);
       } catch (err) {

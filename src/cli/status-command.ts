@@ -76,16 +76,19 @@ async function getJson(controllerUrl: string, path: string, timeoutMs = REQUEST_
  * The rows of `trellis status`, as text: one line per object, columns aligned. An object not
  * accepted is not in any configuration (the controller keeps its last accepted version, or leaves
  * it out when it has none): its PROGRAMMED count is of that, marked `(last accepted)`, and its
- * message says so.
+ * message says so. An object whose latest document did not load (manifests mode) shows the
+ * version in force and that document's first error.
  */
 export function statusTable(statuses: readonly PolicyStatus[]): string {
   const rows = [['KIND', 'NAMESPACE', 'NAME', 'GENERATION', 'ACCEPTED', 'PROGRAMMED', 'NACKED', 'MESSAGE']];
   for (const s of statuses) {
     const message = !s.accepted
       ? `generation ${s.generation} not accepted, the proxies keep the last accepted version (if any): ${s.problems[0] ?? ''}`
-      : s.firstNack
-        ? `${s.firstNack.type} NACK from ${s.firstNack.identity} ${s.firstNack.proxy}: ${s.firstNack.message}`
-        : '';
+      : s.documentErrors && s.documentErrors.length > 0
+        ? `the latest document is not loaded, generation ${s.generation} stays in force: ${s.documentErrors[0]}`
+        : s.firstNack
+          ? `${s.firstNack.type} NACK from ${s.firstNack.identity} ${s.firstNack.proxy}: ${s.firstNack.message}`
+          : '';
     const programmed = `${s.programmed}/${s.affected}${s.accepted ? '' : ' (last accepted)'}`;
     rows.push([s.kind, s.namespace, s.name, String(s.generation), s.accepted ? 'True' : 'False', programmed, String(s.nacked), message.replace(/\s+/g, ' ')]);
   }
@@ -118,6 +121,13 @@ export const UNKNOWN_OBJECT_GRACE_MS = 10_000;
  */
 export const DELETED_OBJECT_GRACE_MS = 1000;
 
+/**
+ * How long the controller must report the object's latest document as not loaded (manifests
+ * mode) before `trellis wait` fails with its error, in ms (a file fixed a moment ago is loaded
+ * about 200 ms after its write).
+ */
+export const DOCUMENT_ERROR_GRACE_MS = 1000;
+
 /** Options of {@link waitProgrammed}. */
 export interface WaitOptions {
   readonly controller: string;
@@ -133,6 +143,8 @@ export interface WaitOptions {
   readonly unknownGraceMs?: number;
   /** Tests shorten {@link DELETED_OBJECT_GRACE_MS}. */
   readonly deletedGraceMs?: number;
+  /** Tests shorten {@link DOCUMENT_ERROR_GRACE_MS}. */
+  readonly documentErrorGraceMs?: number;
 }
 
 /** The line `trellis wait` adds when no connected proxy is affected by the object. */
@@ -147,7 +159,8 @@ export function noProxyLine(what: string): string {
  * applied yet; `kubectl get … -o jsonpath='{.metadata.generation}'` gives it in Kubernetes mode).
  * With no connected proxy affected it is programmed (a policy applied before its workloads must not
  * fail a pipeline) and says so ({@link noProxyLine}); `requireProxies` waits for a proxy instead.
- * @returns the exit status: 0 programmed; 1 when the object is not accepted, a proxy NACKed,
+ * @returns the exit status: 0 programmed; 1 when the object is not accepted, its latest document
+ *   did not load (manifests mode: for {@link DOCUMENT_ERROR_GRACE_MS}), a proxy NACKed,
  *   the controller has not known it for {@link UNKNOWN_OBJECT_GRACE_MS}, it was deleted while
  *   waiting (unknown for {@link DELETED_OBJECT_GRACE_MS} after being seen), or `timeoutSeconds`
  *   passed (each printed with why).
@@ -160,6 +173,8 @@ export async function waitProgrammed(options: WaitOptions, io: StatusOutput = ST
   let last: PolicyStatusDetail | undefined;
   /** Since when the object seen before is unknown to the controller. */
   let goneSince: number | undefined;
+  /** Since when the controller reports the object's latest document as not loaded. */
+  let documentErrorSince: number | undefined;
   for (;;) {
     // One request never outlasts the deadline (at least 1 s each, so the last one can still answer).
     const { status, body } = await getJson(options.controller, `/debug/policy-status?${query}`, Math.min(REQUEST_TIMEOUT_MS, Math.max(1000, deadline - Date.now())));
@@ -167,6 +182,12 @@ export async function waitProgrammed(options: WaitOptions, io: StatusOutput = ST
       const detail = body as PolicyStatusDetail;
       last = detail;
       goneSince = undefined;
+      const documentErrors = detail.documentErrors ?? [];
+      documentErrorSince = documentErrors.length === 0 ? undefined : (documentErrorSince ?? Date.now());
+      if (documentErrorSince !== undefined && Date.now() - documentErrorSince >= (options.documentErrorGraceMs ?? DOCUMENT_ERROR_GRACE_MS)) {
+        io.err(`${what}: its latest document is not loaded (generation ${detail.generation} stays in force):\n${documentErrors.map((e) => `  ${e}`).join('\n')}\n`);
+        return 1;
+      }
       // Judged only once a MeshSnapshot was built from the object's current content (and that is the generation asked for).
       if (detail.meshGeneration !== null && detail.generation >= (options.generation ?? 0)) {
         if (!detail.accepted) {

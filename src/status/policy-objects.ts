@@ -38,6 +38,7 @@ export interface PolicyObjectsInput {
 export function policyObjects(input: PolicyObjectsInput): PolicyObjectState[] {
   const problems = new Map<string, string[]>();
   const warnings = new Map<string, string[]>();
+  const documentErrors = new Map<string, string[]>();
   const add = (to: Map<string, string[]>, key: string, text: string) => {
     const list = to.get(key);
     if (list) list.push(text);
@@ -45,7 +46,8 @@ export function policyObjects(input: PolicyObjectsInput): PolicyObjectState[] {
   };
   // A warning (the object applies as written: a ServiceAccount that exists nowhere yet) does not make it not accepted.
   for (const p of input.problems) if (isPolicyKind(p.kind)) add(p.severity === 'warning' ? warnings : problems, objectKey(p.kind, p.namespace, p.name), formatProblem(p));
-  for (const e of input.errors) if (e.kind && e.name && isPolicyKind(e.kind)) add(problems, objectKey(e.kind, e.namespace, e.name), e.text);
+  // An object's latest document that did not load: its version in force stays (and keeps its own problems).
+  for (const e of input.errors) if (e.kind && e.name && isPolicyKind(e.kind)) add(documentErrors, objectKey(e.kind, e.namespace, e.name), e.text);
   const out: PolicyObjectState[] = [];
   const seen = new Set<string>();
   const kinds = POLICY_KINDS.filter((k) => !input.kinds || input.kinds.has(k));
@@ -63,6 +65,7 @@ export function policyObjects(input: PolicyObjectsInput): PolicyObjectState[] {
         enteredAt: version.enteredAt,
         problems: problems.get(key) ?? [],
         warnings: warnings.get(key) ?? [],
+        ...(documentErrors.has(key) ? { documentErrors: documentErrors.get(key) } : {}),
         selector: affectedSelector(kind, object, input.mesh, input.store, input.meshConfigName),
       });
     }
@@ -79,7 +82,7 @@ export function policyObjects(input: PolicyObjectsInput): PolicyObjectState[] {
       name: e.name,
       generation: 0,
       enteredAt: undefined,
-      problems: problems.get(key) ?? [],
+      problems: documentErrors.get(key) ?? [],
       selector: { all: false, identities: new Set(), services: new Set() },
     });
   }

@@ -31,8 +31,16 @@ export interface PolicyStatus {
   readonly generation: number;
   /** No problem was found in it (its problems are in `problems`). */
   readonly accepted: boolean;
-  /** The policy problems and manifest errors of the object, formatted as the controller logs them. */
+  /**
+   * The policy problems of the version in force, formatted as the controller logs them; of an
+   * object none of whose documents ever loaded (generation 0), its manifest errors.
+   */
   readonly problems: readonly string[];
+  /**
+   * The manifest errors of the object's latest document, which did not load (manifests mode):
+   * the version in force, `generation`, stays, and `accepted` is of it. Absent: none.
+   */
+  readonly documentErrors?: readonly string[];
   /** Its policy warnings (e.g. a ServiceAccount that exists nowhere yet): it is accepted with them. */
   readonly warnings?: readonly string[];
   /** Connected proxies it affects. */
@@ -71,6 +79,8 @@ export interface PolicyObjectState {
   /** The MeshSnapshot generation its current content entered at; undefined while none was built from it. */
   readonly enteredAt: number | undefined;
   readonly problems: readonly string[];
+  /** See {@link PolicyStatus.documentErrors}. */
+  readonly documentErrors?: readonly string[];
   /** Its policy warnings (`PolicyProblem.severity` `'warning'`): listed, not counted against acceptance. */
   readonly warnings?: readonly string[];
   readonly selector: AffectedSelector;
@@ -189,6 +199,7 @@ export class ProgressIndex {
       generation: object.generation,
       accepted: object.problems.length === 0,
       problems: object.problems,
+      ...(object.documentErrors && object.documentErrors.length > 0 ? { documentErrors: object.documentErrors } : {}),
       ...(object.warnings && object.warnings.length > 0 ? { warnings: object.warnings } : {}),
       affected,
       programmed,

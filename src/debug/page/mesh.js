@@ -288,7 +288,11 @@ function drawPolicyStatus(view) {
       el('td', {}, String(s.kind)),
       el('td', {}, `${s.namespace}/${s.name}`),
       el('td', {}, String(s.generation ?? '')),
-      el('td', { class: s.accepted ? 'yes' : 'no' }, s.accepted ? 'yes' : `no: ${(s.problems ?? []).join('; ')}`),
+      el(
+        'td',
+        { class: s.accepted && !s.documentErrors ? 'yes' : 'no' },
+        !s.accepted ? `no: ${(s.problems ?? []).join('; ')}` : s.documentErrors ? `yes; its latest document is not loaded: ${s.documentErrors.join('; ')}` : 'yes',
+      ),
       el('td', {}, `${s.programmed} of ${s.affected}`),
       el('td', { class: s.nacked > 0 ? 'no' : '' }, String(s.nacked ?? 0)),
       el('td', {}, s.firstNack ? `${s.firstNack.identity} (${s.firstNack.proxy}) ${s.firstNack.type}: ${s.firstNack.message}` : '—'),

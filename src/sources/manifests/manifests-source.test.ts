@@ -223,7 +223,7 @@ describe('ManifestsSource', () => {
     await source.rescan();
     assert.deepEqual(weights(store), [50, 50]);
     assert.deepEqual(source.errors().map(formatManifestError), [
-      `${path.join(dir, 'split.yaml')}:12: TrafficSplit bookstore/bookstore-split: spec.backends[1].weight: must be number`,
+      `${path.join(dir, 'split.yaml')}:12: TrafficSplit bookstore/bookstore-split: spec.backends[1].weight: must be a number, not a string`,
     ]);
   });
 

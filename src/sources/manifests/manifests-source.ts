@@ -246,7 +246,7 @@ export class ManifestsSource {
     if (this.#started) throw new Error('ManifestsSource.start called twice');
     this.#started = true;
     const info = await stat(this.#absoluteDir).catch((err: NodeJS.ErrnoException) => {
-      throw new Error(`manifests directory ${this.#dir}: ${err.code ?? err.message}`);
+      throw new Error(`manifests directory ${this.#dir}: ${err.code === 'ENOENT' ? 'does not exist (ENOENT)' : err.code === 'EACCES' ? 'not readable (EACCES)' : (err.code ?? err.message)}`);
     });
     if (!info.isDirectory()) throw new Error(`manifests directory ${this.#dir}: not a directory`);
     if (this.#watch) {

@@ -143,11 +143,11 @@ describe('parseManifests', () => {
     const text = `apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sa, namespace: bookstore}\n---\n${SPLIT}`;
     const parsed = parseManifests('examples/x/split.yaml', text);
     assert.deepEqual(parsed.errors.map(formatManifestError), [
-      'examples/x/split.yaml:14: TrafficSplit bookstore/bookstore-split: spec.backends[0].weight: must be integer',
+      'examples/x/split.yaml:14: TrafficSplit bookstore/bookstore-split: spec.backends[0].weight: must be an integer, not a number',
     ]);
     assert.deepEqual(parsed.errors[0], {
       file: 'examples/x/split.yaml', line: 14, kind: 'TrafficSplit', namespace: 'bookstore', name: 'bookstore-split',
-      field: 'spec.backends[0].weight', message: 'must be integer',
+      field: 'spec.backends[0].weight', message: 'must be an integer, not a number',
     });
     assert.deepEqual(parsed.objects.map((o) => o.metadata.name), ['sa']);
     assert.deepEqual(parsed.rejectedKeys, ['TrafficSplit/bookstore/bookstore-split']);

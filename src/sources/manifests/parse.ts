@@ -59,7 +59,7 @@ export interface ParsedManifests {
 /**
  * One line of text for a manifest error or warning:
  * `file:line: Kind namespace/name: field: message` (parts that are unknown are left out),
- * e.g. `examples/x/split.yaml:7: TrafficSplit bookstore/bookstore-split: spec.backends[0].weight: must be integer`.
+ * e.g. `examples/x/split.yaml:7: TrafficSplit bookstore/bookstore-split: spec.backends[0].weight: must be an integer, not a number`.
  */
 export function formatManifestError(error: ManifestError): string {
   let text = `${error.file}:${error.line}: `;

@@ -433,9 +433,27 @@ function toViolation(error: ErrorObject): SchemaViolation | undefined {
     }
     case 'if':
       return undefined;
+    case 'type':
+      return { path, message: `must be ${typeNames(params.type)}, not ${jsonTypeOf(error.data)}` };
     default:
       return { path, message: error.message ?? error.keyword };
   }
+}
+
+const JSON_TYPE_NAMES: Record<string, string> = { string: 'a string', number: 'a number', integer: 'an integer', boolean: 'a boolean', object: 'a mapping', array: 'a list', null: 'null' };
+
+/** A JSON Schema `type` (one or several) in words: `an integer`, `a string or null`. */
+function typeNames(type: unknown): string {
+  const list = (Array.isArray(type) ? type : String(type).split(',')).map(String);
+  return list.map((t) => JSON_TYPE_NAMES[t] ?? t).join(' or ');
+}
+
+/** What a YAML value is, in the words of {@link typeNames}: `a string`, `a list`… */
+function jsonTypeOf(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'number') return Number.isInteger(value) ? 'an integer' : 'a number';
+  return JSON_TYPE_NAMES[typeof value] ?? typeof value;
 }
 
 function comparePaths(a: FieldPath, b: FieldPath): number {
