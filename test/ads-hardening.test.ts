@@ -6,6 +6,7 @@ import { pino } from 'pino';
 import { TypeUrl } from '../src/api/type-urls.js';
 import { parseCommonName } from '../src/proxy/types.js';
 import { MAX_NACK_MESSAGE_CHARS, MAX_RESOURCE_NAMES_PER_TYPE } from '../src/xds/server/ads-server.js';
+import { CLIENT_WARNING_LIMIT } from '../src/xds/server/stream-common.js';
 import { TEST_NODE_ID, resourceNames, type AdsTestStream } from './helpers/ads-client.js';
 import { snapshot, startAdsHarness, type AdsHarness, type Spec } from './helpers/ads-harness.js';
 import { RawAdsStream, type RawAdsMethod } from './helpers/raw-ads-stream.js';
@@ -29,7 +30,7 @@ let h: AdsHarness<AdsTestStream, [nodeId?: string]>;
 let raw: RawAdsStream | undefined;
 let logLines: Record<string, unknown>[];
 
-async function setup(options: { unreadTimeoutMs: number }): Promise<void> {
+async function setup(options: { unreadTimeoutMs: number; firstRequestTimeoutMs?: number }): Promise<void> {
   logLines = [];
   const logger = pino({ level: 'info' }, { write: (line: string) => logLines.push(JSON.parse(line) as Record<string, unknown>) });
   h = await startAdsHarness((client, nodeId?: string) => client.openStream(nodeId), { spec: SPEC }, { ...options, logger });
@@ -173,6 +174,36 @@ describe('ADS server and a proxy that stops reading', () => {
   });
 });
 
+describe('ADS server and a stream that never completes its first request', () => {
+  for (const method of ['StreamAggregatedResources', 'DeltaAggregatedResources'] as const) {
+    it(`ends a ${method === 'DeltaAggregatedResources' ? 'delta' : 'SotW'} stream holding a part of a message past the first-request timeout (DEADLINE_EXCEEDED), counts and logs it`, async () => {
+      await setup({ unreadTimeoutMs: 30_000, firstRequestTimeoutMs: 400 });
+      const s = openRaw(method, 1 << 20);
+      // A prefix announcing 8 MiB, then 256 KiB of it: gRPC holds the part until the rest comes.
+      const prefix = Buffer.alloc(5);
+      prefix.writeUInt32BE(8 << 20, 1);
+      s.sendRaw(Buffer.concat([prefix, Buffer.alloc(256 << 10, 0x0a)]));
+      await s.until(() => s.grpcStatus !== undefined || s.rstCode !== undefined, 'the stream ended by the server', 10_000);
+      assert.equal(s.grpcStatus, grpc.status.DEADLINE_EXCEEDED);
+      assert.equal(await metric('trellis_xds_connections_refused_total', { reason: 'first_request_timeout' }), 1);
+      const refused = logLines.filter((l) => String(l.msg).startsWith('ADS connection refused: no complete request within 0.4 s'));
+      assert.equal(refused.length, 1, JSON.stringify(logLines.map((l) => l.msg)));
+      await otherProxyIsServed();
+    });
+  }
+
+  it('leaves a stream alone once its first request is complete', async () => {
+    await setup({ unreadTimeoutMs: 30_000, firstRequestTimeoutMs: 300 });
+    const s = openRaw('StreamAggregatedResources', 1 << 20);
+    s.send({ node: { id: TEST_NODE_ID }, type_url: CDS, resource_names: [] });
+    await s.until(() => s.responses.length === 1, 'the CDS response');
+    await new Promise((r) => setTimeout(r, 600));
+    assert.equal(s.grpcStatus, undefined);
+    assert.equal(s.rstCode, undefined);
+    assert.equal(await metric('trellis_xds_connections_refused_total', { reason: 'first_request_timeout' }), 0);
+  });
+});
+
 describe('ADS server and a proxy asking for too many names', () => {
   it('ends a stream that subscribes to more than MAX_RESOURCE_NAMES_PER_TYPE names of a type', async () => {
     await setup({ unreadTimeoutMs: 60_000 });
@@ -182,6 +213,24 @@ describe('ADS server and a proxy asking for too many names', () => {
     assert.equal(status.code, grpc.status.RESOURCE_EXHAUSTED);
     assert.match(status.details, /more than 100000 resource names of EDS/);
     assert.equal(await metric('trellis_xds_streams_closed_total', { reason: 'server' }), 1);
+    await otherProxyIsServed();
+  });
+});
+
+describe('ADS server and a client reconnecting with requests it warns about', () => {
+  it('logs each kind of warning about one client at most CLIENT_WARNING_LIMIT times a minute, however many streams it opens', async () => {
+    await setup({ unreadTimeoutMs: 30_000 });
+    for (let i = 0; i < 3 * CLIENT_WARNING_LIMIT; i++) {
+      const s = openRaw('StreamAggregatedResources', 1 << 20);
+      s.send({ node: { id: TEST_NODE_ID }, type_url: `type.googleapis.com/no.such.Type${i}`, resource_names: [] });
+      s.send({ type_url: CDS, resource_names: ['x'.repeat(2000)] }); // a name too long: the stream ends
+      await s.until(() => s.grpcStatus !== undefined || s.rstCode !== undefined, 'the stream ended');
+      s.destroy();
+    }
+    raw = undefined;
+    const warned = (text: string) => logLines.filter((l) => l.level === 40 && String(l.msg).includes(text));
+    assert.equal(warned('requests for an unknown type URL ignored').length, CLIENT_WARNING_LIMIT);
+    assert.equal(warned('asks for a resource name too long').length, CLIENT_WARNING_LIMIT);
     await otherProxyIsServed();
   });
 });

@@ -91,7 +91,7 @@ export interface InitialSnapshot {
 export async function startAdsHarness<S, A extends unknown[]>(
   opener: (client: AdsTestClient, ...args: A) => S,
   initial?: InitialSnapshot,
-  serverOptions: Pick<AdsServerOptions, 'maxBytesInFlight' | 'sendHoldLimitMs' | 'unreadTimeoutMs' | 'logger' | 'maxSubscribedNamesCost'> = {},
+  serverOptions: Pick<AdsServerOptions, 'maxBytesInFlight' | 'sendHoldLimitMs' | 'unreadTimeoutMs' | 'logger' | 'maxSubscribedNamesCost' | 'firstRequestTimeoutMs'> = {},
 ): Promise<AdsHarness<S, A>> {
   const cache = new SnapshotCache();
   const registry = new Registry();

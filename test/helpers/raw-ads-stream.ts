@@ -26,6 +26,8 @@ export class RawAdsStream {
   readonly responses: Record<string, unknown>[] = [];
   /** The `RST_STREAM` code once the stream closed (0: closed normally). */
   rstCode?: number;
+  /** The `grpc-status` the server ended the stream with, once it did. */
+  grpcStatus?: number;
   readonly session: http2.ClientHttp2Session;
   private readonly stream: http2.ClientHttp2Stream;
   private readonly requestType: string;
@@ -46,10 +48,22 @@ export class RawAdsStream {
     this.stream = this.session.request({ ':method': 'POST', ':path': `${ADS_PATH}/${method}`, 'content-type': 'application/grpc', te: 'trailers' });
     this.stream.on('error', () => undefined);
     this.stream.on('data', (chunk: Buffer) => this.read(chunk));
+    const status = (headers: http2.IncomingHttpHeaders): void => {
+      if (headers['grpc-status'] === undefined) return;
+      this.grpcStatus = Number(headers['grpc-status']);
+      this.waiters.wake();
+    };
+    this.stream.on('response', status);
+    this.stream.on('trailers', status);
     this.stream.on('close', () => {
       this.rstCode = this.stream.rstCode;
       this.waiters.wake();
     });
+  }
+
+  /** Writes bytes as they are (e.g. a message prefix and part of its body). */
+  sendRaw(bytes: Buffer): void {
+    this.stream.write(bytes);
   }
 
   /** Writes one request (a `DiscoveryRequest` or `DeltaDiscoveryRequest` object). */

@@ -63,6 +63,7 @@ import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import { typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ResourceMap } from '../cache/types.js';
 import { HeldReferences } from './held-references.js';
+import { certificateKey, FIRST_REQUEST_TIMEOUT_MS, MAX_PENDING_STREAMS_PER_CERTIFICATE, PendingStreams } from './pending-streams.js';
 import { DEFAULT_HOLD_LIMIT_MS, DEFAULT_MAX_BYTES_IN_FLIGHT, SendBudget } from './send-budget.js';
 
 /**
@@ -108,6 +109,12 @@ export interface AdsServerOptions {
    * stream whose subscription would go over it ends with `RESOURCE_EXHAUSTED`.
    */
   readonly maxSubscribedNamesCost?: number;
+  /**
+   * A stream with no complete request this long after it started, in ms, is ended
+   * (`DEADLINE_EXCEEDED`; `trellis_xds_connections_refused_total{reason="first_request_timeout"}`):
+   * until then it may hold a partly received message. Default `FIRST_REQUEST_TIMEOUT_MS`, 20 s.
+   */
+  readonly firstRequestTimeoutMs?: number;
 }
 
 /**
@@ -739,6 +746,12 @@ interface Listener {
  * all, each at most `MAX_RESOURCE_NAME_CHARS` long, and is closed when a response stays unread for
  * `unreadTimeoutMs`.
  *
+ * Before admission a stream may hold a partly received request of up to
+ * {@link MAX_RECEIVE_MESSAGE_LENGTH} in gRPC's decoder: one with no complete request
+ * `firstRequestTimeoutMs` after it started is ended (`DEADLINE_EXCEEDED`), and one client
+ * certificate holds at most `MAX_PENDING_STREAMS_PER_CERTIFICATE` streams not admitted yet (the next is
+ * refused, `RESOURCE_EXHAUSTED`, reason `too_many_pending_streams`).
+ *
  * Admission: one stream per proxy UUID. A stream authenticated as a UUID that another stream
  * holds replaces it when it is the same identity and at least as verified (a reconnect: the
  * old stream ends with `UNAVAILABLE`), or when it is verified and the holder is not; otherwise
@@ -750,7 +763,8 @@ interface Listener {
 export class AdsServer {
   private readonly listeners: Listener[] = [];
   private readonly active = new Map<number, ServedStream>();
-  private readonly pendingStreams = new Set<ServedStream>();
+  /** Accepted, not admitted yet: bounded per client certificate, and in time until their first request. */
+  private readonly pendingStreams: PendingStreams<ServedStream>;
   /** The admitted stream of each proxy UUID. */
   private readonly byUuid = new Map<string, ServedStream>();
   private nextStreamId = 1;
@@ -801,8 +815,19 @@ export class AdsServer {
       labelNames: ['reason'],
       registers: [registry],
     });
-    for (const reason of ['no_client_certificate', 'untrusted_certificate', 'server_certificate_refused', 'tls_handshake', 'overloaded', 'unauthenticated', 'uuid_conflict']) this.refusals.inc({ reason }, 0);
+    for (const reason of ['no_client_certificate', 'untrusted_certificate', 'server_certificate_refused', 'tls_handshake', 'overloaded', 'unauthenticated', 'uuid_conflict', 'too_many_pending_streams', 'first_request_timeout']) {
+      this.refusals.inc({ reason }, 0);
+    }
     this.hooks = options.hooks ?? {};
+    const firstRequestTimeoutMs = options.firstRequestTimeoutMs ?? FIRST_REQUEST_TIMEOUT_MS;
+    this.pendingStreams = new PendingStreams<ServedStream>(
+      (stream) => {
+        const details = `no complete request within ${firstRequestTimeoutMs / 1000} s of the stream's start`;
+        this.onRefused({ reason: 'first_request_timeout', details, peer: stream.peer, streamId: stream.streamId }, stream.listener);
+        stream.fail(grpc.status.DEADLINE_EXCEEDED, details);
+      },
+      { firstRequestTimeoutMs, maxPerCertificate: MAX_PENDING_STREAMS_PER_CERTIFICATE },
+    );
   }
 
   /**
@@ -928,7 +953,7 @@ export class AdsServer {
           });
         }),
     );
-    for (const stream of [...this.active.values(), ...this.pendingStreams]) {
+    for (const stream of [...this.active.values(), ...this.pendingStreams.values()]) {
       stream.fail(grpc.status.UNAVAILABLE, 'ADS server shutting down');
     }
     await Promise.all(shutdowns);
@@ -959,12 +984,22 @@ export class AdsServer {
 
   /** Serves one `DeltaAggregatedResources` call (incremental xDS, see {@link DeltaStream}). */
   private handleDeltaStream(call: DeltaAdsCall, listen: ListenOptions): void {
-    this.pendingStreams.add(new DeltaStream(this.nextStreamId++, call, this.streamContext(listen)));
+    this.hold(new DeltaStream(this.nextStreamId++, call, this.streamContext(listen)), call, listen);
   }
 
   /** Serves one `StreamAggregatedResources` call (state of the world, see {@link AdsStream}). */
   private handleStream(call: AdsCall, listen: ListenOptions): void {
-    this.pendingStreams.add(new AdsStream(this.nextStreamId++, call, this.streamContext(listen)));
+    this.hold(new AdsStream(this.nextStreamId++, call, this.streamContext(listen)), call, listen);
+  }
+
+  /** Holds a new stream until its admission, or refuses it when its client certificate holds as many as it may. */
+  private hold(stream: ServedStream, call: AdsCall | DeltaAdsCall, listen: ListenOptions): void {
+    const raw = call.getAuthContext()?.sslPeerCertificate?.raw;
+    const refused = this.pendingStreams.add(stream, raw && raw.length > 0 ? certificateKey(raw) : undefined);
+    if (!refused) return;
+    const details = 'this client certificate has too many ADS streams waiting for their first request';
+    this.onRefused({ reason: refused, details, peer: stream.peer, streamId: stream.streamId }, listen.address);
+    stream.fail(grpc.status.RESOURCE_EXHAUSTED, details);
   }
 
   /**

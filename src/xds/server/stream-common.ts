@@ -178,6 +178,12 @@ export interface ServedStream {
   syncState(): StreamSync | undefined;
   /** Ends the stream with a status (the client sees it as the call's error). */
   fail(code: grpc.status, details: string): void;
+  /** The client's address (`call.getPeer()`). */
+  readonly peer: string;
+  /** The address of the listener the stream came in on. */
+  readonly listener: string;
+  /** A complete request arrived on the stream. */
+  readonly requestReceived: boolean;
 }
 
 /**
@@ -339,6 +345,18 @@ export const STREAM_LOG_LIMIT = 10;
 /** The window of {@link STREAM_LOG_LIMIT}, in ms. */
 export const STREAM_LOG_WINDOW_MS = 60_000;
 
+/**
+ * The server logs each kind of warning about what a client did (a name too long, too many names,
+ * an unknown type URL, a response left unread) at most this many times per proxy identity (or
+ * client address, before authentication) per {@link STREAM_LOG_WINDOW_MS}, and
+ * {@link CLIENT_WARNING_TOTAL_LIMIT} times in all; beyond, at debug level, the next line counting
+ * the ones it left out (`notLogged`). A client reconnecting in a loop cannot flood the log.
+ */
+export const CLIENT_WARNING_LIMIT = 5;
+
+/** See {@link CLIENT_WARNING_LIMIT}: per {@link STREAM_LOG_WINDOW_MS}, all clients together. */
+export const CLIENT_WARNING_TOTAL_LIMIT = 60;
+
 /** Identities (or identity and type pairs) the log limits of a server remember at most. */
 const LOG_LIMIT_KEYS = 10_000;
 
@@ -360,6 +378,10 @@ export class StreamLogLimits {
   readonly nack = new RateLimiter(1, NACK_LOG_INTERVAL_MS, () => performance.now(), LOG_LIMIT_KEYS);
   /** {@link NACK_LOG_LIMIT} NACK lines per {@link NACK_LOG_INTERVAL_MS} in all. */
   readonly nackTotal = new RateLimiter(NACK_LOG_LIMIT, NACK_LOG_INTERVAL_MS, () => performance.now(), 1);
+  /** {@link CLIENT_WARNING_LIMIT} warnings of each kind per client per {@link STREAM_LOG_WINDOW_MS}. */
+  readonly clientWarning = new RateLimiter(CLIENT_WARNING_LIMIT, STREAM_LOG_WINDOW_MS, () => performance.now(), LOG_LIMIT_KEYS);
+  /** {@link CLIENT_WARNING_TOTAL_LIMIT} such warnings per {@link STREAM_LOG_WINDOW_MS} in all. */
+  readonly clientWarningTotal = new RateLimiter(CLIENT_WARNING_TOTAL_LIMIT, STREAM_LOG_WINDOW_MS, () => performance.now(), 1);
   /** {@link STREAM_LOG_LIMIT} lifecycle lines of each kind per identity per {@link STREAM_LOG_WINDOW_MS} at info level. */
   readonly lifecycle = new RateLimiter(STREAM_LOG_LIMIT, STREAM_LOG_WINDOW_MS, () => performance.now(), LOG_LIMIT_KEYS);
 
@@ -374,10 +396,27 @@ export class StreamLogLimits {
     return notLogged;
   }
 
+  /**
+   * Takes one warning line of `kind` about the client `client` (its identity, or its address).
+   * @returns undefined when it is to be logged at debug level only; else how many of that client
+   *   and kind were not logged since its last line.
+   */
+  takeClientWarning(client: string, kind: string): number | undefined {
+    const notLogged = this.clientWarning.take(`${client}\n${kind}`);
+    if (notLogged === undefined || this.clientWarningTotal.take('') === undefined) return undefined;
+    return notLogged;
+  }
+
   /** Whether the lifecycle line `kind` of a stream of `identity` is logged at info level (else at debug). */
   takeLifecycle(identity: string, kind: 'opened' | 'ending' | 'closed'): boolean {
     return this.lifecycle.take(`${identity}\n${kind}`) !== undefined;
   }
+}
+
+/** The address of a gRPC peer (`ipv4:1.2.3.4:5678`, `[::1]:5678`, `1.2.3.4:5678`) without its port. */
+function peerHost(peer: string): string {
+  const colon = peer.lastIndexOf(':');
+  return colon > 0 && /^\d+$/.test(peer.slice(colon + 1)) ? peer.slice(0, colon) : peer;
 }
 
 /** The message of an error, a gRPC status-like object, or anything else. */
@@ -528,6 +567,21 @@ export abstract class StreamBase<
   /** {@link StreamSync.rejected}. */
   private rejected?: StreamRejection;
 
+  /** The client's address (`call.getPeer()`). */
+  get peer(): string {
+    return this.call.getPeer();
+  }
+
+  /** The address of the listener the stream came in on. */
+  get listener(): string {
+    return this.ctx.listener;
+  }
+
+  /** A complete request arrived on the stream (its first one is being handled or was). */
+  get requestReceived(): boolean {
+    return this.started;
+  }
+
   /** Starts serving `call`: the first request authenticates the proxy. */
   constructor(
     readonly streamId: number,
@@ -591,7 +645,7 @@ export abstract class StreamBase<
    */
   protected endIfTooManyNames(type: TypeUrl, count: number): boolean {
     if (count <= MAX_RESOURCE_NAMES_PER_TYPE) return false;
-    this.log.warn({ type: TYPE_SHORT_NAME[type], names: count, max: MAX_RESOURCE_NAMES_PER_TYPE }, `${this.logPrefix}ADS stream subscribes to too many names`);
+    this.warnClient('too-many-names', { type: TYPE_SHORT_NAME[type], names: count, max: MAX_RESOURCE_NAMES_PER_TYPE }, `${this.logPrefix}ADS stream subscribes to too many names`);
     this.fail(grpc.status.RESOURCE_EXHAUSTED, `more than ${MAX_RESOURCE_NAMES_PER_TYPE} resource names of ${TYPE_SHORT_NAME[type]}`);
     return true;
   }
@@ -610,7 +664,7 @@ export abstract class StreamBase<
       count++;
       chars += name.length;
       if (name.length > MAX_RESOURCE_NAME_CHARS) {
-        this.log.warn({ type: TYPE_SHORT_NAME[type], chars: name.length, max: MAX_RESOURCE_NAME_CHARS }, `${this.logPrefix}ADS stream asks for a resource name too long`);
+        this.warnClient('name-too-long', { type: TYPE_SHORT_NAME[type], chars: name.length, max: MAX_RESOURCE_NAME_CHARS }, `${this.logPrefix}ADS stream asks for a resource name too long`);
         this.fail(grpc.status.INVALID_ARGUMENT, `a resource name of ${TYPE_SHORT_NAME[type]} is ${name.length} characters long, more than ${MAX_RESOURCE_NAME_CHARS}`);
         return true;
       }
@@ -627,12 +681,12 @@ export abstract class StreamBase<
   protected endIfNameCharsOver(type: TypeUrl, chars: number = this.nameChars): boolean {
     const budget = this.ctx.subscribedNames;
     if (budget.used > budget.max) {
-      this.log.warn({ type: TYPE_SHORT_NAME[type], used: budget.used, max: budget.max }, `${this.logPrefix}ADS stream ended: the server's budget of subscribed names is spent`);
+      this.warnClient('names-budget', { type: TYPE_SHORT_NAME[type], used: budget.used, max: budget.max }, `${this.logPrefix}ADS stream ended: the server's budget of subscribed names is spent`);
       this.fail(grpc.status.RESOURCE_EXHAUSTED, 'the server holds as many subscribed resource names as it may (all streams together)');
       return true;
     }
     if (chars <= MAX_SUBSCRIBED_NAME_CHARS) return false;
-    this.log.warn({ type: TYPE_SHORT_NAME[type], chars, max: MAX_SUBSCRIBED_NAME_CHARS }, `${this.logPrefix}ADS stream subscribes to too many characters of names`);
+    this.warnClient('too-many-name-chars', { type: TYPE_SHORT_NAME[type], chars, max: MAX_SUBSCRIBED_NAME_CHARS }, `${this.logPrefix}ADS stream subscribes to too many characters of names`);
     this.fail(grpc.status.RESOURCE_EXHAUSTED, `more than ${MAX_SUBSCRIBED_NAME_CHARS} characters of resource names subscribed`);
     return true;
   }
@@ -891,7 +945,7 @@ export abstract class StreamBase<
   private closeUnread(type: string, bytes: number): void {
     if (this.closed) return;
     const ms = this.ctx.unreadTimeoutMs;
-    this.log.warn({ type, bytes, unreadTimeoutMs: ms }, `closing ${this.logPrefix}ADS stream: the proxy has not read its ${type} response for ${ms / 1000} s`);
+    this.warnClient('unread', { type, bytes, unreadTimeoutMs: ms }, `closing ${this.logPrefix}ADS stream: the proxy has not read its ${type} response for ${ms / 1000} s`);
     this.end(grpc.status.UNAVAILABLE, `response not read within ${ms} ms`, 'unread');
   }
 
@@ -941,7 +995,18 @@ export abstract class StreamBase<
     this.unknownTypesLogged.add(shown);
     // Nothing to serve (e.g. RTDS, ECDS, or resource locators only). Ignored rather than ending
     // the stream, so a client asking for an optional type keeps its other subscriptions.
-    this.log.warn({ typeUrl: shown }, `${this.logPrefix}requests for an unknown type URL ignored`);
+    this.warnClient('unknown-type', { typeUrl: shown }, `${this.logPrefix}requests for an unknown type URL ignored`);
+  }
+
+  /**
+   * Logs a warning about what the client did, within the server's limits per client and in all
+   * (see `CLIENT_WARNING_LIMIT`); beyond them at debug level.
+   */
+  private warnClient(kind: string, fields: Record<string, unknown>, message: string): void {
+    const client = this.proxy?.identity ?? peerHost(this.call.getPeer());
+    const notLogged = this.ctx.logLimits.takeClientWarning(client, kind);
+    if (notLogged === undefined) this.log.debug(fields, message);
+    else this.log.warn(notLogged > 0 ? { ...fields, notLogged } : fields, message);
   }
 
   private onSnapshot(snapshot: ProxySnapshot): void {
