@@ -176,6 +176,28 @@ describe('buildMeshSnapshot', () => {
     assert.deepEqual(own.problems, []);
   });
 
+  it('keeps permissive mode off while only a misnamed MeshConfig exists, and after it is deleted, until the one it reads exists', () => {
+    const objects = bookstoreMesh().filter((o) => o.kind !== 'MeshConfig');
+    const typo = { ...k8s.meshConfig(true), metadata: { name: 'osm-mesh-confg', namespace: 'osm-system' } };
+    const first = build([...objects, typo]);
+    assert.equal(first.snapshot.settings.permissiveTrafficPolicyMode, false);
+    assert.deepEqual(first.snapshot.meshConfig, { name: 'osm-system/osm-mesh-config', deleted: false, misnamed: true });
+    assert.deepEqual(
+      first.problems.map((p) => `${p.kind} ${p.namespace}/${p.name}: ${p.message}`),
+      [
+        'MeshConfig osm-system/osm-mesh-confg: is not the MeshConfig this controller reads (osm-system/osm-mesh-config); ignored',
+        'MeshConfig osm-system/osm-mesh-config: does not exist (MeshConfig osm-system/osm-mesh-confg is not it); permissive mode is off (a misnamed MeshConfig never opens the mesh) and the other settings are the defaults until osm-system/osm-mesh-config exists',
+      ],
+    );
+    assert.deepEqual(outboundServices(first.snapshot, serviceIdentity('bookthief', 'bookthief')), [], 'bookthief reaches nothing');
+    const deleted = buildMeshSnapshot(memoryStore(objects), { meshName: 'osm', generation: 2, previous: first.snapshot });
+    assert.equal(deleted.snapshot.settings.permissiveTrafficPolicyMode, false, 'deleting the typo does not open the mesh');
+    assert.match(deleted.problems[0]?.message ?? '', /^does not exist, and a MeshConfig of another name did; permissive mode is off/);
+    const fixed = buildMeshSnapshot(memoryStore([...objects, k8s.meshConfig(true)]), { meshName: 'osm', generation: 3, previous: deleted.snapshot });
+    assert.equal(fixed.snapshot.settings.permissiveTrafficPolicyMode, true, 'the MeshConfig it reads says permissive');
+    assert.deepEqual(fixed.problems, []);
+  });
+
   it('lets a source reach only what TrafficTargets allow', () => {
     const { snapshot } = build(bookstoreMesh());
     const reach = (ns: string, sa: string) => outboundServices(snapshot, serviceIdentity(ns, sa)).map((s) => `${s.namespace}/${s.name}`);

@@ -130,8 +130,10 @@ export const DEFAULT_MESH_CONFIG = { namespace: 'osm-system', name: 'osm-mesh-co
  * settings stay in force (a deletion never opens the mesh). A controller that starts with it
  * `unreadable` (an invalid document, a file that does not parse) has never seen its settings:
  * permissive mode is off (an unknown never opens the mesh) with OSM's other defaults, until a
- * valid version is loaded. Only a mesh that has had no MeshConfig since the controller started,
- * and none unreadable at start, gets {@link DEFAULT_SETTINGS}.
+ * valid version is loaded. A MeshConfig of another name or namespace while `wanted` does not
+ * exist (a typo) closes the mesh the same way until `wanted` exists, even once it is deleted. Only
+ * a mesh that has had no MeshConfig at all since the controller started, and none unreadable at
+ * start, gets {@link DEFAULT_SETTINGS}.
  */
 function meshSettings(
   store: StoreReader,
@@ -164,7 +166,7 @@ function meshSettings(
       });
       return { settings: UNREADABLE_SETTINGS, meshConfig: { name: wantedKey, deleted: false, unreadable } };
     }
-    if (previous?.meshConfig && previous.meshConfig.unreadable === undefined) {
+    if (previous?.meshConfig && previous.meshConfig.unreadable === undefined && !previous.meshConfig.misnamed) {
       problems.push({
         kind: 'MeshConfig',
         namespace: wanted.namespace,
@@ -173,6 +175,17 @@ function meshSettings(
         message: `was deleted; its last settings stay in force (permissive mode ${previous.settings.permissiveTrafficPolicyMode ? 'on' : 'off'}) until it is created again (a controller started without it uses the defaults)`,
       });
       return { settings: previous.settings, meshConfig: { name: wantedKey, deleted: true } };
+    }
+    if (configs.length > 0 || previous?.meshConfig?.misnamed) {
+      const others = configs.map((c) => `${c.metadata.namespace ?? 'default'}/${c.metadata.name}`).join(', ');
+      problems.push({
+        kind: 'MeshConfig',
+        namespace: wanted.namespace,
+        name: wanted.name,
+        field: 'metadata',
+        message: `does not exist${others ? ` (MeshConfig ${others} is not it)` : ', and a MeshConfig of another name did'}; permissive mode is off (a misnamed MeshConfig never opens the mesh) and the other settings are the defaults until ${wantedKey} exists`,
+      });
+      return { settings: UNREADABLE_SETTINGS, meshConfig: { name: wantedKey, deleted: false, misnamed: true } };
     }
     return { settings: DEFAULT_SETTINGS, meshConfig: undefined };
   }

@@ -132,10 +132,11 @@ export interface MeshSnapshot {
    * The MeshConfig `settings` come from (`<namespace>/<name>`); `deleted` when it is gone and
    * its last settings stay in force; `unreadable` (the source's error) when it could not be
    * loaded since the controller started: `settings` are OSM's defaults with permissive mode off
-   * then. Undefined when the controller has seen none since it started: `settings` are OSM's
-   * defaults then.
+   * then; `misnamed` when it does not exist and a MeshConfig of another name or namespace did
+   * since the controller started (a typo): the same closed settings, until it exists. Undefined
+   * when the controller has seen none at all since it started: `settings` are OSM's defaults then.
    */
-  readonly meshConfig?: { readonly name: string; readonly deleted: boolean; readonly unreadable?: string };
+  readonly meshConfig?: { readonly name: string; readonly deleted: boolean; readonly unreadable?: string; readonly misnamed?: boolean };
   /** Names of the namespaces monitored by this mesh. */
   readonly namespaces: ReadonlySet<string>;
   /** Every MeshService, sorted by namespace, name, port. */
