@@ -118,3 +118,45 @@ describe('ADS server with many proxies that read nothing for longer than the sen
     await eventually(async () => (await metric('trellis_xds_send_bytes_in_flight')) + (await metric('trellis_xds_send_bytes_overdue')) === 0, 'every grant given back');
   });
 });
+
+describe('ADS server with proxies that stopped reading and one that reads, all past the send budget', () => {
+  let h: AdsHarness<AdsTestStream, [nodeId?: string]>;
+  const raws: RawAdsStream[] = [];
+  const MAX_IN_FLIGHT = 200_000;
+  const stuck = Array.from({ length: 8 }, (_, i) => `6ba7b810-9dad-11d1-80b4-00c04fd4304${i}.sidecar.stuck${i}.slow.cluster.local`);
+  const reader = '6ba7b810-9dad-11d1-80b4-00c04fd43050.sidecar.reader.fast.cluster.local';
+  const clusters = (i: number): Record<string, number> => Object.fromEntries(Array.from({ length: 6000 }, (_, k) => [`c${i}-${k}`, 1 + (k % 7)]));
+
+  before(async () => {
+    // Past the hold limit after 50 ms; the unread timeout (60 s) would close the stuck ones much later.
+    h = await startAdsHarness((client, id?: string) => client.openStream(id), undefined, { maxBytesInFlight: MAX_IN_FLIGHT, sendHoldLimitMs: 50, unreadTimeoutMs: 60_000 });
+    for (const [i, id] of [...stuck, reader].entries()) h.cache.setSnapshot(parseCommonName(id).uuid, snapshot({ clusters: clusters(i) }));
+  });
+  after(async () => {
+    for (const raw of raws) raw.destroy();
+    h.client.close();
+    await h.server.stop(1000);
+  });
+
+  it('closes the oldest stuck streams held past the hold limit when what is held is full, so the reader gets its response long before the unread timeout', async () => {
+    const metric = async (name: string, label?: string): Promise<number> =>
+      (await h.registry.getMetricsAsJSON()).find((x) => x.name === name)?.values.filter((v) => label === undefined || v.labels.reason === label).reduce((n, v) => n + v.value, 0) ?? 0;
+    for (const id of stuck) {
+      const raw = new RawAdsStream(`http://127.0.0.1:${h.port}`, 'StreamAggregatedResources');
+      raw.pause();
+      raw.send({ node: { id }, type_url: CDS });
+      raws.push(raw);
+    }
+    await eventually(async () => (await metric('trellis_xds_send_bytes_overdue')) > 0, 'responses held past the hold limit');
+    const started = Date.now();
+    const fast = h.open(reader);
+    fast.request(CDS);
+    const cds = await fast.waitFor((r) => r.type_url === CDS);
+    assert.equal(resourceNames(cds).length, 6000);
+    assert.ok(Date.now() - started < 10_000, `the reader waited ${Date.now() - started} ms`);
+    assert.ok((await metric('trellis_xds_streams_closed_total', 'unread')) >= 1, 'stuck streams were closed for it');
+    const held = (await metric('trellis_xds_send_bytes_in_flight')) + (await metric('trellis_xds_send_bytes_overdue'));
+    assert.ok(held <= 2 * MAX_IN_FLIGHT, `bytes held: ${held}`);
+    fast.cancel();
+  });
+});

@@ -124,6 +124,45 @@ describe('SendBudget', () => {
     assert.equal(budget.bytesInFlight + budget.bytesOverdue, 0);
   });
 
+  it('evicts the oldest grants held past the limit, once each, when what is held is full and a write waits', async () => {
+    const timers = manualTimers();
+    const budget = new SendBudget(10, 1000, timers);
+    const granted: number[] = [];
+    const releases: Release[] = [];
+    const evicted: number[] = [];
+    const ask = (i: number, evictable: boolean): void => {
+      void budget.acquire(5, evictable ? () => { evicted.push(i); releases[i]!(); } : undefined).then((r) => {
+        granted.push(i);
+        releases[i] = r;
+      });
+    };
+    ask(0, true);
+    ask(1, false); // a grant that may not be evicted stays
+    await tick();
+    timers.advance(1000); // 0 and 1 held past the limit
+    ask(2, true);
+    ask(3, true);
+    await tick();
+    assert.deepEqual(granted, [0, 1, 2, 3]);
+    assert.deepEqual(evicted, [], 'room enough: nothing evicted');
+    timers.advance(1000); // 2 and 3 past the limit too: what is held is full
+    ask(4, true);
+    await tick();
+    assert.deepEqual(evicted, [0], 'the oldest evictable one, enough for the write');
+    assert.deepEqual(granted, [0, 1, 2, 3, 4]);
+    ask(5, true);
+    ask(6, true);
+    await tick();
+    assert.deepEqual(granted, [0, 1, 2, 3, 4, 5], '4 is in flight, not past the limit: 6 waits (within the budget in flight)');
+    assert.deepEqual(evicted, [0, 2], 'then the next oldest, never 1');
+    releases[4]!();
+    releases[5]!();
+    await tick();
+    assert.deepEqual(granted, [0, 1, 2, 3, 4, 5, 6]);
+    for (const i of [1, 3, 6]) releases[i]!();
+    assert.equal(budget.bytesInFlight + budget.bytesOverdue, 0);
+  });
+
   it('rejects a budget that is not a positive integer', () => {
     assert.throws(() => new SendBudget(0), /positive integer/);
     assert.throws(() => new SendBudget(1.5), /positive integer/);

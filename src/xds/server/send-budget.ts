@@ -27,9 +27,10 @@ export type Release = () => void;
  * back within `holdLimitMs` (its proxy reads slowly or not at all) stops counting in flight, so
  * the other streams go on, but counts as held past the limit until it is given back: the
  * serialized responses alive at once never exceed `2 × maxBytes` (plus one larger than the
- * budget, granted alone), however many proxies read slowly during a mass push. When that is full,
- * writes wait until a held response is flushed or its stream is closed (the server's unread
- * timeout closes a stream that leaves its response unread).
+ * budget, granted alone), however many proxies read slowly during a mass push. When that is full
+ * and a write waits, the oldest grants held past the limit are evicted (their `evict` callback:
+ * the stream closes, which gives the grant back) until the write fits: proxies that stopped
+ * reading delay the others by at most `holdLimitMs`, not until the unread timeout closes them.
  *
  * A request larger than the whole budget is granted when nothing else is in flight or held (it
  * is never refused).
@@ -38,7 +39,9 @@ export class SendBudget {
   private inFlight = 0;
   /** Bytes of grants held past the hold limit and not given back yet. */
   private overdue = 0;
-  private readonly waiting: { bytes: number; grant: (release: Release) => void }[] = [];
+  private readonly waiting: { bytes: number; evict: (() => void) | undefined; grant: (release: Release) => void }[] = [];
+  /** Grants held past the hold limit, oldest first: bytes, and the evict callback (called at most once). */
+  private readonly overdueGrants = new Map<Release, { readonly bytes: number; evict: (() => void) | undefined }>();
   private readonly timers: Timers;
 
   /**
@@ -73,11 +76,14 @@ export class SendBudget {
   /**
    * Resolves with a {@link Release} once `bytes` fit in the budget (in the order asked).
    * @param bytes size of the response about to be written, in bytes.
+   * @param evict called (once) when the grant, held past the hold limit, is evicted for a write
+   *   that waits: the caller ends what holds it and gives it back. Without it the grant is
+   *   never evicted.
    */
-  acquire(bytes: number): Promise<Release> {
+  acquire(bytes: number, evict?: () => void): Promise<Release> {
     const size = Math.max(0, Math.ceil(bytes));
     return new Promise((grant) => {
-      this.waiting.push({ bytes: size, grant });
+      this.waiting.push({ bytes: size, evict, grant });
       this.grantWaiting();
     });
   }
@@ -88,31 +94,55 @@ export class SendBudget {
       const fitsInFlight = this.inFlight + next.bytes <= this.maxBytes || this.inFlight === 0;
       const held = this.inFlight + this.overdue;
       const fitsHeld = held + next.bytes <= 2 * this.maxBytes || held === 0;
-      if (!fitsInFlight || !fitsHeld) return;
+      if (!fitsInFlight) return;
+      if (!fitsHeld) {
+        this.evictFor(held + next.bytes - 2 * this.maxBytes);
+        return;
+      }
       this.waiting.shift();
       this.inFlight += next.bytes;
-      next.grant(this.releaser(next.bytes));
+      next.grant(this.releaser(next.bytes, next.evict));
     }
   }
 
-  private releaser(bytes: number): Release {
+  /** Evicts the oldest overdue grants (not evicted yet) whose bytes add up to `bytes` at least, or all. */
+  private evictFor(bytes: number): void {
+    const victims: (() => void)[] = [];
+    let freed = 0;
+    for (const grant of this.overdueGrants.values()) {
+      if (freed >= bytes) break;
+      if (!grant.evict) continue;
+      victims.push(grant.evict);
+      grant.evict = undefined;
+      freed += grant.bytes;
+    }
+    // After the walk: an eviction gives its grant back, which grants again.
+    for (const evict of victims) evict();
+  }
+
+  private releaser(bytes: number, evict: (() => void) | undefined): Release {
     let state: 'in flight' | 'overdue' | 'given back' = 'in flight';
+    const release = (): void => {
+      if (state === 'given back') return;
+      if (state === 'in flight') {
+        this.timers.clearTimeout(timer);
+        this.inFlight -= bytes;
+      } else {
+        this.overdue -= bytes;
+        this.overdueGrants.delete(release);
+      }
+      state = 'given back';
+      this.grantWaiting();
+    };
     const timer = this.timers.setTimeout(() => {
       if (state !== 'in flight') return;
       state = 'overdue';
       this.inFlight -= bytes;
       this.overdue += bytes;
+      this.overdueGrants.set(release, { bytes, evict });
       this.grantWaiting();
     }, this.holdLimitMs);
     (timer as { unref?: () => void }).unref?.();
-    return (): void => {
-      if (state === 'given back') return;
-      if (state === 'in flight') {
-        this.timers.clearTimeout(timer);
-        this.inFlight -= bytes;
-      } else this.overdue -= bytes;
-      state = 'given back';
-      this.grantWaiting();
-    };
+    return release;
   }
 }

@@ -905,7 +905,8 @@ export abstract class StreamBase<
     while (this.unflushed && !this.closed) await new Promise<void>((resolve) => this.flushWaiters.push(resolve));
     // The server-wide budget of bytes in flight: a push to every proxy does not hold every
     // proxy's serialized response in memory at once.
-    const release = await this.ctx.sendBudget.acquire(bytes);
+    // Evictable unless the server never closes a stream for leaving its response unread.
+    const release = await this.ctx.sendBudget.acquire(bytes, this.ctx.unreadTimeoutMs > 0 ? () => this.closeEvicted(short, bytes) : undefined);
     if (this.closed) {
       release();
       return;
@@ -936,6 +937,16 @@ export abstract class StreamBase<
     } catch (err) {
       this.log.error({ err, hook: name }, 'ADS hook failed');
     }
+  }
+
+  /**
+   * The response in flight, unflushed past the send budget's hold limit, was evicted: what the
+   * server holds is full and another stream waits to write. Ends the stream as {@link closeUnread}.
+   */
+  private closeEvicted(type: string, bytes: number): void {
+    if (this.closed) return;
+    this.warnClient('unread', { type, bytes }, `closing ${this.logPrefix}ADS stream: the proxy has not read its ${type} response, and other streams wait for the server's send budget`);
+    this.end(grpc.status.UNAVAILABLE, 'response not read while other streams wait to be sent theirs', 'unread');
   }
 
   /**
