@@ -107,19 +107,34 @@ describe('operations server bounds', () => {
     });
   });
 
-  it('closes connections past maxConnections, and a request whose headers never end after headersTimeout', async () => {
-    await withServer(0, { maxConnections: 4, headersTimeoutMs: 300, requestTimeoutMs: 300, connectionsCheckingIntervalMs: 50 }, async (port) => {
+  it('past maxConnections closes the oldest connection with no request in progress, so a probe is served while others send nothing', async () => {
+    await withServer(0, { maxConnections: 4, headersTimeoutMs: 60_000, requestTimeoutMs: 60_000, connectionsCheckingIntervalMs: 50 }, async (port) => {
       const slow = await Promise.all(Array.from({ length: 4 }, () => connect(port)));
       for (const { socket } of slow) socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n'); // headers never end
-      await eventually(async () => {
-        const extra = await connect(port);
-        // Past the bound the server closes the new connection without reading it.
-        const closedAt = await Promise.race([extra.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 200))]);
-        extra.socket.destroy();
-        return closedAt;
-      }, 'a connection past maxConnections closed by the server', 5000);
-      // The slow ones are closed at their headers timeout (408 or a reset), which frees their places.
-      await Promise.all(slow.map((c) => c.closed));
+      await new Promise((r) => setTimeout(r, 100));
+      const probe = await get(port, '/healthz');
+      assert.equal(probe.status, 200, 'served in place of a connection that sends nothing');
+      await slow[0]!.closed; // the oldest
+      let open = 0;
+      for (const c of slow.slice(1)) if (!(await Promise.race([c.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 50))]))) open++;
+      assert.equal(open, 3, 'the three others stay open');
+      for (const c of slow) c.socket.destroy();
+    });
+  });
+
+  it('closes a new connection at once when every connection has a request in progress, and one whose headers never end after headersTimeout', async () => {
+    await withServer(0, { maxConnections: 2, headersTimeoutMs: 300, requestTimeoutMs: 300, connectionsCheckingIntervalMs: 50 }, async (port) => {
+      const streams = await Promise.all(Array.from({ length: 2 }, () => connect(port)));
+      for (const { socket } of streams) socket.write('GET /debug/events HTTP/1.1\r\nHost: x\r\n\r\n'); // an event stream: in progress until closed
+      await new Promise((r) => setTimeout(r, 200));
+      const extra = await connect(port);
+      const closed = await Promise.race([extra.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1000))]);
+      assert.equal(closed, true, 'the new connection closed: no place to take');
+      for (const c of streams) c.socket.destroy();
+      await Promise.all(streams.map((c) => c.closed));
+      const slow = await connect(port);
+      slow.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n'); // headers never end
+      await slow.closed; // at its headers timeout (408 or a reset)
       assert.equal((await get(port, '/healthz')).status, 200);
     });
   });

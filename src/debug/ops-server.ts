@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { PodProxy, PodProxyError } from './pod-proxy.js';
@@ -58,7 +58,13 @@ export const PAGE_SECURITY_HEADERS: Readonly<Record<string, string>> = {
 
 /** Bounds of the operations server's connections (Node's `http.Server` settings); durations in ms. */
 export interface OpsServerLimits {
-  /** Most open connections (`server.maxConnections`, default {@link DEFAULT_MAX_OPS_CONNECTIONS}); past it a new one is closed at once. */
+  /**
+   * Most open connections (default {@link DEFAULT_MAX_OPS_CONNECTIONS}). A new one past it takes
+   * the place of the oldest connection with no request in progress (one whose headers never end,
+   * or an idle kept-alive one), which is closed; when every one has a request in progress (event
+   * streams), the new one is closed at once. So connections that send nothing cannot keep a
+   * probe of `/healthz` out.
+   */
   readonly maxConnections?: number;
   /** Time to receive a request's headers (`headersTimeout`, default 10 000). */
   readonly headersTimeoutMs?: number;
@@ -70,6 +76,52 @@ export interface OpsServerLimits {
   readonly connectionsCheckingIntervalMs?: number;
   /** Event-loop time `/debug/mesh` and `/debug/policies` may take together (default: 250 ms a second); past it, 429 with `Retry-After`. */
   readonly viewBudget?: TimeBudgetOptions;
+}
+
+/**
+ * The open connections of an HTTP server, at most `max`: see {@link OpsServerLimits.maxConnections}.
+ * Connections are kept in arrival order with the number of their requests in progress.
+ */
+class ConnectionAdmission {
+  private readonly open = new Map<Socket, { inProgress: number }>();
+
+  constructor(private readonly max: number) {}
+
+  /** A connection was accepted: admit it, closing another (or it) when there are `max` already. */
+  add(socket: Socket): void {
+    if (this.open.size >= this.max) {
+      let idle: Socket | undefined;
+      for (const [open, state] of this.open) {
+        if (state.inProgress === 0) {
+          idle = open;
+          break;
+        }
+      }
+      if (!idle) {
+        socket.destroy();
+        return;
+      }
+      this.open.delete(idle);
+      idle.destroy();
+    }
+    this.open.set(socket, { inProgress: 0 });
+    socket.once('close', () => this.open.delete(socket));
+  }
+
+  /** A request's headers arrived on `socket`: in progress until its response finishes or closes. */
+  requestStarted(socket: Socket, res: http.ServerResponse): void {
+    const state = this.open.get(socket);
+    if (!state) return;
+    state.inProgress++;
+    let done = false;
+    const finished = (): void => {
+      if (done) return;
+      done = true;
+      state.inProgress--;
+    };
+    res.once('finish', finished);
+    res.once('close', finished);
+  }
 }
 
 /** Default of {@link OpsServerLimits.maxConnections}: the page's 32 event streams, and room for scrapers, probes and the CLI. */
@@ -141,7 +193,9 @@ export class OpsServer {
         res.end('internal error\n');
       });
     });
-    server.maxConnections = limits.maxConnections ?? DEFAULT_MAX_OPS_CONNECTIONS;
+    const admission = new ConnectionAdmission(limits.maxConnections ?? DEFAULT_MAX_OPS_CONNECTIONS);
+    server.on('connection', (socket: Socket) => admission.add(socket));
+    server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => admission.requestStarted(req.socket, res));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(port, host, () => resolve());
