@@ -69,6 +69,8 @@ export interface ControllerOptions {
   readonly insecureAllowRemote?: boolean;
   /** `host:port` of the operations HTTP server. */
   readonly httpAddress: string;
+  /** Host names requests to the operations server may name besides its addresses, localhost and Kubernetes service names (`OpsServerLimits.allowedHosts`). */
+  readonly httpAllowedHosts?: readonly string[];
   /** Periodic resync interval, in ms. */
   readonly resyncIntervalMs: number;
   /** An ADS stream whose response stays unread this long (ms) is closed (default 30 s; 0: never). See `AdsServerOptions.unreadTimeoutMs`. */
@@ -179,7 +181,7 @@ export async function runController(options: ControllerOptions): Promise<Running
 
   // The operations server comes first: /healthz answers and /readyz says "not ready" while
   // the rest starts (in Kubernetes mode, possibly waiting for an unreachable API server).
-  const ops = opsServer(options.meshName, parts, metrics, () => lifecycle.stopping, logger.child({ component: 'ops' }));
+  const ops = opsServer(options.meshName, parts, metrics, () => lifecycle.stopping, logger.child({ component: 'ops' }), options.httpAllowedHosts ?? []);
   const httpPort = await lifecycle.start('operations server', () => listen('--http-address', options.httpAddress, () => ops.start(options.httpAddress)), () => ops.stop());
 
   // Kubernetes mode: every replica shares the CA root (a Secret) and issues service certificates
@@ -430,7 +432,7 @@ async function warmUpInBackground(controller: MeshController, kube: KubernetesSo
 }
 
 /** The operations server over `parts` (/readyz: ready once the source synced, the controller runs and the warm-up is over, until stopping). */
-function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: () => boolean, logger: Logger): OpsServer {
+function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: () => boolean, logger: Logger, allowedHosts: readonly string[]): OpsServer {
   return new OpsServer(
     {
       ready: () => !stopping() && parts.source?.synced === true && parts.controller !== undefined && parts.warm,
@@ -454,6 +456,9 @@ function opsServer(meshName: string, parts: Parts, metrics: Registry, stopping: 
       policyStatus: (kind, namespace, name) => policyStatusView(parts, kind, namespace, name),
     },
     logger,
+    {},
+    {},
+    { allowedHosts },
   );
 }
 

@@ -9,7 +9,7 @@ import net from 'node:net';
 import { describe, it } from 'node:test';
 import pino from 'pino';
 import { Registry } from 'prom-client';
-import { OpsServer, type OpsServerLimits, type OpsSources } from '../src/debug/ops-server.js';
+import { isServedHost, OpsServer, type OpsServerLimits, type OpsSources } from '../src/debug/ops-server.js';
 import { eventually } from './helpers/wait.js';
 
 /** Sources whose views take `busyMs` of the event loop each and count their calls. */
@@ -107,10 +107,31 @@ describe('operations server bounds', () => {
     });
   });
 
+  it('answers 421 to a Host that is not a name of the server (DNS rebinding), and serves IP addresses, localhost, service names and allowed names', async () => {
+    await withServer(0, { allowedHosts: ['trellis.example.com'] }, async (port) => {
+      const ask = (host: string): Promise<{ status: number; body: string }> =>
+        new Promise((resolve, reject) => {
+          http.get({ host: '127.0.0.1', port, path: '/debug/mesh', headers: { host } }, (res) => {
+            let body = '';
+            res.on('data', (c: Buffer) => (body += c.toString()));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+          }).on('error', reject);
+        });
+      const refused = await ask('rebind.attacker.example:9091');
+      assert.equal(refused.status, 421);
+      assert.equal(refused.body, 'Host "rebind.attacker.example:9091" is not a name of this server: use its IP address or localhost, or start it with --http-allowed-host (a guard against DNS rebinding)\n');
+      for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`, 'trellis.osm-system.svc:9091', 'trellis.osm-system.svc.cluster.local', 'Trellis.Example.com.']) {
+        assert.equal((await ask(host)).status, 200, host);
+      }
+    });
+    assert.equal(isServedHost(undefined), true, 'HTTP/1.0: no Host');
+    for (const host of ['evil.com', 'localhost.evil.com', 'svc.evil.com', '10.0.0.1.evil.com', '[::1', 'cluster.local']) assert.equal(isServedHost(host), false, host);
+  });
+
   it('past maxConnections closes the oldest connection with no request in progress, so a probe is served while others send nothing', async () => {
     await withServer(0, { maxConnections: 4, headersTimeoutMs: 60_000, requestTimeoutMs: 60_000, connectionsCheckingIntervalMs: 50 }, async (port) => {
       const slow = await Promise.all(Array.from({ length: 4 }, () => connect(port)));
-      for (const { socket } of slow) socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n'); // headers never end
+      for (const { socket } of slow) socket.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n'); // headers never end
       await new Promise((r) => setTimeout(r, 100));
       const probe = await get(port, '/healthz');
       assert.equal(probe.status, 200, 'served in place of a connection that sends nothing');
@@ -125,7 +146,7 @@ describe('operations server bounds', () => {
   it('closes a new connection at once when every connection has a request in progress, and one whose headers never end after headersTimeout', async () => {
     await withServer(0, { maxConnections: 2, headersTimeoutMs: 300, requestTimeoutMs: 300, connectionsCheckingIntervalMs: 50 }, async (port) => {
       const streams = await Promise.all(Array.from({ length: 2 }, () => connect(port)));
-      for (const { socket } of streams) socket.write('GET /debug/events HTTP/1.1\r\nHost: x\r\n\r\n'); // an event stream: in progress until closed
+      for (const { socket } of streams) socket.write('GET /debug/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'); // an event stream: in progress until closed
       await new Promise((r) => setTimeout(r, 200));
       const extra = await connect(port);
       const closed = await Promise.race([extra.closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1000))]);
@@ -133,7 +154,7 @@ describe('operations server bounds', () => {
       for (const c of streams) c.socket.destroy();
       await Promise.all(streams.map((c) => c.closed));
       const slow = await connect(port);
-      slow.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n'); // headers never end
+      slow.socket.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n'); // headers never end
       await slow.closed; // at its headers timeout (408 or a reset)
       assert.equal((await get(port, '/healthz')).status, 200);
     });

@@ -72,6 +72,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     .option('--xds-plaintext-address <host:port>', 'plaintext ADS listener for proxyless gRPC and local tests (identity from node.id)', address)
     .option('--insecure-allow-remote', 'allow the plaintext listener on a non-loopback address', false)
     .option('--http-address <host:port>', 'health, metrics and debug HTTP server', address, '127.0.0.1:9091')
+    .option('--http-allowed-host <name>', 'a host name requests to the HTTP server may use besides its IP addresses, localhost and Kubernetes service names (repeatable; others get 421, a guard against DNS rebinding)', (value: string, list: string[]) => [...list, value], [] as string[])
     .addOption(
       new Option('--resync-interval <duration>', 'push to every proxy at least this often (e.g. 30s, 5m; a bare number is seconds; 0 turns it off)')
         .argParser(duration)
@@ -107,6 +108,7 @@ export async function main(argv: readonly string[]): Promise<void> {
       xdsPlaintextAddress?: string;
       insecureAllowRemote: boolean;
       httpAddress: string;
+      httpAllowedHost: string[];
       resyncInterval: number;
       xdsUnreadTimeout: number;
       warmUpConfig: number;
@@ -134,6 +136,7 @@ export async function main(argv: readonly string[]): Promise<void> {
           xdsPlaintextAddress: opts.xdsPlaintextAddress,
           insecureAllowRemote: opts.insecureAllowRemote,
           httpAddress: opts.httpAddress,
+          httpAllowedHosts: opts.httpAllowedHost,
           resyncIntervalMs: opts.resyncInterval * 1000,
           xdsUnreadTimeoutMs: opts.xdsUnreadTimeout * 1000,
           warmUpConfigurationBytes: opts.warmUpConfig * MiB,

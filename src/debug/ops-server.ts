@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import http from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { isIP, type AddressInfo, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { PodProxy, PodProxyError } from './pod-proxy.js';
@@ -74,8 +74,29 @@ export interface OpsServerLimits {
   readonly keepAliveTimeoutMs?: number;
   /** How often the two timeouts above are checked (`connectionsCheckingInterval`, default 1000). */
   readonly connectionsCheckingIntervalMs?: number;
+  /** Host names besides IP addresses, `localhost` and Kubernetes service names that requests may name (see {@link isServedHost}). */
+  readonly allowedHosts?: readonly string[];
   /** Event-loop time `/debug/mesh` and `/debug/policies` may take together (default: 250 ms a second); past it, 429 with `Retry-After`. */
   readonly viewBudget?: TimeBudgetOptions;
+}
+
+/**
+ * Whether a request's `Host` header names this server as its clients do: an IP address (a probe,
+ * a scraper, the CLI), `localhost` or a name under it, a Kubernetes service name (`*.svc`,
+ * `*.svc.cluster.local`), or one of `allowed`; a request without one (HTTP/1.0) too. Any other
+ * name is what a page reaching the server through DNS rebinding sends (its own domain, resolved to
+ * 127.0.0.1), and is refused. Names compare without case, port or trailing dot.
+ */
+export function isServedHost(host: string | undefined, allowed: readonly string[] = []): boolean {
+  if (host === undefined || host === '') return true;
+  let name = host.trim().toLowerCase();
+  if (name.startsWith('[')) return name.indexOf(']') > 0 && isIP(name.slice(1, name.indexOf(']'))) === 6;
+  const colon = name.lastIndexOf(':');
+  if (colon >= 0 && /^\d*$/.test(name.slice(colon + 1))) name = name.slice(0, colon);
+  if (name.endsWith('.')) name = name.slice(0, -1);
+  if (isIP(name) !== 0 || name === 'localhost' || name.endsWith('.localhost')) return true;
+  if (name.endsWith('.svc') || name.endsWith('.svc.cluster.local')) return true;
+  return allowed.some((a) => a.toLowerCase().replace(/\.$/, '') === name);
 }
 
 /**
@@ -205,6 +226,12 @@ export class OpsServer {
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    if (!isServedHost(req.headers.host, this.limits.allowedHosts)) {
+      const shown = JSON.stringify(String(req.headers.host).slice(0, 100));
+      res.writeHead(421, { 'content-type': 'text/plain' });
+      res.end(`Host ${shown} is not a name of this server: use its IP address or localhost, or start it with --http-allowed-host (a guard against DNS rebinding)\n`);
+      return;
+    }
     const url = new URL(req.url ?? '/', 'http://localhost');
     const json = (status: number, body: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' });
