@@ -176,7 +176,7 @@ describe('trellis explain', () => {
     assert.equal(thiefHeader.decision, 'denied');
     assert.equal(thiefHeader.inbound[0].route?.misses[0].reason, 'header client-app "bookthief" does not match (the route wants it to match bookbuyer)');
     const noHeaders = explain({ ...BOOKS_BOUGHT, headers: {} });
-    assert.equal(noHeaders.inbound[0].route?.misses[0].reason, 'header client-app is missing (the route wants it to match bookbuyer)');
+    assert.equal(noHeaders.inbound[0].route?.misses[0].reason, 'header client-app is missing (the route wants it to match bookbuyer); header user-agent is missing (the route wants it to match .*-http-client/*.*)');
     assert.match(formatExplanation(noHeaders), /not matched: bookstore\/bookstore-service-routes\/books-bought: header client-app is missing/);
     const why = formatExplanation(noHeaders).split('\nsource proxy')[0];
     assert.match(why, /^why:\n  - bookstore\/bookstore-v1 .*\(404\); not matched: bookstore\/bookstore-service-routes\/books-bought: header client-app is missing/m, 'the summary says which header was missing');

@@ -67,6 +67,10 @@ describe('explain/envoy-match: Envoy\'s selection over generated configuration',
     assert.deepEqual(routeMatches(withHeaders, request({ headers: { 'x-app': 'buy' } })), { matched: true });
     assert.deepEqual(routeMatches(withHeaders, request({ headers: { 'x-app': 'buyer' } })), { matched: false, reason: 'header x-app "buyer" does not match (the route wants it to match buy)' });
     assert.deepEqual(routeMatches(withHeaders, request({ method: 'PUT', headers: { 'x-app': 'buy' } })), { matched: false, reason: 'method "PUT" does not match (the route wants it to match ^(GET)$)' });
+    assert.deepEqual(routeMatches(withHeaders, request({ method: 'PUT' })), {
+      matched: false,
+      reason: 'method "PUT" does not match (the route wants it to match ^(GET)$); header x-app is missing (the route wants it to match buy)',
+    }, 'every header that fails');
     assert.equal(routeMatches({ match: { prefix: '/', headers: [{ name: ':authority', string_match: { safe_regex: { regex: 'a\\.example' } } }] } }, request({})).matched, true);
   });
 

@@ -236,11 +236,13 @@ export function routeMatches(route: Route, request: RequestFacts): RouteMatchRes
   } else {
     return { matched: false, reason: 'a path matcher trellis explain does not read' };
   }
+  // Every header that fails, not only the first: the request needs them all.
+  const failures: string[] = [];
   for (const h of match.headers ?? []) {
     const r = headerMatches(h, request);
-    if (!r.matched) return r;
+    if (!r.matched) failures.push(r.reason);
   }
-  return { matched: true };
+  return failures.length === 0 ? { matched: true } : { matched: false, reason: failures.join('; ') };
 }
 
 /** An RBAC policy (`config.rbac.v3.Policy`) of the generators' shape: any permission, principals by authenticated name. */
