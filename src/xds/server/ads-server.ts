@@ -1,8 +1,7 @@
 import 'reflect-metadata';
 import net from 'node:net';
-import tls from 'node:tls';
+import tls, { type PeerCertificate } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
-import { X509Certificate } from '@peculiar/x509';
 import { pino, type Logger } from 'pino';
 import { Counter, Gauge, Registry } from 'prom-client';
 import { adsServiceDefinition } from '../../api/ads-service.js';
@@ -212,12 +211,15 @@ export interface ListenOptions {
 export function authenticateFromPeerCertificate(
   call: AdsCall | DeltaAdsCall,
   _firstRequest?: DiscoveryRequest__Output | DeltaDiscoveryRequest__Output,
+  peerCertificate?: PeerCertificate,
 ): Proxy {
-  const raw = call.getAuthContext()?.sslPeerCertificate?.raw;
-  if (!raw || raw.length === 0) throw new Error('no client certificate on the stream (mTLS required)');
-  const cert = new X509Certificate(raw);
-  const cn = cert.subjectName.getField('CN')[0];
-  if (!cn) throw new Error(`client certificate "${cert.subject}" has no CommonName`);
+  // The certificate as Node's TLS layer (OpenSSL) decoded it for the session: no parse of our own
+  // (an ASN.1 parse in JavaScript cost 1 ms a stream, a sixth of a 10 000-proxy initial sync).
+  const peer = peerCertificate ?? call.getAuthContext()?.sslPeerCertificate;
+  if (!peer?.raw || peer.raw.length === 0) throw new Error('no client certificate on the stream (mTLS required)');
+  const cn: unknown = peer.subject?.CN;
+  if (Array.isArray(cn)) throw new Error(`client certificate has ${cn.length} CommonNames: one is needed`);
+  if (typeof cn !== 'string' || cn === '') throw new Error('client certificate has no CommonName');
   return { ...parseCommonName(cn), verified: true };
 }
 
@@ -994,8 +996,9 @@ export class AdsServer {
 
   /** Holds a new stream until its admission, or refuses it when its client certificate holds as many as it may. */
   private hold(stream: ServedStream, call: AdsCall | DeltaAdsCall, listen: ListenOptions): void {
-    const raw = call.getAuthContext()?.sslPeerCertificate?.raw;
-    const refused = this.pendingStreams.add(stream, raw && raw.length > 0 ? certificateKey(raw) : undefined);
+    const peer = call.getAuthContext()?.sslPeerCertificate;
+    if (peer?.raw && peer.raw.length > 0) stream.peerCertificate = peer;
+    const refused = this.pendingStreams.add(stream, peer?.raw && peer.raw.length > 0 ? (peer.fingerprint256 ?? certificateKey(peer.raw)) : undefined);
     if (!refused) return;
     const details = 'this client certificate has too many ADS streams waiting for their first request';
     this.onRefused({ reason: refused, details, peer: stream.peer, streamId: stream.streamId }, listen.address);

@@ -45,7 +45,7 @@ export class PendingStreams<S extends PendingStream> {
   ) {}
 
   /**
-   * Holds `stream`, of the client certificate `certificate` ({@link certificateKey}; undefined on
+   * Holds `stream`, of the client certificate `certificate` (a key of it: its SHA-256 fingerprint, or {@link certificateKey}; undefined on
    * a plaintext listener).
    * @returns `too_many_pending_streams` when the certificate holds its most already (the stream
    *   is not held: the caller refuses it), else undefined.

@@ -7,6 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import http2 from 'node:http2';
+import type { PeerCertificate } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
@@ -44,6 +45,8 @@ export type DeltaAdsCall = grpc.ServerDuplexStream<DeltaDiscoveryRequest__Output
 export type Authenticate = (
   call: AdsCall | DeltaAdsCall,
   firstRequest: DiscoveryRequest__Output | DeltaDiscoveryRequest__Output,
+  /** The call's TLS peer certificate when the server read it already (`call.getAuthContext()`'s, which decodes it again at each call). */
+  peerCertificate?: PeerCertificate,
 ) => Proxy | Promise<Proxy>;
 
 /** The `error_detail` of a NACK (a `google.rpc.Status`): gRPC status code and message. */
@@ -184,6 +187,8 @@ export interface ServedStream {
   readonly listener: string;
   /** A complete request arrived on the stream. */
   readonly requestReceived: boolean;
+  /** The TLS peer certificate of the call, given to `authenticate` (set by the server when it read it on accepting the stream). */
+  peerCertificate?: PeerCertificate;
 }
 
 /**
@@ -576,6 +581,9 @@ export abstract class StreamBase<
   get listener(): string {
     return this.ctx.listener;
   }
+
+  /** The TLS peer certificate of the call, when the server read it on accepting the stream. */
+  peerCertificate?: PeerCertificate;
 
   /** A complete request arrived on the stream (its first one is being handled or was). */
   get requestReceived(): boolean {
@@ -1058,7 +1066,7 @@ export abstract class StreamBase<
     let proxy: Proxy;
     try {
       // `call` is an AdsCall with SotW requests, a DeltaAdsCall with delta ones.
-      proxy = await this.ctx.authenticate(this.call as unknown as AdsCall | DeltaAdsCall, first);
+      proxy = await this.ctx.authenticate(this.call as unknown as AdsCall | DeltaAdsCall, first, this.peerCertificate);
     } catch (err) {
       this.refuse(grpc.status.UNAUTHENTICATED, 'unauthenticated', `authentication failed: ${errorMessage(err)}`);
       return;
