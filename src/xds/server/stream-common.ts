@@ -796,6 +796,13 @@ export abstract class StreamBase<
    * to name (`heldReferences`) is subscribed to as well (wildcard or by name).
    */
   private holdsReferences(snapshot: ProxySnapshot): boolean {
+    // The referenced types' maps and subscriptions, looked up once (a push checks thousands of references per stream).
+    const targets = new Map<string, { readonly resources: ReadonlyMap<string, unknown> | undefined; readonly st: S | undefined }>();
+    const target = (typeUrl: TypeUrl): { readonly resources: ReadonlyMap<string, unknown> | undefined; readonly st: S | undefined } => {
+      let t = targets.get(typeUrl);
+      if (!t) targets.set(typeUrl, (t = { resources: snapshot.resources.get(typeUrl), st: this.types.get(typeUrl) }));
+      return t;
+    };
     for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) {
       const st = this.types.get(type);
       const resources = snapshot.resources.get(type);
@@ -803,8 +810,8 @@ export abstract class StreamBase<
       const held = st.wildcard ? resources.values() : [...st.names].map((n) => resources.get(n)).filter((r) => r !== undefined);
       for (const resource of held) {
         for (const ref of this.ctx.heldReferences.of(type, resource)) {
-          if (!snapshot.resources.get(ref.typeUrl)?.has(ref.name)) continue; // not in the snapshot: nothing to hold
-          const wanted = this.types.get(ref.typeUrl);
+          const { resources: refs, st: wanted } = target(ref.typeUrl);
+          if (!refs?.has(ref.name)) continue; // not in the snapshot: nothing to hold
           if (!wanted || (!wanted.wildcard && !wanted.names.has(ref.name))) return false;
         }
       }
