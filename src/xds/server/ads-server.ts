@@ -5,6 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import { pino, type Logger } from 'pino';
 import { Counter, Gauge, Registry } from 'prom-client';
 import { adsServiceDefinition } from '../../api/ads-service.js';
+import { ResponseEncoder, type DeltaResponseParts, type SotwResponseParts } from '../../api/response-encoder.js';
 import type { EncodedAny } from '../../api/codec.js';
 import { PUSH_ORDER, TYPE_SHORT_NAME, TypeUrl } from '../../api/type-urls.js';
 import { parseCommonName, type Proxy } from '../../proxy/types.js';
@@ -781,6 +782,8 @@ export class AdsServer {
   /** NACK and stream lifecycle log limits, per proxy identity across all streams. */
   private readonly logLimits = new StreamLogLimits();
   private readonly heldReferences = new HeldReferences();
+  /** Encodes the responses of every stream, each resource's framing once (see {@link ResponseEncoder}). */
+  private readonly responseEncoder = new ResponseEncoder();
 
   /**
    * @throws Error when the metrics are already registered in `options.metrics`,
@@ -850,7 +853,16 @@ export class AdsServer {
       StreamAggregatedResources: (call: AdsCall) => this.handleStream(call, listen),
       DeltaAggregatedResources: (call: DeltaAdsCall) => this.handleDeltaStream(call, listen),
     };
-    grpcServer.addService(adsServiceDefinition(), implementation);
+    const definition = adsServiceDefinition();
+    const encoder = this.responseEncoder;
+    grpcServer.addService(
+      {
+        ...definition,
+        StreamAggregatedResources: { ...definition.StreamAggregatedResources!, responseSerialize: (r: SotwResponseParts) => encoder.sotw(r) },
+        DeltaAggregatedResources: { ...definition.DeltaAggregatedResources!, responseSerialize: (r: DeltaResponseParts) => encoder.delta(r) },
+      },
+      implementation,
+    );
     const injector = grpcServer.createConnectionInjector(listen.credentials ?? grpc.ServerCredentials.createInsecure());
     let socketServer: net.Server;
     let handshakes: HandshakeQueue | undefined;

@@ -365,7 +365,8 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
       system_version_info: version,
       type_url: type,
       nonce,
-      resources: updates.map((r) => ({ name: r.name, version: r.version, resource: r.resource })),
+      // The cached resources themselves: the server's encoder frames each once, for every stream that sends it.
+      resources: updates as DeltaDiscoveryResponse['resources'],
       removed_resources: [...removals],
     };
     for (const r of updates) st.known.set(r.name, r.version);
