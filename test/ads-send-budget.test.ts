@@ -9,6 +9,25 @@ import { eventually } from './helpers/wait.js';
 
 const { Cluster: CDS, Listener: LDS, Secret: SDS } = TypeUrl;
 
+/** About 85 KB of clusters for proxy `i` (a few times the 64 KiB window of a client that does not read). */
+const bigClusters = (i: number): Record<string, number> => Object.fromEntries(Array.from({ length: 6000 }, (_, k) => [`c${i}-${k}`, 1 + (k % 7)]));
+
+/** The sum of a metric's samples in `h`'s registry (of the `reason` label `reason` when given). */
+async function metricOf(h: AdsHarness<AdsTestStream, [nodeId?: string]>, name: string, reason?: string): Promise<number> {
+  const m = (await h.registry.getMetricsAsJSON()).find((x) => x.name === name);
+  return m?.values.filter((v) => reason === undefined || v.labels.reason === reason).reduce((n, v) => n + v.value, 0) ?? 0;
+}
+
+/** Opens a raw SotW stream for each of `nodeIds` that asks for CDS and never reads, into `raws`. */
+function openStuck(port: number, nodeIds: readonly string[], raws: RawAdsStream[]): void {
+  for (const id of nodeIds) {
+    const raw = new RawAdsStream(`http://127.0.0.1:${port}`, 'StreamAggregatedResources');
+    raw.pause();
+    raw.send({ node: { id }, type_url: CDS });
+    raws.push(raw);
+  }
+}
+
 describe('ADS server with a send budget of one byte (every response waits for the previous one to flush)', () => {
   let h: AdsHarness<AdsTestStream, [nodeId?: string]>;
   const nodeIds = Array.from({ length: 8 }, (_, i) => `6ba7b810-9dad-11d1-80b4-00c04fd4300${i}.sidecar.sa${i}.ns${i}.cluster.local`);
@@ -80,13 +99,11 @@ describe('ADS server with many proxies that read nothing for longer than the sen
   const raws: RawAdsStream[] = [];
   const MAX_IN_FLIGHT = 200_000;
   const nodeIds = Array.from({ length: 8 }, (_, i) => `6ba7b810-9dad-11d1-80b4-00c04fd4302${i}.sidecar.slow${i}.slow.cluster.local`);
-  // About 85 KB of resources each (a few times the 64 KiB window of a client that does not read).
-  const clusters = (i: number): Record<string, number> => Object.fromEntries(Array.from({ length: 6000 }, (_, k) => [`c${i}-${k}`, 1 + (k % 7)]));
 
   before(async () => {
     // Grants go past the hold limit after 50 ms; no unread timeout: the proxies are only slow.
     h = await startAdsHarness((client, id?: string) => client.openStream(id), undefined, { maxBytesInFlight: MAX_IN_FLIGHT, sendHoldLimitMs: 50, unreadTimeoutMs: 0 });
-    for (const [i, id] of nodeIds.entries()) h.cache.setSnapshot(parseCommonName(id).uuid, snapshot({ clusters: clusters(i) }));
+    for (const [i, id] of nodeIds.entries()) h.cache.setSnapshot(parseCommonName(id).uuid, snapshot({ clusters: bigClusters(i) }));
   });
   after(async () => {
     for (const raw of raws) raw.destroy();
@@ -95,13 +112,8 @@ describe('ADS server with many proxies that read nothing for longer than the sen
   });
 
   it('holds at most twice the budget of responses, however long they stay unread, and serves every proxy once they read', async () => {
-    const metric = async (name: string): Promise<number> => (await h.registry.getMetricsAsJSON()).find((x) => x.name === name)?.values.reduce((n, v) => n + v.value, 0) ?? 0;
-    for (const id of nodeIds) {
-      const raw = new RawAdsStream(`http://127.0.0.1:${h.port}`, 'StreamAggregatedResources');
-      raw.pause();
-      raw.send({ node: { id }, type_url: CDS });
-      raws.push(raw);
-    }
+    const metric = (name: string): Promise<number> => metricOf(h, name);
+    openStuck(h.port, nodeIds, raws);
     await eventually(async () => (await metric('trellis_xds_send_bytes_overdue')) > 0, 'responses held past the hold limit');
     await new Promise((r) => setTimeout(r, 500)); // ten hold limits: time for more writes, if the server were to make them
     const written = await metric('trellis_xds_responses_total');
@@ -125,12 +137,11 @@ describe('ADS server with proxies that stopped reading and one that reads, all p
   const MAX_IN_FLIGHT = 200_000;
   const stuck = Array.from({ length: 8 }, (_, i) => `6ba7b810-9dad-11d1-80b4-00c04fd4304${i}.sidecar.stuck${i}.slow.cluster.local`);
   const reader = '6ba7b810-9dad-11d1-80b4-00c04fd43050.sidecar.reader.fast.cluster.local';
-  const clusters = (i: number): Record<string, number> => Object.fromEntries(Array.from({ length: 6000 }, (_, k) => [`c${i}-${k}`, 1 + (k % 7)]));
 
   before(async () => {
     // Past the hold limit after 50 ms; the unread timeout (60 s) would close the stuck ones much later.
     h = await startAdsHarness((client, id?: string) => client.openStream(id), undefined, { maxBytesInFlight: MAX_IN_FLIGHT, sendHoldLimitMs: 50, unreadTimeoutMs: 60_000 });
-    for (const [i, id] of [...stuck, reader].entries()) h.cache.setSnapshot(parseCommonName(id).uuid, snapshot({ clusters: clusters(i) }));
+    for (const [i, id] of [...stuck, reader].entries()) h.cache.setSnapshot(parseCommonName(id).uuid, snapshot({ clusters: bigClusters(i) }));
   });
   after(async () => {
     for (const raw of raws) raw.destroy();
@@ -139,14 +150,8 @@ describe('ADS server with proxies that stopped reading and one that reads, all p
   });
 
   it('closes the oldest stuck streams held past the hold limit when what is held is full, so the reader gets its response long before the unread timeout', async () => {
-    const metric = async (name: string, label?: string): Promise<number> =>
-      (await h.registry.getMetricsAsJSON()).find((x) => x.name === name)?.values.filter((v) => label === undefined || v.labels.reason === label).reduce((n, v) => n + v.value, 0) ?? 0;
-    for (const id of stuck) {
-      const raw = new RawAdsStream(`http://127.0.0.1:${h.port}`, 'StreamAggregatedResources');
-      raw.pause();
-      raw.send({ node: { id }, type_url: CDS });
-      raws.push(raw);
-    }
+    const metric = (name: string, reason?: string): Promise<number> => metricOf(h, name, reason);
+    openStuck(h.port, stuck, raws);
     await eventually(async () => (await metric('trellis_xds_send_bytes_overdue')) > 0, 'responses held past the hold limit');
     const started = Date.now();
     const fast = h.open(reader);

@@ -68,7 +68,7 @@ function byteLength(parts: readonly Buffer[]): number {
 
 /** Encodes ADS responses from parts; see the module comment. One per server (its memo lives as long as the resources). */
 export class ResponseEncoder {
-  /** Per `Any`: the bytes before its value as field 2 of a `DiscoveryResponse` (tag, lengths, type URL). */
+  /** Per `Any`: the bytes before its value as field 2 (`resources`) of a `DiscoveryResponse` (tag, lengths, type URL). */
   private readonly anyPrefixes = new WeakMap<EncodedAny, Buffer>();
   /** Per delta resource: the bytes before and after its `Any` value as field 2 of a `DeltaDiscoveryResponse`. */
   private readonly resourceParts = new WeakMap<DeltaResourceParts, { readonly prefix: Buffer; readonly suffix: Buffer }>();
@@ -76,7 +76,7 @@ export class ResponseEncoder {
   /** The bytes of a `DiscoveryResponse`. */
   sotw(response: SotwResponseParts): Buffer {
     const parts: Buffer[] = [...stringField(1, response.version_info)];
-    for (const any of response.resources ?? []) parts.push(this.anyPrefix(any, 2), any.value);
+    for (const any of response.resources ?? []) parts.push(this.anyPrefix(any), any.value);
     parts.push(...stringField(4, response.type_url), ...stringField(5, response.nonce));
     return Buffer.concat(parts, byteLength(parts));
   }
@@ -93,11 +93,11 @@ export class ResponseEncoder {
     return Buffer.concat(parts, byteLength(parts));
   }
 
-  /** Tag, length and type URL of `any` as field `field`, up to its value's bytes (memoized for field 2). */
-  private anyPrefix(any: EncodedAny, field: number): Buffer {
+  /** Tag, length and type URL of `any` as field 2 of a `DiscoveryResponse`, up to its value's bytes. */
+  private anyPrefix(any: EncodedAny): Buffer {
     let prefix = this.anyPrefixes.get(any);
     if (!prefix) {
-      prefix = anyHeader(any, field);
+      prefix = anyHeader(any, 2);
       this.anyPrefixes.set(any, prefix);
     }
     return prefix;

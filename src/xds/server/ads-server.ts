@@ -63,7 +63,7 @@ import type { SnapshotWatcher } from '../cache/snapshot-cache.js';
 import { typeVersion } from '../cache/snapshot-cache.js';
 import type { CachedResource, ResourceMap } from '../cache/types.js';
 import { HeldReferences } from './held-references.js';
-import { certificateKey, FIRST_REQUEST_TIMEOUT_MS, MAX_PENDING_STREAMS_PER_CERTIFICATE, PendingStreams } from './pending-streams.js';
+import { FIRST_REQUEST_TIMEOUT_MS, MAX_PENDING_STREAMS_PER_CERTIFICATE, PendingStreams } from './pending-streams.js';
 import { DEFAULT_HOLD_LIMIT_MS, DEFAULT_MAX_BYTES_IN_FLIGHT, SendBudget } from './send-budget.js';
 
 /**
@@ -1010,7 +1010,7 @@ export class AdsServer {
   private hold(stream: ServedStream, call: AdsCall | DeltaAdsCall, listen: ListenOptions): void {
     const peer = call.getAuthContext()?.sslPeerCertificate;
     if (peer?.raw && peer.raw.length > 0) stream.peerCertificate = peer;
-    const refused = this.pendingStreams.add(stream, peer?.raw && peer.raw.length > 0 ? (peer.fingerprint256 ?? certificateKey(peer.raw)) : undefined);
+    const refused = this.pendingStreams.add(stream, stream.peerCertificate?.fingerprint256);
     if (!refused) return;
     const details = 'this client certificate has too many ADS streams waiting for their first request';
     this.onRefused({ reason: refused, details, peer: stream.peer, streamId: stream.streamId }, listen.address);

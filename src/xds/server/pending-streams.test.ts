@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { certificateKey, PendingStreams } from './pending-streams.js';
+import { PendingStreams } from './pending-streams.js';
 
 class Stream {
   requestReceived = false;
@@ -10,8 +10,8 @@ class Stream {
 describe('PendingStreams', () => {
   it('holds at most maxPerCertificate streams of one certificate; a deleted one frees its place; plaintext streams are not counted', () => {
     const pending = new PendingStreams<Stream>(() => assert.fail('no timer should fire'), { firstRequestTimeoutMs: 60_000, maxPerCertificate: 2 });
-    const a = certificateKey(Buffer.from('certificate a'));
-    const b = certificateKey(Buffer.from('certificate b'));
+    const a = 'AA:01';
+    const b = 'BB:02';
     const [a1, a2, a3, b1] = ['a1', 'a2', 'a3', 'b1'].map((n) => new Stream(n));
     assert.equal(pending.add(a1!, a), undefined);
     assert.equal(pending.add(a2!, a), undefined);
@@ -29,7 +29,7 @@ describe('PendingStreams', () => {
   it('expires a stream with no complete request after firstRequestTimeoutMs, and not one that has one', async () => {
     const expired: string[] = [];
     const pending = new PendingStreams<Stream>((s) => expired.push(s.name), { firstRequestTimeoutMs: 50, maxPerCertificate: 1 });
-    const key = certificateKey(Buffer.from('c'));
+    const key = 'CC:03';
     const silent = new Stream('silent');
     const talking = new Stream('talking');
     pending.add(silent, key);

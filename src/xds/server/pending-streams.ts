@@ -5,8 +5,6 @@
  * `firstRequestTimeoutMs`, and one client certificate may hold at most
  * `maxPerCertificate` streams not admitted yet (a proxy reconnecting has one or two).
  */
-import { createHash } from 'node:crypto';
-
 /** What {@link PendingStreams} needs of a stream. */
 export interface PendingStream {
   /** A complete request arrived on it. */
@@ -21,11 +19,6 @@ export const MAX_PENDING_STREAMS_PER_CERTIFICATE = 4;
 
 /** Why {@link PendingStreams.add} refused a stream, or a timer ended one. */
 export type PendingRefusal = 'too_many_pending_streams' | 'first_request_timeout';
-
-/** The key of a DER client certificate: its SHA-256, in base64. */
-export function certificateKey(der: Uint8Array): string {
-  return createHash('sha256').update(der).digest('base64');
-}
 
 /** See the module comment. Streams are held in arrival order. */
 export class PendingStreams<S extends PendingStream> {
@@ -45,8 +38,8 @@ export class PendingStreams<S extends PendingStream> {
   ) {}
 
   /**
-   * Holds `stream`, of the client certificate `certificate` (a key of it: its SHA-256 fingerprint, or {@link certificateKey}; undefined on
-   * a plaintext listener).
+   * Holds `stream`, of the client certificate `certificate` (a key of it, such as its SHA-256
+   * fingerprint; undefined on a plaintext listener).
    * @returns `too_many_pending_streams` when the certificate holds its most already (the stream
    *   is not held: the caller refuses it), else undefined.
    */

@@ -396,9 +396,7 @@ export class StreamLogLimits {
    *   were not logged since its last line.
    */
   takeNack(identity: string, type: string): number | undefined {
-    const notLogged = this.nack.take(`${identity}\n${type}`);
-    if (notLogged === undefined || this.nackTotal.take('') === undefined) return undefined;
-    return notLogged;
+    return takeWithinBoth(this.nack, this.nackTotal, `${identity}\n${type}`);
   }
 
   /**
@@ -407,15 +405,23 @@ export class StreamLogLimits {
    *   and kind were not logged since its last line.
    */
   takeClientWarning(client: string, kind: string): number | undefined {
-    const notLogged = this.clientWarning.take(`${client}\n${kind}`);
-    if (notLogged === undefined || this.clientWarningTotal.take('') === undefined) return undefined;
-    return notLogged;
+    return takeWithinBoth(this.clientWarning, this.clientWarningTotal, `${client}\n${kind}`);
   }
 
   /** Whether the lifecycle line `kind` of a stream of `identity` is logged at info level (else at debug). */
   takeLifecycle(identity: string, kind: 'opened' | 'ending' | 'closed'): boolean {
     return this.lifecycle.take(`${identity}\n${kind}`) !== undefined;
   }
+}
+
+/**
+ * Takes one event of `key` from `perKey`, then (only if it was allowed) one from `total`.
+ * @returns undefined when either refuses it; else how many of `key` `perKey` suppressed since its last allowed one.
+ */
+function takeWithinBoth(perKey: RateLimiter, total: RateLimiter, key: string): number | undefined {
+  const notLogged = perKey.take(key);
+  if (notLogged === undefined || total.take('') === undefined) return undefined;
+  return notLogged;
 }
 
 /** The address of a gRPC peer (`ipv4:1.2.3.4:5678`, `[::1]:5678`, `1.2.3.4:5678`) without its port. */
@@ -796,13 +802,6 @@ export abstract class StreamBase<
    * to name (`heldReferences`) is subscribed to as well (wildcard or by name).
    */
   private holdsReferences(snapshot: ProxySnapshot): boolean {
-    // The referenced types' maps and subscriptions, looked up once (a push checks thousands of references per stream).
-    const targets = new Map<string, { readonly resources: ReadonlyMap<string, unknown> | undefined; readonly st: S | undefined }>();
-    const target = (typeUrl: TypeUrl): { readonly resources: ReadonlyMap<string, unknown> | undefined; readonly st: S | undefined } => {
-      let t = targets.get(typeUrl);
-      if (!t) targets.set(typeUrl, (t = { resources: snapshot.resources.get(typeUrl), st: this.types.get(typeUrl) }));
-      return t;
-    };
     for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) {
       const st = this.types.get(type);
       const resources = snapshot.resources.get(type);
@@ -810,8 +809,8 @@ export abstract class StreamBase<
       const held = st.wildcard ? resources.values() : [...st.names].map((n) => resources.get(n)).filter((r) => r !== undefined);
       for (const resource of held) {
         for (const ref of this.ctx.heldReferences.of(type, resource)) {
-          const { resources: refs, st: wanted } = target(ref.typeUrl);
-          if (!refs?.has(ref.name)) continue; // not in the snapshot: nothing to hold
+          if (!snapshot.resources.get(ref.typeUrl)?.has(ref.name)) continue; // not in the snapshot: nothing to hold
+          const wanted = this.types.get(ref.typeUrl);
           if (!wanted || (!wanted.wildcard && !wanted.names.has(ref.name))) return false;
         }
       }
@@ -1029,7 +1028,7 @@ export abstract class StreamBase<
    * (see `CLIENT_WARNING_LIMIT`); beyond them at debug level.
    */
   private warnClient(kind: string, fields: Record<string, unknown>, message: string): void {
-    const client = this.proxy?.identity ?? peerHost(this.call.getPeer());
+    const client = this.proxy?.identity ?? peerHost(this.peer);
     const notLogged = this.ctx.logLimits.takeClientWarning(client, kind);
     if (notLogged === undefined) this.log.debug(fields, message);
     else this.log.warn(notLogged > 0 ? { ...fields, notLogged } : fields, message);
