@@ -225,3 +225,17 @@ export function sharedLayerChanges(before: SharedResourceMap, after: SharedResou
 }
 
 const NO_CHANGES: LayerChanges = Object.freeze({ changed: [], removed: [] });
+
+/**
+ * The resources of `after` that `before` lacks or holds at another version. When both maps have
+ * a shared layer: that layer's changes ({@link sharedLayerChanges}, one walk per pair of layers
+ * for every stream) and `after`'s own resources that differ; else a walk of `after`.
+ */
+export function resourcesChangedSince(before: ReadonlyMap<string, CachedResource>, after: ReadonlyMap<string, CachedResource>): CachedResource[] {
+  const [beforeShared, afterShared] = [sharedLayerOf(before), sharedLayerOf(after)];
+  const changed: CachedResource[] = [];
+  const walked = beforeShared && afterShared ? (after instanceof LayeredResourceMap ? after.own : undefined) : after;
+  if (beforeShared && afterShared) for (const r of afterShared.changesSince(beforeShared).changed) changed.push(r);
+  for (const r of walked?.values() ?? []) if (before.get(r.name)?.version !== r.version) changed.push(r);
+  return changed;
+}

@@ -381,7 +381,7 @@ class AdsStream extends StreamBase<DiscoveryRequest__Output, DiscoveryResponse, 
       }
       if (kept) st.sent = kept;
     }
-    st.wildcard = wildcard;
+    this.setWildcard(st, wildcard);
     st.subscription++;
     st.selection = undefined;
     // Kept as the snapshot's own strings where it has them (one copy for every stream).

@@ -246,7 +246,7 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
     // unsubscribed leaves `known` with what the stream covers, so the client still holds exactly
     // what `planned` has of its subscription.
     if (first) st.planned = undefined;
-    if (first && subscribe.length === 0 && wildcardType) st.wildcard = true; // legacy wildcard
+    if (first && subscribe.length === 0 && wildcardType) this.setWildcard(st, true); // legacy wildcard
     // Names are kept as the snapshot's own strings where it has them (one copy for every stream).
     const resources = this.snapshot?.resources.get(type);
     for (const requested of subscribe) {
@@ -256,7 +256,7 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
         if (!first) st.resendAll = true;
         // Names held only through the wildcard are not held yet.
         if (!st.wildcard) for (const name of st.planned?.keys() ?? []) if (!st.names.has(name)) st.known.delete(name);
-        st.wildcard = true;
+        this.setWildcard(st, true);
         continue;
       }
       const name = resources?.get(requested)?.name ?? requested;
@@ -268,7 +268,7 @@ export class DeltaStream extends StreamBase<DeltaDiscoveryRequest__Output, Delta
     for (const name of unsubscribe) {
       if (name === '*') {
         if (!st.wildcard) continue;
-        st.wildcard = false;
+        this.setWildcard(st, false);
         st.resendAll = false;
         // The client drops what it had only through the wildcard.
         for (const held of [...st.known.keys()]) if (!st.names.has(held)) st.known.delete(held);

@@ -12,7 +12,8 @@
  */
 import { decodeAny } from '../../api/codec.js';
 import { TypeUrl } from '../../api/type-urls.js';
-import type { CachedResource, ResourceName } from '../cache/types.js';
+import { resourcesChangedSince } from '../cache/layers.js';
+import type { CachedResource, ProxySnapshot, ResourceMap, ResourceName } from '../cache/types.js';
 
 /** A resource of another type that a Listener or Cluster names: its type URL and name. */
 export type HeldReference = ResourceName;
@@ -76,5 +77,90 @@ export class HeldReferences {
   /** {@link heldReferences} of `resource`, decoded once per object when it carries no `references`. */
   of(typeUrl: TypeUrl, resource: CachedResource): readonly HeldReference[] {
     return heldReferences(typeUrl, resource, this.#read);
+  }
+}
+
+/** A stream's subscription to one type: every resource of it (`wildcard`) or the `names`. */
+export interface SubscriptionView {
+  readonly wildcard: boolean;
+  readonly names: ReadonlySet<string>;
+}
+
+/** How many references a held snapshot may lack for the next one to be checked against it (beyond: the next is checked whole). */
+const MAX_ABSENT_REFERENCES = 256;
+
+/**
+ * Whether a stream holds what a snapshot's Listeners and Clusters make its client fetch: every
+ * reference ({@link heldReferences}) of each Listener and Cluster it subscribes to is subscribed
+ * to as well, wherever the snapshot has that resource (one it lacks: nothing to hold yet).
+ *
+ * A push changes few of a snapshot's resources, so each check after one that found a snapshot
+ * held looks only at the Listeners and Clusters that differ from that snapshot's (through the
+ * shared layers' changes, one walk per pair of layers for every stream) and at the references
+ * it lacked. That holds while no subscription narrowed and those to Listeners and Clusters did
+ * not change: the caller counts such changes in the `epoch` it passes; another epoch than the
+ * last held snapshot's makes a whole check. One per stream.
+ */
+export class HeldSnapshotCheck {
+  #since?: { readonly snapshot: ProxySnapshot; readonly epoch: number; readonly absent: readonly HeldReference[] };
+
+  constructor(private readonly references: HeldReferences) {}
+
+  /**
+   * Whether `subscriptions` hold `snapshot`'s references (see the class).
+   * @param epoch the caller's count of narrowed subscriptions and changed Listener or Cluster ones.
+   */
+  holds(snapshot: ProxySnapshot, subscriptions: ReadonlyMap<TypeUrl, SubscriptionView>, epoch: number): boolean {
+    const since = this.#since?.epoch === epoch ? this.#since : undefined;
+    const absent: HeldReference[] = [];
+    if (!this.subscribed(snapshot, since?.snapshot, subscriptions, absent)) return false;
+    for (const ref of since?.absent ?? []) {
+      if (!snapshot.resources.get(ref.typeUrl)?.has(ref.name)) absent.push(ref);
+      else if (!subscribes(subscriptions, ref)) {
+        // Perhaps named only by a resource no longer held: the whole snapshot tells.
+        absent.length = 0;
+        if (!this.subscribed(snapshot, undefined, subscriptions, absent)) return false;
+        break;
+      }
+    }
+    this.#since = absent.length <= MAX_ABSENT_REFERENCES ? { snapshot, epoch, absent } : undefined;
+    return true;
+  }
+
+  /**
+   * Whether the references that `snapshot` has, of its subscribed Listeners and Clusters (those
+   * that differ from `since`'s, when given), are subscribed to; those it lacks go to `absent`.
+   */
+  private subscribed(snapshot: ProxySnapshot, since: ProxySnapshot | undefined, subscriptions: ReadonlyMap<TypeUrl, SubscriptionView>, absent: HeldReference[]): boolean {
+    for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) {
+      const subscription = subscriptions.get(type);
+      const resources = snapshot.resources.get(type);
+      if (!subscription || !resources) continue;
+      const before = since?.resources.get(type);
+      let held: Iterable<CachedResource>;
+      if (!subscription.wildcard) held = namedChangedSince(subscription.names, resources, before);
+      else held = before ? resourcesChangedSince(before, resources) : resources.values();
+      for (const resource of held) {
+        for (const ref of this.references.of(type, resource)) {
+          if (!snapshot.resources.get(ref.typeUrl)?.has(ref.name)) absent.push(ref);
+          else if (!subscribes(subscriptions, ref)) return false;
+        }
+      }
+    }
+    return true;
+  }
+}
+
+/** Whether `subscriptions` cover `ref` (its type as wildcard, or its name). */
+function subscribes(subscriptions: ReadonlyMap<TypeUrl, SubscriptionView>, ref: HeldReference): boolean {
+  const wanted = subscriptions.get(ref.typeUrl);
+  return wanted !== undefined && (wanted.wildcard || wanted.names.has(ref.name));
+}
+
+/** The resources of `resources` named in `names` that `before` lacks or holds at another version (all of them without `before`). */
+function* namedChangedSince(names: ReadonlySet<string>, resources: ResourceMap, before: ResourceMap | undefined): Generator<CachedResource> {
+  for (const name of names) {
+    const r = resources.get(name);
+    if (r && (before === undefined || before.get(name)?.version !== r.version)) yield r;
   }
 }

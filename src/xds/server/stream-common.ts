@@ -19,7 +19,7 @@ import type { ProxySnapshot } from '../cache/types.js';
 import { boundedText } from '../../util/bounded-text.js';
 import { lowerBound } from '../../util/order.js';
 import { RateLimiter } from '../../util/rate-limit.js';
-import type { HeldReferences } from './held-references.js';
+import { HeldSnapshotCheck, type HeldReferences } from './held-references.js';
 import type { Release, SendBudget } from './send-budget.js';
 import type {
   DeltaDiscoveryRequest__Output,
@@ -365,6 +365,11 @@ export const CLIENT_WARNING_TOTAL_LIMIT = 60;
 /** Identities (or identity and type pairs) the log limits of a server remember at most. */
 const LOG_LIMIT_KEYS = 10_000;
 
+/** A type's subscription as the stream's own helpers change it (the only writers, so that changes are counted). */
+function writable(st: TypeStateBase): { wildcard: boolean; names: Set<string> } {
+  return st as unknown as { wildcard: boolean; names: Set<string> };
+}
+
 /**
  * `message` cut to {@link MAX_NACK_MESSAGE_CHARS} characters and made safe to log
  * ({@link boundedText}).
@@ -484,10 +489,10 @@ export interface StreamRefusal {
 
 /** What every per-type state of a stream keeps, SotW or delta (and shows in the debug API). */
 export interface TypeStateBase {
-  /** Subscribed to every resource of the type (LDS/CDS only). */
-  wildcard: boolean;
-  /** Names subscribed explicitly (never `*`). */
-  names: Set<string>;
+  /** Subscribed to every resource of the type (LDS/CDS only). Set through the stream's `setWildcard`. */
+  readonly wildcard: boolean;
+  /** Names subscribed explicitly (never `*`). Changed through the stream's `addName`, `deleteName` and `setNames`. */
+  readonly names: ReadonlySet<string>;
   lastNonceSent?: string;
   lastVersionSent?: string;
   versionAcked?: string;
@@ -575,6 +580,10 @@ export abstract class StreamBase<
   private readonly logPrefix: string;
   /** {@link StreamSync.acked}. */
   private acked?: ProxySnapshot;
+  /** Counts the changes that end what {@link heldCheck} carries from one check to the next: a subscription narrowed, or one to Listeners or Clusters changed. */
+  private subscriptionEpoch = 0;
+  /** Whether the proxy holds the references of a snapshot's Listeners and Clusters, checked against the last snapshot it held. */
+  private readonly heldCheck: HeldSnapshotCheck;
   /** {@link StreamSync.rejected}. */
   private rejected?: StreamRejection;
 
@@ -606,6 +615,7 @@ export abstract class StreamBase<
     this.logPrefix = mode === 'delta' ? 'delta ' : '';
     this.noncePrefix = `${mode === 'delta' ? 'd' : ''}${randomBytes(6).toString('base64url')}-`;
     this.log = ctx.logger.child(mode === 'delta' ? { streamId, mode } : { streamId });
+    this.heldCheck = new HeldSnapshotCheck(ctx.heldReferences);
     call.on('data', (req: Req) => {
       // Nothing a request does may escape to the process: a throw ends this stream only.
       try {
@@ -708,8 +718,21 @@ export abstract class StreamBase<
   /** Adds `name` to the names `st` subscribes to explicitly, counting its characters. */
   protected addName(st: S, name: string): void {
     if (st.names.has(name)) return;
-    st.names.add(name);
+    writable(st).names.add(name);
     this.countNames(1, name.length);
+    if (this.holdsNamed(st)) this.subscriptionEpoch++;
+  }
+
+  /** Whether `st` is the stream's Listener or Cluster state, whose subscription says which resources' references must be held. */
+  private holdsNamed(st: S): boolean {
+    return st === this.types.get(TypeUrl.Listener) || st === this.types.get(TypeUrl.Cluster);
+  }
+
+  /** Sets whether `st` subscribes to every resource of its type. */
+  protected setWildcard(st: S, wildcard: boolean): void {
+    if (st.wildcard === wildcard) return;
+    writable(st).wildcard = wildcard;
+    this.subscriptionEpoch++;
   }
 
   /** Counts `count` names of `chars` characters more (negative: fewer) in this stream and in the server's budget. */
@@ -721,16 +744,23 @@ export abstract class StreamBase<
 
   /** Removes `name` from the names `st` subscribes to explicitly. */
   protected deleteName(st: S, name: string): void {
-    if (st.names.delete(name)) this.countNames(-1, -name.length);
+    if (!writable(st).names.delete(name)) return;
+    this.countNames(-1, -name.length);
+    this.subscriptionEpoch++;
   }
 
   /** Replaces the names `st` subscribes to explicitly by `names`. */
   protected setNames(st: S, names: Set<string>): void {
     let chars = 0;
+    let narrowed = this.holdsNamed(st);
     for (const name of names) chars += name.length;
-    for (const name of st.names) chars -= name.length;
+    for (const name of st.names) {
+      chars -= name.length;
+      if (!names.has(name)) narrowed = true;
+    }
     this.countNames(names.size - st.names.size, chars);
-    st.names = names;
+    writable(st).names = names;
+    if (narrowed) this.subscriptionEpoch++;
   }
 
   /** Whether the lifecycle line `kind` of this stream goes to the log at info level (the server's per-identity limit), else at debug. */
@@ -791,31 +821,10 @@ export abstract class StreamBase<
     // And what the Listeners and Clusters it holds make it fetch (their route configurations,
     // ClusterLoadAssignments and secrets, as an Envoy warms them): subscribed, so answered above.
     // A resource no held one names (a secret nothing uses) need not be asked for.
-    if (!this.holdsReferences(snapshot)) return;
+    if (!this.heldCheck.holds(snapshot, this.types, this.subscriptionEpoch)) return;
     this.acked = snapshot;
     const proxy = this.proxy;
     this.callHook('onSyncChanged', () => this.ctx.hooks.onSyncChanged?.(proxy, this.streamId));
-  }
-
-  /**
-   * Whether every resource of `snapshot` that the Listeners and Clusters this stream subscribes
-   * to name (`heldReferences`) is subscribed to as well (wildcard or by name).
-   */
-  private holdsReferences(snapshot: ProxySnapshot): boolean {
-    for (const type of [TypeUrl.Listener, TypeUrl.Cluster]) {
-      const st = this.types.get(type);
-      const resources = snapshot.resources.get(type);
-      if (!st || !resources) continue;
-      const held = st.wildcard ? resources.values() : [...st.names].map((n) => resources.get(n)).filter((r) => r !== undefined);
-      for (const resource of held) {
-        for (const ref of this.ctx.heldReferences.of(type, resource)) {
-          if (!snapshot.resources.get(ref.typeUrl)?.has(ref.name)) continue; // not in the snapshot: nothing to hold
-          const wanted = this.types.get(ref.typeUrl);
-          if (!wanted || (!wanted.wildcard && !wanted.names.has(ref.name))) return false;
-        }
-      }
-    }
-    return true;
   }
 
   /** {@inheritDoc ServedStream.fail} */
@@ -1140,7 +1149,7 @@ export abstract class StreamBase<
     this.ctx.metrics.streamsClosed.inc({ reason: cause });
     this.countNames(-this.nameCount, -this.nameChars);
     // The call may outlive the stream (a client that never closes its side): drop what it holds.
-    for (const st of this.types.values()) st.names = new Set();
+    for (const st of this.types.values()) writable(st).names = new Set();
     this.jobs.length = 0;
     this.queuedRequests.clear();
     clearTimeout(this.unreadTimer);
